@@ -1,0 +1,49 @@
+"""genvi: programmable variational inference on JAX.
+
+Models and guides are `@gv.gen` programs; objectives are `@gv.expectation` programs;
+every sampling site carries a gradient strategy; ADEV compiles an objective into an
+unbiased gradient estimator that is one jitted JAX function.
+
+Example:
+    >>> import genvi as gv, jax
+    >>> @gv.gen
+    ... def model(m, y):
+    ...     z = gv.normal(0.0, 1.0) @ "z"
+    ...     gv.observe(gv.normal(z, 1.0), y)
+    >>> @gv.gen
+    ... def guide(m, y):
+    ...     gv.normal(m, 0.7, grad=gv.REPARAM) @ "z"
+    >>> grads = gv.elbo(model, guide).grad_estimate(jax.random.key(0), 0.0, 1.0)
+"""
+
+from genvi.adev import dual
+from genvi.adev.expectation import Expectation, batch_mean, expectation
+from genvi.adev.strategies import (ENUM, MVD_ as MVD, REINFORCE, REPARAM, Deferred,
+                                   Strategy, decaying_average)
+from genvi.core.choices import ChoiceMap, choices
+from genvi.distributions.base import DistCall, Distribution
+from genvi.distributions.continuous import (Beta, Dirichlet, Gamma, MvNormal, MvNormalDiag,
+                                            Normal, Uniform)
+from genvi.distributions.discrete import (Bernoulli, Binomial, Categorical, Flip, Geometric,
+                                          Poisson)
+from genvi.distributions.tfp import from_tfp
+from genvi.gen.language import GenFn, Trace, gen, observe, repeat, scan, vmap
+from genvi.objectives.elbo import elbo, iwelbo
+from genvi.sample import sample
+from genvi.validation import InvalidParameters, set_validation, validation
+
+normal = Normal()
+mv_normal_diag = MvNormalDiag()
+mv_normal = MvNormal()
+uniform = Uniform()
+beta = Beta()
+gamma = Gamma()
+dirichlet = Dirichlet()
+flip = Flip()
+bernoulli = Bernoulli()
+categorical = Categorical()
+geometric = Geometric()
+poisson = Poisson()
+binomial = Binomial()
+
+__version__ = "0.1.0"

@@ -1,0 +1,241 @@
+"""The ADEV interpreter: an objective's jaxpr in, a forward-mode estimator out.
+
+`estimate_jvp(closed, key, primals, tangents)` evaluates the objective's jaxpr on
+dual numbers. Ordinary equations are differentiated by JAX (`jvp_eqn`); each
+`sample_p` site calls its strategy's rule with a continuation:
+
+* `k.dual(v, dv)` continues in place; the rule's score and tangent terms are
+  accumulated and added to the final tangent as `score × result + offset`
+  (so REPARAM, REINFORCE and baselines never re-run anything);
+* `k.pure(v)` is the rest of the program with the site's value replaced by `v`,
+  resolved at trace time by replaying the objective (primal only, same key, so
+  every other choice is the same) with an *override* at this site and scan step;
+  replays are vectorized over alternatives with `vmap`;
+* `k.dual_map(vs)` (top level only) evaluates the remaining equations, dually, at
+  each value in `vs` under one `vmap`: exact enumeration in one trace.
+
+Sites inside `scan` bodies and `cond` branches are handled in place: the scan is
+re-emitted with the accumulators in its carry, and `k.pure` replays the whole scan
+with the override at the current step. Nothing is unrolled: trace size does not
+grow with batch, particle or step counts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from genvi.adev import dual as d
+from genvi.adev.dual import Dual
+from genvi.adev.strategies import Deferred, missing_strategy_error
+from genvi.core import jaxpr as jx
+from genvi.core.primitives import SAMPLES, sample_p, site_parts
+
+
+def _instantiate(t: Any, p: Any) -> Any:
+    if not jx.is_float(p):
+        return None
+    if t is None:
+        return jnp.zeros(jnp.shape(p), jnp.result_type(p))
+    return jax.lax.convert_element_type(t, jnp.result_type(p))
+
+
+class _Continuation:
+    """The rest of the program after one site (see module docstring)."""
+
+    def __init__(self, run: "_Run", jaxpr: Any, index: int, env: dict, key: Any,
+                 steps: tuple, top: bool):
+        self._run, self._jaxpr, self._index = run, jaxpr, index
+        self._env, self._key, self._steps = env, key, steps
+        self.can_branch = top and not run.replay
+
+    def dual(self, value: Any, tangent: Any = None) -> Deferred:
+        return Deferred(value, tangent)
+
+    def pure(self, value: Any) -> Any:
+        eqn = self._jaxpr.eqns[self._index]
+        return self._run.replay_with((eqn, self._steps, value))
+
+    def dual_map(self, values: Any) -> Dual:
+        if not self.can_branch:
+            raise RuntimeError("this continuation cannot branch (inside scan/cond)")
+        eqn = self._jaxpr.eqns[self._index]
+        (outvar,) = eqn.outvars
+
+        def branch(v):
+            env = dict(self._env)
+            env[outvar] = Dual(v, None)
+            run = self._run.with_override((eqn, self._steps, v))
+            out = run.level(self._jaxpr, self._index + 1, env, self._key, self._steps, True)
+            return out.primal, out.tangent
+
+        primal, tangent = jax.vmap(branch)(values)
+        return Dual(primal, tangent)
+
+
+class _Run:
+    """One evaluation of an objective jaxpr (the main dual run, or a replay)."""
+
+    def __init__(self, closed: Any, key: Any, primals: Sequence, tangents: Sequence,
+                 overrides: tuple = (), replay: bool = False):
+        self.closed, self.key = closed, key
+        self.primals, self.tangents = list(primals), list(tangents)
+        self.overrides, self.replay = overrides, replay
+        self.dual = any(t is not None for t in self.tangents)
+        out_aval = closed.jaxpr.outvars[0].aval
+        self.out_dtype = out_aval.dtype
+
+    # -- entry points ---------------------------------------------------------
+    def run(self) -> Dual:
+        jaxpr = self.closed.jaxpr
+        env = {v: Dual(c) for v, c in zip(jaxpr.constvars, self.closed.consts)}
+        env.update({v: Dual(p, t) for v, p, t in zip(jaxpr.invars, self.primals, self.tangents)})
+        return self.level(jaxpr, 0, env, self.key, (), True)
+
+    def with_override(self, override: tuple) -> "_Run":
+        return _Run(self.closed, self.key, self.primals, self.tangents,
+                    self.overrides + (override,), self.replay)
+
+    def replay_with(self, override: tuple) -> Any:
+        """The objective's value (primal only) with one more site overridden."""
+        run = _Run(self.closed, self.key, self.primals, [None] * len(self.primals),
+                   self.overrides + (override,), replay=True)
+        return run.run().primal
+
+    # -- evaluation -------------------------------------------------------------
+    def level(self, jaxpr: Any, start: int, env: dict, key: Any, steps: tuple, top: bool):
+        """Evaluate `jaxpr.eqns[start:]`. At top level return the final `Dual`;
+        inside a body return `(outs, key, (score, offset))`."""
+        score = offset = None
+        for i in range(start, len(jaxpr.eqns)):
+            eqn = jaxpr.eqns[i]
+            ins = [_read(env, v) for v in eqn.invars]
+            if eqn.primitive is sample_p:
+                key, site_key = jax.random.split(key)
+                if self.replay:
+                    env[eqn.outvars[0]] = Dual(self._replay_site(eqn, ins, site_key, steps))
+                    continue
+                dist, params, strategy, addr = site_parts(
+                    eqn, [x.primal for x in ins], [x.tangent for x in ins])
+                if strategy is None:
+                    raise missing_strategy_error(dist, addr)
+                k = _Continuation(self, jaxpr, i, env, key, steps, top)
+                res = strategy.jvp(dist, site_key, params, [x.tangent for x in ins[:len(params)]], k)
+                if isinstance(res, Dual):  # the rule evaluated the rest of the program
+                    return self._finish(res, score, offset)
+                env[eqn.outvars[0]] = Dual(res.value, res.tangent if jx.is_float(res.value) else None)
+                score, offset = d.add(score, res.score), d.add(offset, res.offset)
+            elif any(jx.contains(j, SAMPLES) for j in jx.sub_jaxprs(eqn)):
+                outs, key, (s, o) = self._control(eqn, ins, key, steps)
+                for v, x in zip(eqn.outvars, outs):
+                    env[v] = x
+                score, offset = d.add(score, s), d.add(offset, o)
+            else:
+                outs, touts = jx.jvp_eqn(eqn, [x.primal for x in ins], [x.tangent for x in ins])
+                for v, p, t in zip(eqn.outvars, outs, touts):
+                    env[v] = Dual(p, t)
+        outs = [_read(env, v) for v in jaxpr.outvars]
+        if top:
+            return self._finish(outs[0], score, offset)
+        return outs, key, (score, offset)
+
+    def _finish(self, out: Dual, score: Any, offset: Any) -> Dual:
+        tangent = d.add(d.add(out.tangent, d.mul(out.primal, score)), offset)
+        if tangent is not None:
+            tangent = jax.lax.convert_element_type(tangent, jnp.result_type(out.primal))
+        return Dual(out.primal, tangent)
+
+    def _replay_site(self, eqn: Any, ins: list, site_key: Any, steps: tuple) -> Any:
+        dist, params, _, _ = site_parts(eqn, [x.primal for x in ins])
+        value = dist.sample(site_key, *params)
+        for ov_eqn, ov_steps, ov_value in self.overrides:
+            if ov_eqn is eqn:
+                match = jnp.all(jnp.array([a == b for a, b in zip(steps, ov_steps)] + [True]))
+                value = jnp.where(match, ov_value, value)
+        return value
+
+    def _acc_zero(self) -> Any:
+        return jnp.zeros((), self.out_dtype) if self.dual else None
+
+    def _control(self, eqn: Any, ins: list, key: Any, steps: tuple):
+        kind = jx.kind(eqn)
+        if kind == "scan":
+            return self._scan(eqn, ins, key, steps)
+        if kind == "cond":
+            return self._cond(eqn, ins, key, steps)
+        if kind == "call":
+            body = jx.call_body(eqn)
+            env = {v: Dual(c) for v, c in zip(body.jaxpr.constvars, body.consts)}
+            env.update(zip(body.jaxpr.invars, ins))
+            return self.level(body.jaxpr, 0, env, key, steps, False)
+        raise NotImplementedError(
+            f"genvi cannot differentiate sampling sites inside `{eqn.primitive.name}`. "
+            "Use gv.scan / jax.lax.scan (fixed length) instead of while loops, and keep "
+            "sampling out of custom_jvp/custom_vjp functions.")
+
+    def _scan(self, eqn: Any, ins: list, key: Any, steps: tuple):
+        sp = jx.scan_params(eqn)
+        body, nc, ncar = sp["body"], sp["num_consts"], sp["num_carry"]
+        consts, init, xs = ins[:nc], ins[nc:nc + ncar], ins[nc + ncar:]
+        dual = self.dual and not self.replay
+
+        def tangents_of(xs_):
+            return [_instantiate(x.tangent, x.primal) if dual else None for x in xs_]
+
+        def step(carry, x):
+            c_p, c_t, key, i, s, o = carry
+            x_p, x_t = x
+            env = {v: Dual(c) for v, c in zip(body.jaxpr.constvars, body.consts)}
+            env.update(zip(body.jaxpr.invars, list(consts) + [Dual(p, t) for p, t in zip(c_p, c_t)]
+                           + [Dual(p, t) for p, t in zip(x_p, x_t)]))
+            outs, key, (ds, do) = self.level(body.jaxpr, 0, env, key, steps + (i,), False)
+            new_c = outs[:ncar]
+            s, o = (None, None) if not dual else (d.add(s, ds), d.add(o, do))
+            ys = outs[ncar:]
+            return ((tuple(x.primal for x in new_c), tuple(tangents_of(new_c)), key, i + 1,
+                     s, o), (tuple(y.primal for y in ys), tuple(y.tangent for y in ys)))
+
+        init_carry = (tuple(x.primal for x in init), tuple(tangents_of(init)), key,
+                      jnp.zeros((), jnp.int32), self._acc_zero() if dual else None,
+                      self._acc_zero() if dual else None)
+        xs_in = (tuple(x.primal for x in xs), tuple(x.tangent if dual else None for x in xs))
+        (c_p, c_t, key, _, s, o), (y_p, y_t) = jax.lax.scan(
+            step, init_carry, xs_in, length=sp["length"], reverse=sp["reverse"],
+            unroll=sp["unroll"])
+        outs = [Dual(p, t) for p, t in zip(c_p, c_t)] + [Dual(p, t) for p, t in zip(y_p, y_t)]
+        return outs, key, (s, o)
+
+    def _cond(self, eqn: Any, ins: list, key: Any, steps: tuple):
+        index, ops = ins[0].primal, ins[1:]
+        dual = self.dual and not self.replay
+
+        def make(branch):
+            def f(ops_p, ops_t, key):
+                env = {v: Dual(c) for v, c in zip(branch.jaxpr.constvars, branch.consts)}
+                env.update(zip(branch.jaxpr.invars,
+                               [Dual(p, t) for p, t in zip(ops_p, ops_t)]))
+                outs, key, (s, o) = self.level(branch.jaxpr, 0, env, key, steps, False)
+                o_t = [_instantiate(x.tangent, x.primal) if dual else None for x in outs]
+                zero = self._acc_zero() if dual else None
+                return ([x.primal for x in outs], o_t, key,
+                        d.add(zero, s) if dual else None, d.add(zero, o) if dual else None)
+            return f
+
+        ops_t = [x.tangent if dual else None for x in ops]
+        o_p, o_t, key, s, o = jax.lax.switch(index, [make(b) for b in jx.cond_branches(eqn)],
+                                             [x.primal for x in ops], ops_t, key)
+        return [Dual(p, t) for p, t in zip(o_p, o_t)], key, (s, o)
+
+
+def _read(env: dict, var: Any) -> Dual:
+    if isinstance(var, jx.Literal):
+        return Dual(var.val)
+    return env[var]
+
+
+def estimate_jvp(closed: Any, key: Any, primals: Sequence, tangents: Sequence) -> Dual:
+    """Run the forward-mode estimator of the objective `closed` (a closed jaxpr
+    with one scalar output) at `primals` in direction `tangents` (None = zero)."""
+    return _Run(closed, key, primals, tangents).run()

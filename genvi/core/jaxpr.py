@@ -1,0 +1,190 @@
+"""Everything genvi needs from JAX's internals, in one place.
+
+genvi represents programs as jaxprs holding its own primitives (sampling sites,
+observations) and interprets them. This module is the only one that imports
+`jax.extend.core` or `jax.interpreters`: defining primitives, tracing a Python
+function to a closed jaxpr, evaluating one equation, and recognising the
+higher-order primitives (`scan`, `cond`, `jit`, custom derivatives, `while`) whose
+bodies may hold sampling sites. A JAX upgrade should touch this file only;
+`tests/test_jaxpr_internals.py` pins its behaviour.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.extend.core as jcore
+import numpy as np
+from jax.interpreters import batching
+
+ClosedJaxpr = jcore.ClosedJaxpr
+Jaxpr = jcore.Jaxpr
+Literal = jcore.Literal
+
+
+def make_primitive(name: str, abstract_eval: Callable, multiple_results: bool = False) -> jcore.Primitive:
+    """A primitive that only genvi's interpreters give meaning to.
+
+    Binding it outside a genvi transformation and then running it raises an
+    error: it has no implementation and no lowering of its own.
+    """
+    prim = jcore.Primitive(name)
+    prim.multiple_results = multiple_results
+
+    def impl(*args, **params):
+        raise RuntimeError(
+            f"genvi primitive '{name}' was executed outside a genvi transformation "
+            f"(site {params.get('addr')!r}). Sampling sites only run inside "
+            "g.simulate / g.log_density / an @gv.expectation objective.")
+
+    prim.def_impl(impl)
+    prim.def_abstract_eval(abstract_eval)
+    return prim
+
+
+def not_mapped() -> Any:
+    """The marker JAX batching rules use for an operand without a batch axis."""
+    return batching.not_mapped
+
+
+def trace(fn: Callable, flat_args: Sequence[Any]) -> ClosedJaxpr:
+    """Trace `fn(*flat_args)` (flat arrays in, flat list out) to a closed jaxpr."""
+    return jax.make_jaxpr(fn)(*flat_args)
+
+
+def read(env: dict, var: Any) -> Any:
+    """Value of a jaxpr variable or literal in an environment."""
+    if isinstance(var, Literal):
+        return var.val
+    return env[var]
+
+
+def is_drop(var: Any) -> bool:
+    return isinstance(var, jcore.DropVar)
+
+
+def eval_eqn(eqn: Any, invals: Sequence[Any]) -> list:
+    """Evaluate one equation on concrete or traced values (as `jax.core.eval_jaxpr`)."""
+    params = eqn.primitive.get_bind_params(eqn.params)
+    with eqn.ctx.manager:
+        out = eqn.primitive.bind(*invals, **params)
+    return list(out) if eqn.primitive.multiple_results else [out]
+
+
+def is_float(x: Any) -> bool:
+    return jax.dtypes.issubdtype(jax.numpy.result_type(x), np.inexact)
+
+
+def jvp_eqn(eqn: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[list, list]:
+    """Forward-mode evaluation of one equation; `None` is a symbolic-zero tangent.
+
+    Only inputs with a tangent are differentiated, so values that do not depend on
+    differentiated arguments cost nothing extra (no zero tangents flow through
+    matrix products). Integer outputs get a `None` tangent.
+    """
+    idx = [i for i, t in enumerate(tangents) if t is not None]
+    if not idx:
+        return eval_eqn(eqn, primals), [None] * len(eqn.outvars)
+
+    def f(*diff):
+        args = list(primals)
+        for i, d in zip(idx, diff):
+            args[i] = d
+        return eval_eqn(eqn, args)
+
+    outs, touts = jax.jvp(f, [primals[i] for i in idx], [tangents[i] for i in idx])
+    touts = [t if is_float(o) else None for o, t in zip(outs, touts)]
+    return outs, touts
+
+
+def sub_jaxprs(eqn: Any) -> list:
+    """The jaxprs nested in an equation's parameters (bodies, branches, calls)."""
+    return list(jcore.jaxprs_in_params(eqn.params))
+
+
+def contains(jaxpr: Any, prims: frozenset) -> bool:
+    """Whether `jaxpr` (or any jaxpr nested in it) binds one of `prims`."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    return _contains(jaxpr, prims)
+
+
+_CONTAINS: dict = {}  # (id(jaxpr), prims) -> (jaxpr kept alive, answer)
+
+
+def _contains(jaxpr: Any, prims: frozenset) -> bool:
+    hit = _CONTAINS.get((id(jaxpr), prims))
+    if hit is not None and hit[0] is jaxpr:
+        return hit[1]
+    answer = any(eqn.primitive in prims or any(_contains(j, prims) for j in sub_jaxprs(eqn))
+                 for eqn in jaxpr.eqns)
+    _CONTAINS[(id(jaxpr), prims)] = (jaxpr, answer)
+    return answer
+
+
+# Recognisers for the higher-order primitives genvi interprets structurally.
+
+def kind(eqn: Any) -> str:
+    """'scan', 'cond', 'call' (jit/closed_call), 'custom' (custom_jvp/vjp),
+    'while', or 'other'."""
+    name = eqn.primitive.name
+    if name == "scan":
+        return "scan"
+    if name == "cond":
+        return "cond"
+    if name in ("jit", "pjit", "closed_call", "core_call", "remat", "checkpoint"):
+        return "call"
+    if name.startswith("custom_jvp") or name.startswith("custom_vjp"):
+        return "custom"
+    if name == "while":
+        return "while"
+    return "other"
+
+
+def call_body(eqn: Any) -> ClosedJaxpr:
+    """The closed jaxpr a call-like equation ('call' kind) evaluates."""
+    j = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
+    if isinstance(j, Jaxpr):
+        j = ClosedJaxpr(j, ())
+    return j
+
+
+def scan_params(eqn: Any) -> dict:
+    """The parameters of a `scan` equation that genvi re-emits."""
+    p = eqn.params
+    return dict(body=p["jaxpr"], num_consts=p["num_consts"], num_carry=p["num_carry"],
+                length=p["length"], reverse=p["reverse"], unroll=p["unroll"])
+
+
+def cond_branches(eqn: Any) -> tuple:
+    """The branches (closed jaxprs) of a `cond` equation."""
+    return tuple(eqn.params["branches"])
+
+
+def shaped(shape: tuple, dtype: Any) -> Any:
+    """An abstract value (what an abstract-evaluation rule returns)."""
+    return jax.core.ShapedArray(tuple(shape), dtype)
+
+
+def register_batching_by_broadcasting(prim: jcore.Primitive) -> None:
+    """Make `jax.vmap` turn `prim` into one site whose parameters gained a leading
+    axis (a product of independent components): every batch axis moves to the
+    front and unbatched operands are broadcast.
+
+    The rule is registered as a "fancy" batcher because JAX calls those even when
+    no operand is batched: a sampling site under `vmap` must draw one independent
+    value per lane even if its parameters are shared (plain batching rules would
+    silently draw a single value and broadcast it).
+    """
+
+    def rule(axis_data, args, dims, **params):
+        size = axis_data.size
+        moved = [jax.numpy.moveaxis(a, d, 0) if d is not None and d is not batching.not_mapped
+                 else jax.numpy.broadcast_to(a, (size,) + jax.numpy.shape(a))
+                 for a, d in zip(args, dims)]
+        out = prim.bind(*moved, **params)
+        if prim.multiple_results:
+            return out, [0] * len(out)
+        return out, 0
+
+    batching.fancy_primitive_batchers[prim] = rule

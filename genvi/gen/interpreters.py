@@ -1,0 +1,214 @@
+"""The generative-language transformations, as jaxpr interpreters.
+
+A `@gv.gen` program is traced to a jaxpr holding `site_p` / `observe_p`. One
+interpreter walks it, threading a state (PRNG key, log density, choices) through
+ordinary equations and through `scan`, `cond` and `jit` bodies; a *handler* gives
+the sites their meaning:
+
+* `Simulate` — sample each site (plain JAX); `g.simulate`.
+* `Assess`   — read each site's value from a choice map; `g.log_density`.
+* `Sim`      — inside an objective, turn each site into an ADEV `sample_p` carrying
+  its gradient strategy; `g.sim`.
+
+Choices made inside a `scan` are stacked on a leading axis; the choices of `cond`
+branches are the union of the branches' addresses (untaken branches' addresses hold
+zeros).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from genvi.adev.strategies import missing_strategy_error
+from genvi.core import jaxpr as jx
+from genvi.core.primitives import SITES, bind_site, observe_p, sample_p, site_p, site_parts
+from genvi import validation
+
+
+def _name(addr: tuple) -> str:
+    return "/".join(map(str, addr))
+
+
+@dataclass
+class State:
+    key: Any
+    log_density: Any
+    choices: dict = field(default_factory=dict)
+    reads: dict = field(default_factory=dict)  # Assess: the values to score
+    visited: set = field(default_factory=set)  # Assess: addresses read (static)
+
+
+class Handler:
+    """What sampling sites mean; subclasses are one short class each."""
+
+    def site(self, eqn: Any, params: list, state: State) -> tuple[Any, State]:
+        raise NotImplementedError
+
+    def record(self, state: State, addr: tuple, value: Any, log_p: Any) -> State:
+        if addr in state.choices:
+            raise ValueError(f"address {_name(addr)!r} is used twice in one execution; "
+                             "give each sampling site its own address")
+        return replace(state, choices={**state.choices, addr: value},
+                       log_density=state.log_density + log_p)
+
+
+class Simulate(Handler):
+    def site(self, eqn, params, state):
+        dist, params, _, addr = site_parts(eqn, params)
+        key, sub = jax.random.split(state.key)
+        value = dist.sample(sub, *params)
+        return value, replace(self.record(state, addr, value, dist.log_prob(value, *params)), key=key)
+
+
+class Sim(Handler):
+    def site(self, eqn, params, state):
+        dist, dparams, strategy, addr = site_parts(eqn, params)
+        if strategy is None:
+            raise missing_strategy_error(dist, addr)
+        value = bind_site(sample_p, dist, dparams, strategy, addr)
+        return value, self.record(state, addr, value, dist.log_prob(value, *dparams))
+
+
+class Assess(Handler):
+    def site(self, eqn, params, state):
+        dist, params, _, addr = site_parts(eqn, params)
+        if addr not in state.reads:
+            raise KeyError(
+                f"log_density: the choices have no value at address {_name(addr)!r} "
+                f"(gv.{dist.name}), which the program samples; add it to the choice map")
+        value = state.reads[addr]
+        want = eqn.outvars[0].aval.shape
+        if jnp.shape(value) != want:
+            raise ValueError(
+                f"log_density: the value at address {_name(addr)!r} (gv.{dist.name}) has "
+                f"shape {jnp.shape(value)} but the site's parameters give shape {want}")
+        state.visited.add(addr)
+        return value, self.record(state, addr, value, dist.log_prob(value, *params))
+
+
+def run(closed: Any, args: list, handler: Handler, state: State) -> tuple[list, State]:
+    """Interpret a program's closed jaxpr on `args` with `handler`."""
+    env = dict(zip(closed.jaxpr.constvars, closed.consts))
+    env.update(zip(closed.jaxpr.invars, args))
+    return _level(closed.jaxpr, env, handler, state)
+
+
+def _level(jaxpr: Any, env: dict, handler: Handler, state: State) -> tuple[list, State]:
+    for eqn in jaxpr.eqns:
+        ins = [jx.read(env, v) for v in eqn.invars]
+        if eqn.primitive is site_p:
+            validation.check_site(eqn, ins)
+            value, state = handler.site(eqn, ins, state)
+            env[eqn.outvars[0]] = value
+        elif eqn.primitive is observe_p:
+            dist, params, _, _ = site_parts(eqn, ins[1:])
+            validation.check_site(eqn, ins, offset=1)
+            state = replace(state, log_density=state.log_density + dist.log_prob(ins[0], *params))
+        elif any(jx.contains(j, SITES) for j in jx.sub_jaxprs(eqn)):
+            outs, state = _control(eqn, ins, handler, state)
+            env.update(zip(eqn.outvars, outs))
+        else:
+            env.update(zip(eqn.outvars, jx.eval_eqn(eqn, ins)))
+    return [jx.read(env, v) for v in jaxpr.outvars], state
+
+
+def site_addresses(jaxpr: Any) -> set:
+    """Every address a jaxpr (and its nested bodies) may sample."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    out = set()
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is site_p:
+            out.add(eqn.params["addr"])
+        for j in jx.sub_jaxprs(eqn):
+            out |= site_addresses(j)
+    return out
+
+
+def _sub_state(state: State, reads: dict) -> State:
+    return State(state.key, jnp.zeros((), jnp.result_type(float)), {}, reads, state.visited)
+
+
+def _merge(handler: Handler, state: State, sub: State, choices: dict) -> State:
+    for addr, value in choices.items():
+        state = handler.record(state, addr, value, 0.0)
+    return replace(state, key=sub.key, log_density=state.log_density + sub.log_density)
+
+
+def _control(eqn: Any, ins: list, handler: Handler, state: State) -> tuple[list, State]:
+    kind = jx.kind(eqn)
+    if kind == "call":
+        body = jx.call_body(eqn)
+        return run(body, ins, handler, state)
+    if kind == "scan":
+        return _scan(eqn, ins, handler, state)
+    if kind == "cond":
+        return _cond(eqn, ins, handler, state)
+    raise NotImplementedError(
+        f"sampling sites inside `{eqn.primitive.name}` are not supported: use gv.scan or "
+        "jax.lax.scan with a fixed length for loops, and keep sampling out of "
+        "custom_jvp/custom_vjp functions")
+
+
+def _scan(eqn, ins, handler, state):
+    sp = jx.scan_params(eqn)
+    body, nc, ncar = sp["body"], sp["num_consts"], sp["num_carry"]
+    consts, init, xs = ins[:nc], ins[nc:nc + ncar], ins[nc + ncar:]
+    addrs = site_addresses(body)
+    reads = {a: v for a, v in state.reads.items() if a in addrs}
+    visited: set = set()
+
+    def step(carry, x):
+        c, key, logw = carry
+        x_vals, x_reads = x
+        sub = State(key, jnp.zeros_like(logw), {}, x_reads, visited)
+        outs, sub = run(body, list(consts) + list(c) + list(x_vals), handler, sub)
+        return (tuple(outs[:ncar]), sub.key, logw + sub.log_density), (tuple(outs[ncar:]), sub.choices)
+
+    zero = jnp.zeros((), jnp.result_type(float))
+    (c, key, logw), (ys, choices) = jax.lax.scan(
+        step, (tuple(init), state.key, zero), (tuple(xs), reads), length=sp["length"],
+        reverse=sp["reverse"], unroll=sp["unroll"])
+    state.visited.update(visited)
+    state = _merge(handler, state, State(key, logw), choices)
+    return list(c) + list(ys), state
+
+
+def _cond(eqn, ins, handler, state):
+    index, ops = ins[0], ins[1:]
+    branches = jx.cond_branches(eqn)
+    visited: set = set()
+
+    def make(branch):
+        def f(ops, key):
+            sub = State(key, jnp.zeros((), jnp.result_type(float)), {}, state.reads, visited)
+            outs, sub = run(branch, list(ops), handler, sub)
+            return outs, sub.key, sub.log_density, sub.choices
+        return f
+
+    shapes = [jax.eval_shape(make(b), ops, state.key)[3] for b in branches]
+    union = {}
+    for s in shapes:
+        for addr, sd in s.items():
+            if addr in union and (union[addr].shape, union[addr].dtype) != (sd.shape, sd.dtype):
+                raise ValueError(f"address {_name(addr)!r} has different shapes in the "
+                                 "branches of a cond; use one shape or different addresses")
+            union[addr] = sd
+
+    def padded(branch):
+        f = make(branch)
+
+        def g(ops, key):
+            outs, key, logw, choices = f(ops, key)
+            full = {a: choices[a] if a in choices else jnp.zeros(sd.shape, sd.dtype)
+                    for a, sd in union.items()}
+            return outs, key, logw, full
+        return g
+
+    outs, key, logw, choices = jax.lax.switch(index, [padded(b) for b in branches], ops, state.key)
+    state.visited.update(visited)
+    state = _merge(handler, state, State(key, logw), choices)
+    return list(outs), state

@@ -1,0 +1,285 @@
+"""`@gv.gen` programs, addressing, observation, and the combinators.
+
+Inside a program, `dist(...) @ "addr"` binds a sampling site and `g(...) @ "addr"`
+inlines a sub-program under the address prefix `addr`. Programs are traced to
+jaxprs (cached per argument shapes) and given meaning by the interpreters in
+`genvi.gen.interpreters`. The combinators are trace-time sugar: `gv.vmap` is
+`jax.vmap` of the body, `gv.scan` is `jax.lax.scan` of it, so nothing is unrolled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from genvi.core.choices import ChoiceMap
+from genvi.core.primitives import bind_site, observe_p, site_p
+from genvi.core.tracing import IN_OBJECTIVE, trace_cached
+from genvi.distributions.base import DistCall
+from genvi.gen import interpreters as interp
+
+_PREFIX: contextvars.ContextVar = contextvars.ContextVar("genvi_prefix", default=None)
+
+
+@contextlib.contextmanager
+def _prefix(prefix: tuple):
+    token = _PREFIX.set(prefix)
+    try:
+        yield
+    finally:
+        _PREFIX.reset(token)
+
+
+def _current_prefix(what: str) -> tuple:
+    prefix = _PREFIX.get()
+    if prefix is None:
+        raise RuntimeError(
+            f"{what} must be used inside a @gv.gen program. Inside an @gv.expectation "
+            "objective, draw unnamed values with gv.sample(dist(...)) or call a program's "
+            ".sim(...) / .log_density(...).")
+    return prefix
+
+
+def sample_at(call: Any, addr: str) -> Any:
+    """`call @ addr`: sample a distribution or inline a sub-program at `addr`."""
+    if not isinstance(addr, str):
+        raise TypeError(f"addresses are strings; got {addr!r}")
+    prefix = _current_prefix(f"`... @ {addr!r}`")
+    if isinstance(call, DistCall):
+        return bind_site(site_p, call.dist, call.params, call.strategy, prefix + (addr,))
+    if isinstance(call, GenCall):
+        with _prefix(prefix + (addr,)):
+            return call.gen.body(*call.args)
+    raise TypeError(f"`x @ {addr!r}` needs a distribution call or a program call; got {call!r}")
+
+
+def observe(call: DistCall, value: Any) -> None:
+    """Multiply the program's density by `call`'s density at `value`.
+
+    Example:
+        >>> import genvi as gv
+        >>> @gv.gen
+        ... def model(y):
+        ...     mu = gv.normal(0.0, 1.0) @ "mu"
+        ...     gv.observe(gv.normal(mu, 1.0), y)
+    """
+    _current_prefix("gv.observe")
+    if not isinstance(call, DistCall):
+        raise TypeError(f"gv.observe needs a distribution call such as gv.normal(0, 1); got {call!r}")
+    value = jnp.asarray(value)
+    static, ops = (None, ()) if call.strategy is None else call.strategy.split()
+    observe_p.bind(value, *call.params, *ops, dist=call.dist, strategy=static,
+                   addr=None, n_params=len(call.params))
+
+
+class Trace(NamedTuple):
+    """The result of `g.simulate`: choices, log joint density, return value."""
+
+    choices: ChoiceMap
+    log_density: jax.Array
+    retval: Any
+
+
+class GenCall(NamedTuple):
+    """A program applied to arguments, waiting for `@ "addr"`."""
+
+    gen: "GenFn"
+    args: tuple
+
+
+class GenFn:
+    """A generative function. Subclasses define `body(*args)`."""
+
+    name = "program"
+
+    def __init__(self) -> None:
+        self._traces: dict = {}
+
+    def body(self, *args: Any) -> Any:
+        raise NotImplementedError
+
+    def __call__(self, *args: Any) -> GenCall:
+        return GenCall(self, args)
+
+    def _trace(self, args: tuple):
+        def at_root(*a):
+            with _prefix(()):
+                return self.body(*a)
+        return trace_cached(self._traces, at_root, args)
+
+    def simulate(self, key: jax.Array, *args: Any) -> Trace:
+        """Sample all choices; returns a `Trace` (plain JAX, jit/vmap-able).
+
+        Example:
+            >>> import genvi as gv, jax
+            >>> @gv.gen
+            ... def g():
+            ...     return gv.normal(0.0, 1.0) @ "x"
+            >>> tr = g.simulate(jax.random.key(0))
+            >>> bool(tr.choices["x"] == tr.retval)
+            True
+        """
+        traced, dyn = self._trace(args)
+        zero = jnp.zeros((), jnp.result_type(float))
+        outs, state = interp.run(traced.closed, dyn, interp.Simulate(), interp.State(key, zero))
+        return Trace(ChoiceMap(state.choices), state.log_density,
+                     jax.tree_util.tree_unflatten(traced.out_tree, outs))
+
+    def log_density(self, choices: Any, *args: Any) -> jax.Array:
+        """The log density of `choices` under this program (observations included).
+
+        Example:
+            >>> import genvi as gv
+            >>> @gv.gen
+            ... def g():
+            ...     gv.normal(0.0, 1.0) @ "x"
+            >>> round(float(g.log_density(gv.choices({"x": 0.0}))), 4)
+            -0.9189
+        """
+        from genvi.core.choices import choices as to_choices
+        cm = to_choices(choices)
+        traced, dyn = self._trace(args)
+        zero = jnp.zeros((), jnp.result_type(float))
+        state = interp.State(None, zero, {}, cm.flat(), set())
+        _, state = interp.run(traced.closed, dyn, interp.Assess(), state)
+        unvisited = set(cm.flat()) - state.visited
+        if unvisited:
+            names = sorted("/".join(map(str, a)) for a in unvisited)
+            raise KeyError(f"log_density: the choices hold addresses the program never "
+                           f"visits: {names}. Remove them (or check the address spelling).")
+        return state.log_density
+
+    def sim(self, *args: Any) -> tuple[ChoiceMap, jax.Array]:
+        """Inside an objective: `(choices, log density)` sampled with each site's
+        gradient strategy.
+
+        Example:
+            >>> import genvi as gv
+            >>> @gv.gen
+            ... def q(m):
+            ...     gv.normal(m, 1.0, grad=gv.REPARAM) @ "x"
+            >>> @gv.expectation
+            ... def neg_entropy(m):
+            ...     _, log_q = q.sim(m)
+            ...     return log_q
+        """
+        if not IN_OBJECTIVE:
+            raise RuntimeError(
+                f"{self.name}.sim(...) draws samples with gradient strategies and belongs "
+                "inside an @gv.expectation objective. Outside one, use "
+                f"{self.name}.simulate(key, ...).")
+        traced, dyn = self._trace(args)
+        zero = jnp.zeros((), jnp.result_type(float))
+        _, state = interp.run(traced.closed, dyn, interp.Sim(), interp.State(None, zero))
+        return ChoiceMap(state.choices), state.log_density
+
+    def __repr__(self) -> str:
+        return f"<gv.gen {self.name}>"
+
+
+class Gen(GenFn):
+    """A generative function defined by a Python function (see `gv.gen`)."""
+
+    def __init__(self, fn: Callable):
+        super().__init__()
+        self.fn = fn
+        self.name = getattr(fn, "__name__", "program")
+        functools.update_wrapper(self, fn, updated=())
+
+    def body(self, *args):
+        return self.fn(*args)
+
+
+def gen(fn: Callable) -> Gen:
+    """Make a generative function from a Python function.
+
+    Example:
+        >>> import genvi as gv, jax
+        >>> @gv.gen
+        ... def model(y):
+        ...     x = gv.normal(0.0, 10.0) @ "x"
+        ...     gv.observe(gv.normal(x, 1.0), y)
+        ...     return x
+        >>> tr = model.simulate(jax.random.key(0), 1.0)
+    """
+    return Gen(fn)
+
+
+class Vmap(GenFn):
+    def __init__(self, inner: GenFn, in_axes: Any):
+        super().__init__()
+        self.inner, self.in_axes = inner, in_axes
+        self.name = f"vmap({inner.name})"
+
+    def body(self, *args):
+        return jax.vmap(self.inner.body, in_axes=self.in_axes)(*args)
+
+
+class Repeat(GenFn):
+    def __init__(self, inner: GenFn, n: int):
+        super().__init__()
+        self.inner, self.n = inner, int(n)
+        self.name = f"repeat({inner.name}, {n})"
+
+    def body(self, *args):
+        return jax.vmap(lambda _: self.inner.body(*args))(jnp.arange(self.n))
+
+
+class Scan(GenFn):
+    def __init__(self, inner: GenFn, length: int | None):
+        super().__init__()
+        self.inner, self.length = inner, length
+        self.name = f"scan({inner.name})"
+
+    def body(self, carry, xs=None):
+        return jax.lax.scan(self.inner.body, carry, xs, length=self.length)
+
+
+def vmap(g: GenFn, in_axes: Any = 0) -> GenFn:
+    """`g` mapped over a batch of arguments; choices stacked on a leading axis.
+
+    Example:
+        >>> import genvi as gv, jax, jax.numpy as jnp
+        >>> @gv.gen
+        ... def point(mu):
+        ...     return gv.normal(mu, 1.0) @ "x"
+        >>> tr = gv.vmap(point).simulate(jax.random.key(0), jnp.zeros(5))
+        >>> tr.choices["x"].shape
+        (5,)
+    """
+    return Vmap(g, in_axes)
+
+
+def repeat(g: GenFn, n: int) -> GenFn:
+    """`n` independent runs of `g` on the same arguments (particles).
+
+    Example:
+        >>> import genvi as gv, jax
+        >>> @gv.gen
+        ... def point():
+        ...     return gv.normal(0.0, 1.0) @ "x"
+        >>> gv.repeat(point, 4).simulate(jax.random.key(0)).choices["x"].shape
+        (4,)
+    """
+    return Repeat(g, n)
+
+
+def scan(g: GenFn, length: int | None = None) -> GenFn:
+    """`g(carry, x) -> (carry, y)` iterated as `jax.lax.scan`; choices stacked.
+
+    Example:
+        >>> import genvi as gv, jax, jax.numpy as jnp
+        >>> @gv.gen
+        ... def step(z, _):
+        ...     z = gv.normal(z, 1.0) @ "z"
+        ...     return z, z
+        >>> tr = gv.scan(step, length=3).simulate(jax.random.key(0), 0.0)
+        >>> tr.choices["z"].shape
+        (3,)
+    """
+    return Scan(g, length)

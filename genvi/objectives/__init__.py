@@ -1,0 +1,1 @@
+"""The objective library: ELBO and IWELBO (more objectives build on these)."""

@@ -1,0 +1,55 @@
+"""ELBO and IWELBO as expectations over a guide's `sim` and a model's `log_density`.
+
+Model and guide take the same arguments. HVI, IWHVI and DIWHVI are these objectives
+applied to a `gv.marginal` guide."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import logsumexp
+
+from genvi.adev.expectation import Expectation, ProgramExpectation
+from genvi.gen.language import GenFn
+
+
+def _log_weight(model: GenFn, guide: GenFn, args: tuple) -> jax.Array:
+    choices, log_q = guide.sim(*args)
+    return model.log_density(choices, *args) - log_q
+
+
+def elbo(model: GenFn, guide: GenFn) -> Expectation:
+    """E_q[log p(x, z) − log q(z)], maximized.
+
+    Example:
+        >>> import genvi as gv
+        >>> @gv.gen
+        ... def model(m, y):
+        ...     z = gv.normal(0.0, 1.0) @ "z"
+        ...     gv.observe(gv.normal(z, 1.0), y)
+        >>> @gv.gen
+        ... def guide(m, y):
+        ...     gv.normal(m, 0.7, grad=gv.REPARAM) @ "z"
+        >>> objective = gv.elbo(model, guide)   # objective.grad_estimate(key, m, y)
+    """
+    return ProgramExpectation(lambda *args: _log_weight(model, guide, args), name="elbo")
+
+
+def iwelbo(model: GenFn, guide: GenFn, particles: int) -> Expectation:
+    """E[log (1/K) Σ_k p(x, z_k) / q(z_k)] with K guide particles, maximized.
+
+    Particles are vectorized with `vmap` (one site with K lanes), never unrolled.
+
+    Example:
+        >>> import genvi as gv
+        >>> # gv.iwelbo(model, guide, particles=8).grad_estimate(key, params, data)
+    """
+    k = int(particles)
+
+    def body(*args):
+        log_w = jax.vmap(lambda _: _log_weight(model, guide, args))(jnp.arange(k))
+        return logsumexp(log_w) - math.log(k)
+
+    return ProgramExpectation(body, name=f"iwelbo({k})")
