@@ -223,10 +223,28 @@ class _Run:
                         d.add(zero, s) if dual else None, d.add(zero, o) if dual else None)
             return f
 
-        ops_t = [x.tangent if dual else None for x in ops]
-        o_p, o_t, key, s, o = jax.lax.switch(index, [make(b) for b in jx.cond_branches(eqn)],
-                                             [x.primal for x in ops], ops_t, key)
+        branches = [make(b) for b in jx.cond_branches(eqn)]
+        ops_p, ops_t = [x.primal for x in ops], [x.tangent if dual else None for x in ops]
+        if dual:
+            # Tangents must not enter a `cond`: under vmap JAX turns a batched cond
+            # into a select whose stop_gradient on the operands cannot be transposed.
+            # Evaluate every branch and select (what vmap of a cond does anyway).
+            which = jnp.clip(index, 0, len(branches) - 1).astype(jnp.int32)
+            results = [f(ops_p, ops_t, key) for f in branches]
+            o_p, o_t, key, s, o = jax.tree_util.tree_map(
+                lambda *xs: _select(which, xs), *results, is_leaf=lambda x: x is None)
+        else:
+            o_p, o_t, key, s, o = jax.lax.switch(index, branches, ops_p, ops_t, key)
         return [Dual(p, t) for p, t in zip(o_p, o_t)], key, (s, o)
+
+
+def _select(which: Any, cases: tuple) -> Any:
+    if cases[0] is None:
+        return None
+    if jax.dtypes.issubdtype(cases[0].dtype, jax.dtypes.prng_key):
+        data = _select(which, tuple(jax.random.key_data(c) for c in cases))
+        return jax.random.wrap_key_data(data, impl=jax.random.key_impl(cases[0]))
+    return jax.lax.select_n(which, *cases)
 
 
 def _read(env: dict, var: Any) -> Dual:

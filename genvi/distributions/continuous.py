@@ -123,7 +123,10 @@ class Uniform(Distribution):
     """
 
     name = "uniform"
-    strategies = ("REPARAM", "REINFORCE")
+    # No REINFORCE: the support moves with low/high, so the score function misses
+    # the boundary terms and would be biased (the density, 1/(high-low), only sees
+    # the width). REPARAM is exact.
+    strategies = ("REPARAM",)
     reparameterized = True
     param_names = ("low", "high")
 

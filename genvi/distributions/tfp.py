@@ -26,14 +26,12 @@ class TFPDistribution(Distribution):
     """A TFP JAX distribution class as a genvi distribution (REINFORCE always;
     REPARAM when TFP reparameterizes it)."""
 
-    def __init__(self, cls: Any, names: tuple[str, ...], static: tuple = ()):
+    def __init__(self, cls: Any, names: tuple[str, ...], static: tuple = (),
+                 reparameterized: bool = False):
         self.cls, self.param_names, self.static = cls, names, static
         self.name = f"tfp.{cls.__name__}"
-        tfp = _tfp()
-        # TFP declares reparameterization per class; probe it once on the class.
-        self.reparameterized = (getattr(cls, "reparameterization_type", None) is not None
-                                and _is_fully_reparameterized(cls))
-        self.strategies = ("REPARAM", "REINFORCE") if self.reparameterized else ("REINFORCE",)
+        self.reparameterized = reparameterized
+        self.strategies = ("REPARAM", "REINFORCE") if reparameterized else ("REINFORCE",)
 
     def _make(self, params):
         return self.cls(**dict(zip(self.param_names, params)), **dict(self.static))
@@ -46,18 +44,11 @@ class TFPDistribution(Distribution):
 
     def __eq__(self, other):
         return (isinstance(other, TFPDistribution) and other.cls is self.cls
-                and other.param_names == self.param_names and other.static == self.static)
+                and other.param_names == self.param_names and other.static == self.static
+                and other.reparameterized == self.reparameterized)
 
     def __hash__(self):
-        return hash((self.cls, self.param_names, self.static))
-
-
-def _is_fully_reparameterized(cls: Any) -> bool:
-    tfp = _tfp()
-    rt = cls.reparameterization_type
-    if isinstance(rt, property) or not hasattr(rt, "__eq__"):
-        return False
-    return rt == tfp.distributions.FULLY_REPARAMETERIZED
+        return hash((self.cls, self.param_names, self.static, self.reparameterized))
 
 
 def from_tfp(cls: Any, **static: Any):
@@ -73,7 +64,11 @@ def from_tfp(cls: Any, **static: Any):
     """
     def make(grad: Any = None, **params: Any) -> DistCall:
         names = tuple(params)
-        dist = TFPDistribution(cls, names, tuple(sorted(static.items())))
-        return DistCall(dist, tuple(jnp.asarray(params[n]) for n in names), grad)
+        values = tuple(jnp.asarray(params[n]) for n in names)
+        instance = cls(**dict(zip(names, values)), **static)
+        reparam = (instance.reparameterization_type
+                   == _tfp().distributions.FULLY_REPARAMETERIZED)
+        dist = TFPDistribution(cls, names, tuple(sorted(static.items())), bool(reparam))
+        return DistCall(dist, values, grad)
 
     return make

@@ -91,6 +91,9 @@ class GenCall(NamedTuple):
     gen: "GenFn"
     args: tuple
 
+    def __matmul__(self, addr: str) -> Any:
+        return sample_at(self, addr)
+
 
 class GenFn:
     """A generative function. Subclasses define `body(*args)`."""
