@@ -43,11 +43,6 @@ def make_primitive(name: str, abstract_eval: Callable, multiple_results: bool = 
     return prim
 
 
-def not_mapped() -> Any:
-    """The marker JAX batching rules use for an operand without a batch axis."""
-    return batching.not_mapped
-
-
 def trace(fn: Callable, flat_args: Sequence[Any]) -> ClosedJaxpr:
     """Trace `fn(*flat_args)` (flat arrays in, flat list out) to a closed jaxpr."""
     return jax.make_jaxpr(fn)(*flat_args)
@@ -179,7 +174,7 @@ def register_batching_by_broadcasting(prim: jcore.Primitive) -> None:
 
     def rule(axis_data, args, dims, **params):
         size = axis_data.size
-        moved = [jax.numpy.moveaxis(a, d, 0) if d is not None and d is not batching.not_mapped
+        moved = [jax.numpy.moveaxis(a, d, 0) if d is not None
                  else jax.numpy.broadcast_to(a, (size,) + jax.numpy.shape(a))
                  for a, d in zip(args, dims)]
         out = prim.bind(*moved, **params)
