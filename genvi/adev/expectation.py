@@ -61,13 +61,16 @@ class Expectation:
         return self._compiled("estimate", None)(key, *args)
 
     def grad_estimate(self, key: jax.Array, *args: Any, argnums: int | Sequence[int] = 0) -> Any:
-        """An unbiased estimate of the gradient with respect to `args[argnums]`."""
-        return self._compiled("grad", _argnums(argnums))(key, *args)[1]
+        """An unbiased estimate of the gradient with respect to `args[argnums]`
+        (a pytree like that argument; a tuple of them when `argnums` is a tuple)."""
+        return self.value_and_grad_estimate(key, *args, argnums=argnums)[1]
 
     def value_and_grad_estimate(self, key: jax.Array, *args: Any,
                                 argnums: int | Sequence[int] = 0) -> tuple:
         """`(estimate, gradient estimate)` from one run of the estimator."""
-        return self._compiled("grad", _argnums(argnums))(key, *args)
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        value, grads = self._compiled("grad", nums)(key, *args)
+        return value, grads[0] if isinstance(argnums, int) else grads
 
     # -- composition --------------------------------------------------------------
     def __add__(self, other: "Expectation") -> "Expectation":
@@ -127,24 +130,9 @@ class Expectation:
                             full[i] = v
                         return self._value_fn(key, tuple(full))(split_args(tuple(full))[0])
 
-                    val, g = jax.value_and_grad(f)(diff)
-                    return val, (g[0] if len(argnums) == 1 and not self._tuple_argnums(argnums) else g)
+                    return jax.value_and_grad(f)(diff)
             fn = self._jitted[cache_key] = jax.jit(fn)
         return fn
-
-    @staticmethod
-    def _tuple_argnums(argnums):
-        return isinstance(argnums, _TupleArgnums)
-
-
-class _TupleArgnums(tuple):
-    pass
-
-
-def _argnums(argnums: int | Sequence[int]) -> tuple:
-    if isinstance(argnums, int):
-        return (argnums,)
-    return _TupleArgnums(argnums)
 
 
 class ProgramExpectation(Expectation):

@@ -1,0 +1,1 @@
+"""genvi experiments: shared code in `experiments.common`, benchmarks in `experiments.bench`."""

@@ -1,0 +1,1 @@
+"""Code shared by experiments and benchmarks (networks, timing, data)."""

@@ -1,0 +1,38 @@
+"""Interleaved, warm, median timing of alternatives in one process."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import jax
+
+
+def compile_time(fn: Callable, *args) -> float:
+    """Seconds for the first call (trace + compile + one run)."""
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    return time.perf_counter() - t0
+
+
+def interleaved_medians(fns: dict[str, Callable[[], object]], rounds: int = 30,
+                        reps: int = 5) -> dict[str, float]:
+    """Median seconds per call of each zero-argument function, alternating between
+    them round by round so that machine noise hits all of them alike."""
+    samples: dict[str, list[float]] = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                out = fn()
+            jax.block_until_ready(out)
+            samples[name].append((time.perf_counter() - t0) / reps)
+    return {name: sorted(s)[len(s) // 2] for name, s in samples.items()}
+
+
+def describe_machine() -> str:
+    import os
+    import platform
+    dev = jax.devices()[0]
+    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+            f"JAX {jax.__version__} on {dev.platform} ({dev.device_kind})")
