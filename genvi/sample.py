@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from genvi.adev.strategies import missing_strategy_error
+from genvi.adev.strategies import check_strategy, missing_strategy_error
 from genvi.core.primitives import bind_site, sample_p
 from genvi.core.tracing import IN_OBJECTIVE
 from genvi.distributions.base import DistCall
@@ -29,4 +29,5 @@ def sample(call: DistCall, name: str | None = None) -> Any:
     addr = (name,) if name else ()
     if call.strategy is None:
         raise missing_strategy_error(call.dist, addr)
+    check_strategy(call.dist, call.strategy, addr)
     return bind_site(sample_p, call.dist, call.params, call.strategy, addr)

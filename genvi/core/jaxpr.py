@@ -127,7 +127,7 @@ def kind(eqn: Any) -> str:
         return "scan"
     if name == "cond":
         return "cond"
-    if name in ("jit", "pjit", "closed_call", "core_call", "remat", "checkpoint"):
+    if name in ("jit", "pjit", "closed_call", "core_call", "remat", "remat2", "checkpoint"):
         return "call"
     if name.startswith("custom_jvp") or name.startswith("custom_vjp"):
         return "custom"
@@ -161,10 +161,17 @@ def shaped(shape: tuple, dtype: Any) -> Any:
     return jax.core.ShapedArray(tuple(shape), dtype)
 
 
-def register_batching_by_broadcasting(prim: jcore.Primitive) -> None:
+def register_batching_by_broadcasting(prim: jcore.Primitive,
+                                     event_ndims: Callable[..., Sequence[int]] | None = None
+                                     ) -> None:
     """Make `jax.vmap` turn `prim` into one site whose parameters gained a leading
     axis (a product of independent components): every batch axis moves to the
     front and unbatched operands are broadcast.
+
+    `event_ndims(**params)` gives each operand's number of trailing event axes
+    (default 0): the batch part of each operand is padded with singleton axes so
+    operands of different ranks broadcast per lane as they did before batching
+    (a vector loc with a scalar scale stays a valid pair).
 
     The rule is registered as a "fancy" batcher because JAX calls those even when
     no operand is batched: a sampling site under `vmap` must draw one independent
@@ -177,6 +184,12 @@ def register_batching_by_broadcasting(prim: jcore.Primitive) -> None:
         moved = [jax.numpy.moveaxis(a, d, 0) if d is not None
                  else jax.numpy.broadcast_to(a, (size,) + jax.numpy.shape(a))
                  for a, d in zip(args, dims)]
+        events = list(event_ndims(**params)) if event_ndims else []
+        events += [0] * (len(moved) - len(events))
+        batch_ranks = [a.ndim - 1 - e for a, e in zip(moved, events)]
+        top = max(batch_ranks, default=0)
+        moved = [a.reshape((size,) + (1,) * (top - r) + a.shape[1:])
+                 for a, r in zip(moved, batch_ranks)]
         out = prim.bind(*moved, **params)
         if prim.multiple_results:
             return out, [0] * len(out)

@@ -33,8 +33,17 @@ def _observe_aval(*avals, **_):
 site_p = jx.make_primitive("genvi_site", _sample_aval)
 observe_p = jx.make_primitive("genvi_observe", _observe_aval, multiple_results=True)
 sample_p = jx.make_primitive("genvi_sample", _sample_aval)
-for _p in (site_p, observe_p, sample_p):
-    jx.register_batching_by_broadcasting(_p)
+def _site_event_ndims(*, dist, n_params, **_):
+    return tuple(dist.param_event_ndims) + (0,) * (n_params - len(dist.param_event_ndims))
+
+
+def _observe_event_ndims(*, dist, n_params, **_):
+    return (dist.value_event_ndim,) + _site_event_ndims(dist=dist, n_params=n_params)
+
+
+jx.register_batching_by_broadcasting(site_p, _site_event_ndims)
+jx.register_batching_by_broadcasting(sample_p, _site_event_ndims)
+jx.register_batching_by_broadcasting(observe_p, _observe_event_ndims)
 
 SITES = frozenset({site_p, observe_p})
 SAMPLES = frozenset({sample_p})

@@ -36,6 +36,10 @@ class Distribution:
     strategies: tuple[str, ...] = ("REINFORCE",)
     reparameterized: bool = False
     param_names: tuple[str, ...] = ()
+    # Trailing event axes of each parameter and of a value (0 = elementwise); used
+    # to keep parameters aligned when `vmap` adds batch axes.
+    param_event_ndims: tuple[int, ...] = ()
+    value_event_ndim: int = 0
 
     def sample(self, key: jax.Array, *params: Any) -> jax.Array:
         raise NotImplementedError
@@ -85,10 +89,7 @@ class DistCall:
     def __init__(self, dist: Distribution, params: Sequence[Any], strategy: Any):
         self.dist = dist
         self.params = tuple(params)
-        self.strategy = strategy
-        if strategy is not None:
-            from genvi.adev.strategies import check_strategy
-            check_strategy(dist, strategy, None)
+        self.strategy = strategy  # checked where the site gets its address
 
     def __matmul__(self, addr: str) -> Any:
         from genvi.gen.language import sample_at

@@ -90,6 +90,8 @@ class MvNormal(Distribution):
     strategies = ("REPARAM", "REINFORCE")
     reparameterized = True
     param_names = ("loc", "covariance")
+    param_event_ndims = (1, 2)
+    value_event_ndim = 1
 
     def sample(self, key, loc, cov):
         chol = jnp.linalg.cholesky(cov)
@@ -211,6 +213,8 @@ class Dirichlet(Distribution):
     strategies = ("REPARAM", "REINFORCE")
     reparameterized = True
     param_names = ("concentration",)
+    param_event_ndims = (1,)
+    value_event_ndim = 1
 
     def sample(self, key, alpha):
         return jax.random.dirichlet(key, alpha.astype(jnp.result_type(float, alpha)))

@@ -102,6 +102,7 @@ class Categorical(Distribution):
     name = "categorical"
     strategies = ("ENUM", "REINFORCE", "MVD")
     param_names = ("logits",)
+    param_event_ndims = (1,)
 
     def sample(self, key, logits):
         return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)

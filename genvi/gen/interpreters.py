@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from genvi.adev.strategies import missing_strategy_error
 from genvi.core import jaxpr as jx
 from genvi.core.primitives import SITES, bind_site, observe_p, sample_p, site_p, site_parts
-from genvi import validation
+from genvi.validation import check_site
 
 
 def _name(addr: tuple) -> str:
@@ -52,6 +52,12 @@ class Handler:
         if addr in state.choices:
             raise ValueError(f"address {_name(addr)!r} is used twice in one execution; "
                              "give each sampling site its own address")
+        for other in state.choices:
+            short, long = sorted((other, addr), key=len)
+            if long[:len(short)] == short:
+                raise ValueError(
+                    f"address {_name(short)!r} is used both for a choice and as the prefix of "
+                    f"{_name(long)!r}; rename the site or the sub-program call")
         return replace(state, choices={**state.choices, addr: value},
                        log_density=state.log_density + log_p)
 
@@ -101,12 +107,12 @@ def _level(jaxpr: Any, env: dict, handler: Handler, state: State) -> tuple[list,
     for eqn in jaxpr.eqns:
         ins = [jx.read(env, v) for v in eqn.invars]
         if eqn.primitive is site_p:
-            validation.check_site(eqn, ins)
+            check_site(eqn, ins)
             value, state = handler.site(eqn, ins, state)
             env[eqn.outvars[0]] = value
         elif eqn.primitive is observe_p:
             dist, params, _, _ = site_parts(eqn, ins[1:])
-            validation.check_site(eqn, ins, offset=1)
+            check_site(eqn, ins, offset=1)
             state = replace(state, log_density=state.log_density + dist.log_prob(ins[0], *params))
         elif any(jx.contains(j, SITES) for j in jx.sub_jaxprs(eqn)):
             outs, state = _control(eqn, ins, handler, state)
@@ -159,6 +165,12 @@ def _scan(eqn, ins, handler, state):
     consts, init, xs = ins[:nc], ins[nc:nc + ncar], ins[nc + ncar:]
     addrs = site_addresses(body)
     reads = {a: v for a, v in state.reads.items() if a in addrs}
+    for a, v in reads.items():
+        if jnp.ndim(v) == 0 or jnp.shape(v)[0] != sp["length"]:
+            raise ValueError(
+                f"log_density: the value at address {_name(a)!r} is sampled inside a scan of "
+                f"length {sp['length']}, so it needs a leading axis of that length; "
+                f"got shape {jnp.shape(v)}")
     visited: set = set()
 
     def step(carry, x):

@@ -17,6 +17,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from genvi.adev.strategies import check_strategy
 from genvi.core.choices import ChoiceMap
 from genvi.core.primitives import bind_site, observe_p, site_p
 from genvi.core.tracing import IN_OBJECTIVE, trace_cached
@@ -51,6 +52,8 @@ def sample_at(call: Any, addr: str) -> Any:
         raise TypeError(f"addresses are strings; got {addr!r}")
     prefix = _current_prefix(f"`... @ {addr!r}`")
     if isinstance(call, DistCall):
+        if call.strategy is not None:
+            check_strategy(call.dist, call.strategy, prefix + (addr,))
         return bind_site(site_p, call.dist, call.params, call.strategy, prefix + (addr,))
     if isinstance(call, GenCall):
         with _prefix(prefix + (addr,)):
