@@ -48,7 +48,8 @@ class InvalidParameters(ValueError):
 
 def check_site(eqn: Any, ins: list, offset: int = 0) -> None:
     """Emit a runtime check of a site's parameters (no-op when disabled)."""
-    if not _ENABLED[0]:
+    if not _ENABLED[0] or eqn.params.get("masked"):
+        # masked sites (untaken lanes of a batched cond) may hold any parameters
         return
     p = eqn.params
     dist, addr = p["dist"], p["addr"]

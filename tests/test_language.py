@@ -519,14 +519,8 @@ def test_cond_on_sampled_predicate_under_vmap():
     np.testing.assert_allclose(npf(trs.log_density), expect, rtol=RTOL, atol=ATOL)
 
 
-COND_UNDER_VMAP_BUG = (
-    "BUG: a cond whose predicate is batched under jax.vmap / gv.vmap / gv.repeat is "
-    "turned by JAX's batching rule into both branches + select_n before genvi "
-    "interprets it, so every branch's sites are sampled and scored: the log density "
-    "counts the untaken branch and untaken addresses do not hold zeros")
 
 
-@pytest.mark.xfail(reason=COND_UNDER_VMAP_BUG, strict=True)
 def test_cond_with_batched_predicate_under_gv_vmap():
     @gv.gen
     def pick(pred):
@@ -540,7 +534,6 @@ def test_cond_with_batched_predicate_under_gv_vmap():
     np.testing.assert_allclose(float(ld), expect, rtol=RTOL, atol=ATOL)
 
 
-@pytest.mark.xfail(reason=COND_UNDER_VMAP_BUG, strict=True)
 def test_cond_on_sampled_predicate_inside_repeat():
     @gv.gen
     def mix():

@@ -207,7 +207,7 @@ class Enum(Strategy):
     def jvp(self, dist, key, primals, tangents, k):
         x = dist.sample(key, *primals)
         support = dist.support(*primals)
-        if x.size == 1 and k.can_branch:
+        if x.size == 1 and k.can_branch and not getattr(dist, "is_masked", False):
             values = support.reshape((-1,) + x.shape).astype(x.dtype)
             logp, dlogp = d.jvp(lambda *p: jax.vmap(lambda v: dist.log_prob(v, *p))(values),
                                 primals, tangents)

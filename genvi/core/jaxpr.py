@@ -67,6 +67,12 @@ def eval_eqn(eqn: Any, invals: Sequence[Any]) -> list:
     return list(out) if eqn.primitive.multiple_results else [out]
 
 
+def eval_eqn_with(eqn: Any, invals: Sequence[Any], params: dict) -> list:
+    """Evaluate an equation's primitive with replaced operands and parameters."""
+    out = eqn.primitive.bind(*invals, **params)
+    return list(out) if eqn.primitive.multiple_results else [out]
+
+
 def is_float(x: Any) -> bool:
     return jax.dtypes.issubdtype(jax.numpy.result_type(x), np.inexact)
 
@@ -196,3 +202,35 @@ def register_batching_by_broadcasting(prim: jcore.Primitive,
         return out, 0
 
     batching.fancy_primitive_batchers[prim] = rule
+
+
+def override_cond_batching(applies: Callable[[tuple], bool],
+                           run_branch: Callable[[Any, Any, list], list]) -> None:
+    """Replace how `jax.vmap` batches a `cond` whose index is batched, for the
+    conds where `applies(branches)` holds.
+
+    JAX evaluates every branch and selects; for branches that sample, every site
+    would then be sampled *and scored* in every lane. Here each branch `b` runs as
+    `run_branch(branch, mask, ops)` under `vmap` with `mask = (index == b)` per lane,
+    so its sites can be masked, and the outputs are selected by the index.
+    """
+    cond_p = jcore.primitives.cond_p
+    jax_rule = batching.fancy_primitive_batchers[cond_p]
+
+    def rule(axis_data, args, dims, *, branches, **params):
+        if dims[0] is None or not applies(branches):
+            return jax_rule(axis_data, args, dims, branches=branches, **params)
+        size = axis_data.size
+        index = jax.numpy.clip(jax.numpy.moveaxis(args[0], dims[0], 0), 0, len(branches) - 1)
+        ops = [jax.numpy.moveaxis(a, d, 0) if d is not None else a
+               for a, d in zip(args[1:], dims[1:])]
+        in_axes = [0 if d is not None else None for d in dims[1:]]
+        outs = [jax.vmap(lambda m, *o, br=br: run_branch(br, m, list(o)),
+                         in_axes=[0] + in_axes, axis_size=size)(index == b, *ops)
+                for b, br in enumerate(branches)]
+        selected = [jax.lax.select_n(jax.numpy.broadcast_to(
+                        index.reshape(index.shape + (1,) * (cases[0].ndim - 1)), cases[0].shape),
+                        *cases) for cases in zip(*outs)]
+        return selected, [0] * len(selected)
+
+    batching.fancy_primitive_batchers[cond_p] = rule

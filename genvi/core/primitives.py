@@ -47,21 +47,128 @@ jx.register_batching_by_broadcasting(observe_p, _observe_event_ndims)
 
 SITES = frozenset({site_p, observe_p})
 SAMPLES = frozenset({sample_p})
+MASKABLE = SITES | SAMPLES
 
 
-def bind_site(prim: Any, dist: Any, params: tuple, strategy: Any, addr: tuple) -> Any:
-    """Bind a sampling primitive for `dist(*params)` with `strategy` at `addr`."""
+def bind_site(prim: Any, dist: Any, params: tuple, strategy: Any, addr: tuple,
+              mask: Any = None) -> Any:
+    """Bind a sampling primitive for `dist(*params)` with `strategy` at `addr`.
+
+    A `mask` (one boolean per lane) marks lanes where the site is not executed (an
+    untaken branch of a batched `cond`): they are sampled but not scored."""
     static, operands = (None, ()) if strategy is None else strategy.split()
-    return prim.bind(*params, *operands, dist=dist, strategy=static, addr=addr,
-                     n_params=len(params))
+    extra = () if mask is None else (mask,)
+    return prim.bind(*params, *operands, *extra, dist=dist, strategy=static, addr=addr,
+                     n_params=len(params), masked=mask is not None)
+
+
+def bind_observe(dist: Any, value: Any, params: tuple, mask: Any = None) -> None:
+    extra = () if mask is None else (mask,)
+    observe_p.bind(value, *params, *extra, dist=dist, strategy=None, addr=None,
+                   n_params=len(params), masked=mask is not None)
 
 
 def site_parts(eqn: Any, invals: list, tangents: list | None = None) -> tuple:
-    """(dist, params, strategy joined with its operands, addr) of a site equation."""
+    """(dist, params, strategy joined with its operands, addr) of a site equation.
+
+    For a masked site the distribution is wrapped in `Masked`, whose log density is
+    zero in masked-off lanes."""
     p = eqn.params
     n = p["n_params"]
+    invals = list(invals)
+    dist = p["dist"]
+    if p.get("masked"):
+        dist = Masked(dist, invals.pop())
+        tangents = None if tangents is None else list(tangents)[:-1]
     strategy = p["strategy"]
     if strategy is not None:
         strategy = strategy.join(tuple(invals[n:]),
                                  None if tangents is None else tuple(tangents[n:]))
-    return p["dist"], tuple(invals[:n]), strategy, p["addr"]
+    return dist, tuple(invals[:n]), strategy, p["addr"]
+
+
+class Masked:
+    """A distribution whose lanes where `mask` is False contribute no density (and
+    no gradient terms): a site inside an untaken branch of a batched `cond`."""
+
+    is_masked = True
+
+    def __init__(self, base: Any, mask: Any):
+        self.base, self.mask = base, mask
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.base, name)
+
+    def lane_log_prob(self, value, *params):
+        lp = self.base.lane_log_prob(value, *params)
+        return jax.numpy.where(self._mask_like(lp), lp, 0.0)
+
+    def log_prob(self, value, *params):
+        return jax.numpy.sum(self.lane_log_prob(value, *params))
+
+    def mvd_terms(self, key, value, params, tangents):
+        return [(alt, jax.numpy.where(self._mask_like(w), w, 0.0))
+                for alt, w in self.base.mvd_terms(key, value, params, tangents)]
+
+    def where(self, value):
+        """The value in executed lanes, zeros elsewhere (what choice maps record)."""
+        return jax.numpy.where(self._mask_like(value), value, jax.numpy.zeros_like(value))
+
+    def _mask_like(self, x):
+        m = self.mask
+        m = m.reshape(m.shape + (1,) * max(0, jax.numpy.ndim(x) - m.ndim))
+        return jax.numpy.broadcast_to(m, jax.numpy.broadcast_shapes(m.shape, jax.numpy.shape(x)))
+
+
+def run_masked(closed: Any, mask: Any, args: list) -> list:
+    """Evaluate a branch jaxpr with its sites masked by `mask` (see
+    `jx.override_cond_batching`); nested conds, scans and calls are followed."""
+    env = dict(zip(closed.jaxpr.constvars, closed.consts))
+    env.update(zip(closed.jaxpr.invars, args))
+    for eqn in closed.jaxpr.eqns:
+        ins = [jx.read(env, v) for v in eqn.invars]
+        if eqn.primitive in (site_p, sample_p, observe_p):
+            p = dict(eqn.params)
+            if p.get("masked"):
+                mask_here = jax.numpy.logical_and(ins.pop(), mask)
+            else:
+                mask_here = mask
+            p["masked"] = True
+            outs = jx.eval_eqn_with(eqn, ins + [mask_here], p)
+        elif any(jx.contains(j, MASKABLE) for j in jx.sub_jaxprs(eqn)):
+            outs = _masked_control(eqn, mask, ins)
+        else:
+            outs = jx.eval_eqn(eqn, ins)
+        env.update(zip(eqn.outvars, outs))
+    return [jx.read(env, v) for v in closed.jaxpr.outvars]
+
+
+def _masked_control(eqn: Any, mask: Any, ins: list) -> list:
+    kind = jx.kind(eqn)
+    if kind == "call":
+        return run_masked(jx.call_body(eqn), mask, ins)
+    if kind == "cond":
+        branches = jx.cond_branches(eqn)
+        index = jax.numpy.clip(ins[0], 0, len(branches) - 1)
+        outs = [run_masked(b, jax.numpy.logical_and(mask, index == i), ins[1:])
+                for i, b in enumerate(branches)]
+        return [jax.lax.select_n(jax.numpy.broadcast_to(index, c[0].shape), *c)
+                for c in zip(*outs)]
+    if kind == "scan":
+        sp = jx.scan_params(eqn)
+        nc, ncar = sp["num_consts"], sp["num_carry"]
+        consts, init, xs = ins[:nc], ins[nc:nc + ncar], ins[nc + ncar:]
+
+        def step(carry, x):
+            outs = run_masked(sp["body"], mask, list(consts) + list(carry) + list(x))
+            return tuple(outs[:ncar]), tuple(outs[ncar:])
+
+        carry, ys = jax.lax.scan(step, tuple(init), tuple(xs), length=sp["length"],
+                                 reverse=sp["reverse"], unroll=sp["unroll"])
+        return list(carry) + list(ys)
+    raise NotImplementedError(
+        f"sampling sites inside `{eqn.primitive.name}` inside a batched cond are not supported")
+
+
+jx.override_cond_batching(lambda branches: any(jx.contains(b, MASKABLE) for b in branches),
+                          run_masked)

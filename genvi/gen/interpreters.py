@@ -25,7 +25,8 @@ import jax.numpy as jnp
 
 from genvi.adev.strategies import missing_strategy_error
 from genvi.core import jaxpr as jx
-from genvi.core.primitives import SITES, bind_site, observe_p, sample_p, site_p, site_parts
+from genvi.core.primitives import (SITES, Masked, bind_site, observe_p, sample_p, site_p,
+                                   site_parts)
 from genvi.validation import check_site
 
 
@@ -48,7 +49,9 @@ class Handler:
     def site(self, eqn: Any, params: list, state: State) -> tuple[Any, State]:
         raise NotImplementedError
 
-    def record(self, state: State, addr: tuple, value: Any, log_p: Any) -> State:
+    def record(self, state: State, addr: tuple, value: Any, log_p: Any, dist: Any = None) -> State:
+        if isinstance(dist, Masked):  # an untaken branch of a batched cond holds zeros
+            value = dist.where(value)
         if addr in state.choices:
             raise ValueError(f"address {_name(addr)!r} is used twice in one execution; "
                              "give each sampling site its own address")
@@ -67,7 +70,8 @@ class Simulate(Handler):
         dist, params, _, addr = site_parts(eqn, params)
         key, sub = jax.random.split(state.key)
         value = dist.sample(sub, *params)
-        return value, replace(self.record(state, addr, value, dist.log_prob(value, *params)), key=key)
+        return value, replace(self.record(state, addr, value, dist.log_prob(value, *params), dist),
+                              key=key)
 
 
 class Sim(Handler):
@@ -75,8 +79,9 @@ class Sim(Handler):
         dist, dparams, strategy, addr = site_parts(eqn, params)
         if strategy is None:
             raise missing_strategy_error(dist, addr)
-        value = bind_site(sample_p, dist, dparams, strategy, addr)
-        return value, self.record(state, addr, value, dist.log_prob(value, *dparams))
+        mask = dist.mask if isinstance(dist, Masked) else None
+        value = bind_site(sample_p, getattr(dist, "base", dist), dparams, strategy, addr, mask)
+        return value, self.record(state, addr, value, dist.log_prob(value, *dparams), dist)
 
 
 class Assess(Handler):
@@ -93,7 +98,7 @@ class Assess(Handler):
                 f"log_density: the value at address {_name(addr)!r} (gv.{dist.name}) has "
                 f"shape {jnp.shape(value)} but the site's parameters give shape {want}")
         state.visited.add(addr)
-        return value, self.record(state, addr, value, dist.log_prob(value, *params))
+        return value, self.record(state, addr, value, dist.log_prob(value, *params), dist)
 
 
 def run(closed: Any, args: list, handler: Handler, state: State) -> tuple[list, State]:

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from genvi.adev.strategies import check_strategy
 from genvi.core.choices import ChoiceMap
-from genvi.core.primitives import bind_site, observe_p, site_p
+from genvi.core.primitives import bind_observe, bind_site, site_p
 from genvi.core.tracing import IN_OBJECTIVE, trace_cached
 from genvi.distributions.base import DistCall
 from genvi.gen import interpreters as interp
@@ -75,9 +75,7 @@ def observe(call: DistCall, value: Any) -> None:
     if not isinstance(call, DistCall):
         raise TypeError(f"gv.observe needs a distribution call such as gv.normal(0, 1); got {call!r}")
     value = jnp.asarray(value)
-    static, ops = (None, ()) if call.strategy is None else call.strategy.split()
-    observe_p.bind(value, *call.params, *ops, dist=call.dist, strategy=static,
-                   addr=None, n_params=len(call.params))
+    bind_observe(call.dist, value, call.params)
 
 
 class Trace(NamedTuple):
