@@ -27,6 +27,7 @@ from genvi.distributions.continuous import (Beta, Dirichlet, Gamma, MvNormal, Mv
 from genvi.distributions.discrete import (Bernoulli, Binomial, Categorical, Flip, Geometric,
                                           Poisson)
 from genvi.distributions.tfp import from_tfp
+from genvi.gen.inference import importance, marginal, normalize
 from genvi.gen.language import GenFn, Trace, gen, observe, repeat, scan, vmap
 from genvi.objectives.elbo import elbo, iwelbo
 from genvi.sample import sample

@@ -84,8 +84,8 @@ class _Run:
         self.primals, self.tangents = list(primals), list(tangents)
         self.overrides, self.replay = overrides, replay
         self.dual = any(t is not None for t in self.tangents)
-        out_aval = closed.jaxpr.outvars[0].aval
-        self.out_dtype = out_aval.dtype
+        outs = closed.jaxpr.outvars
+        self.out_dtype = outs[0].aval.dtype if outs else jnp.float32
 
     # -- entry points ---------------------------------------------------------
     def run(self) -> Dual:
@@ -257,3 +257,14 @@ def estimate_jvp(closed: Any, key: Any, primals: Sequence, tangents: Sequence) -
     """Run the forward-mode estimator of the objective `closed` (a closed jaxpr
     with one scalar output) at `primals` in direction `tangents` (None = zero)."""
     return _Run(closed, key, primals, tangents).run()
+
+
+def sample_outputs(closed: Any, key: Any, primals: Sequence) -> list:
+    """Run an objective-style jaxpr for its values only: every site samples (no
+    strategies needed); returns all outputs."""
+    run = _Run(closed, key, primals, [None] * len(primals), replay=True)
+    jaxpr = closed.jaxpr
+    env = {v: Dual(c) for v, c in zip(jaxpr.constvars, closed.consts)}
+    env.update({v: Dual(p) for v, p in zip(jaxpr.invars, primals)})
+    outs, _, _ = run.level(jaxpr, 0, env, key, (), False)
+    return [o.primal for o in outs]

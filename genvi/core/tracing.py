@@ -98,3 +98,4 @@ class Flag:
 
 
 IN_OBJECTIVE = Flag("genvi_in_objective")
+PLAIN = Flag("genvi_plain")  # objective-style code run only for its values (no gradients)

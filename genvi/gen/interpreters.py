@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from genvi.adev.strategies import missing_strategy_error
 from genvi.core import jaxpr as jx
+from genvi.core.tracing import PLAIN
 from genvi.core.primitives import (SITES, Masked, bind_site, observe_p, sample_p, site_p,
                                    site_parts)
 from genvi.validation import check_site
@@ -74,17 +75,43 @@ class Simulate(Handler):
                               key=key)
 
 
+def _objective_sample(dist: Any, params: tuple, strategy: Any, addr: tuple) -> Any:
+    """An ADEV sampling site for `dist(*params)` (a site of the objective)."""
+    if strategy is None and not PLAIN:
+        raise missing_strategy_error(dist, addr)
+    mask = dist.mask if isinstance(dist, Masked) else None
+    return bind_site(sample_p, getattr(dist, "base", dist), params, strategy, addr, mask)
+
+
 class Sim(Handler):
     def site(self, eqn, params, state):
         dist, dparams, strategy, addr = site_parts(eqn, params)
-        if strategy is None:
-            raise missing_strategy_error(dist, addr)
-        mask = dist.mask if isinstance(dist, Masked) else None
-        value = bind_site(sample_p, getattr(dist, "base", dist), dparams, strategy, addr, mask)
+        value = _objective_sample(dist, dparams, strategy, addr)
         return value, self.record(state, addr, value, dist.log_prob(value, *dparams), dist)
 
 
+class Generate(Handler):
+    """Sites with a value in `state.reads` are constrained and scored; the others are
+    sampled from the program (ADEV sites) and not scored: the log weight is that of
+    importance sampling with the program's prior as proposal."""
+
+    def site(self, eqn, params, state):
+        dist, dparams, strategy, addr = site_parts(eqn, params)
+        if addr in state.reads:
+            value = state.reads[addr]
+            state.visited.add(addr)
+            return value, self.record(state, addr, value, dist.log_prob(value, *dparams), dist)
+        value = _objective_sample(dist, dparams, strategy, addr)
+        return value, self.record(state, addr, value, 0.0, dist)
+
+
 class Assess(Handler):
+    """Read every site's value from `state.reads` and score it; with `score_only`,
+    only those addresses (and observations) are scored."""
+
+    def __init__(self, score_only: set | None = None):
+        self.score_only = score_only
+
     def site(self, eqn, params, state):
         dist, params, _, addr = site_parts(eqn, params)
         if addr not in state.reads:
@@ -98,7 +125,9 @@ class Assess(Handler):
                 f"log_density: the value at address {_name(addr)!r} (gv.{dist.name}) has "
                 f"shape {jnp.shape(value)} but the site's parameters give shape {want}")
         state.visited.add(addr)
-        return value, self.record(state, addr, value, dist.log_prob(value, *params), dist)
+        scored = self.score_only is None or addr in self.score_only
+        log_p = dist.log_prob(value, *params) if scored else 0.0
+        return value, self.record(state, addr, value, log_p, dist)
 
 
 def run(closed: Any, args: list, handler: Handler, state: State) -> tuple[list, State]:

@@ -182,6 +182,30 @@ class GenFn:
         _, state = interp.run(traced.closed, dyn, interp.Sim(), interp.State(None, zero))
         return ChoiceMap(state.choices), state.log_density
 
+    def generate(self, constraints: Any, *args: Any) -> tuple[ChoiceMap, jax.Array]:
+        """Inside an objective: run with `constraints` fixed, sampling the other sites
+        with their strategies; returns `(choices, log weight)` where the weight is
+        the density of the constrained sites and observations (importance sampling
+        with the program's own prior as proposal)."""
+        from genvi.core.choices import choices as to_choices
+        cm = to_choices(constraints)
+        traced, dyn = self._trace(args)
+        zero = jnp.zeros((), jnp.result_type(float))
+        state = interp.State(None, zero, {}, cm.flat(), set())
+        _, state = interp.run(traced.closed, dyn, interp.Generate(), state)
+        return ChoiceMap(state.choices), state.log_density
+
+    def partial_log_density(self, choices: Any, scored: Any, *args: Any) -> jax.Array:
+        """Log density of the sites at addresses in `scored` plus the observations,
+        with every site's value read from `choices`."""
+        from genvi.core.choices import choices as to_choices
+        cm = to_choices(choices)
+        traced, dyn = self._trace(args)
+        zero = jnp.zeros((), jnp.result_type(float))
+        state = interp.State(None, zero, {}, cm.flat(), set())
+        _, state = interp.run(traced.closed, dyn, interp.Assess(set(scored)), state)
+        return state.log_density
+
     def __repr__(self) -> str:
         return f"<gv.gen {self.name}>"
 
