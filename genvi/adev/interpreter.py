@@ -119,8 +119,11 @@ class _Run:
                     continue
                 dist, params, strategy, addr = site_parts(
                     eqn, [x.primal for x in ins], [x.tangent for x in ins])
-                if strategy is None:
-                    raise missing_strategy_error(dist, addr)
+                if strategy is None:  # allowed only where nothing is differentiated
+                    if any(x.tangent is not None for x in ins[:len(params)]):
+                        raise missing_strategy_error(dist, addr)
+                    env[eqn.outvars[0]] = Dual(self._replay_site(eqn, ins, site_key, steps))
+                    continue
                 k = _Continuation(self, jaxpr, i, env, key, steps, top)
                 res = strategy.jvp(dist, site_key, params, [x.tangent for x in ins[:len(params)]], k)
                 if isinstance(res, Dual):  # the rule evaluated the rest of the program

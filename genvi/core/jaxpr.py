@@ -85,7 +85,7 @@ def jvp_eqn(eqn: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[
     matrix products). Integer outputs get a `None` tangent.
     """
     idx = [i for i, t in enumerate(tangents) if t is not None]
-    if not idx:
+    if not idx or eqn.primitive.name == "stop_gradient":  # a symbolic zero, not zeros
         return eval_eqn(eqn, primals), [None] * len(eqn.outvars)
 
     def f(*diff):

@@ -50,6 +50,10 @@ class Handler:
     def site(self, eqn: Any, params: list, state: State) -> tuple[Any, State]:
         raise NotImplementedError
 
+    def observe(self, eqn: Any, ins: list, state: State) -> State:
+        dist, params, _, _ = site_parts(eqn, ins[1:])
+        return replace(state, log_density=state.log_density + dist.log_prob(ins[0], *params))
+
     def record(self, state: State, addr: tuple, value: Any, log_p: Any, dist: Any = None) -> State:
         if isinstance(dist, Masked):  # an untaken branch of a batched cond holds zeros
             value = dist.where(value)
@@ -105,6 +109,20 @@ class Generate(Handler):
         return value, self.record(state, addr, value, 0.0, dist)
 
 
+class Dream(Sim):
+    """Like `Sim`, but observations are *sampled* from their distributions (the
+    values passed in are ignored) and recorded, in order, under the reserved
+    addresses `("__observation__", i)`: a draw of latents and data from the model
+    (wake-sleep's sleep phase)."""
+
+    def observe(self, eqn, ins, state):
+        dist, params, strategy, _ = site_parts(eqn, ins[1:])
+        value = _objective_sample(dist, params, None, None)
+        n = sum(1 for a in state.choices if a and a[0] == "__observation__")
+        addr = ("__observation__", n)
+        return self.record(state, addr, value, dist.log_prob(value, *params), dist)
+
+
 class Assess(Handler):
     """Read every site's value from `state.reads` and score it; with `score_only`,
     only those addresses (and observations) are scored."""
@@ -145,9 +163,8 @@ def _level(jaxpr: Any, env: dict, handler: Handler, state: State) -> tuple[list,
             value, state = handler.site(eqn, ins, state)
             env[eqn.outvars[0]] = value
         elif eqn.primitive is observe_p:
-            dist, params, _, _ = site_parts(eqn, ins[1:])
             check_site(eqn, ins, offset=1)
-            state = replace(state, log_density=state.log_density + dist.log_prob(ins[0], *params))
+            state = handler.observe(eqn, ins, state)
         elif any(jx.contains(j, SITES) for j in jx.sub_jaxprs(eqn)):
             outs, state = _control(eqn, ins, handler, state)
             env.update(zip(eqn.outvars, outs))

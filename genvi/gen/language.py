@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from genvi.adev.strategies import check_strategy
 from genvi.core.choices import ChoiceMap
 from genvi.core.primitives import bind_observe, bind_site, site_p
-from genvi.core.tracing import IN_OBJECTIVE, trace_cached
+from genvi.core.tracing import IN_OBJECTIVE, PLAIN, trace_cached
 from genvi.distributions.base import DistCall
 from genvi.gen import interpreters as interp
 
@@ -181,6 +181,19 @@ class GenFn:
         zero = jnp.zeros((), jnp.result_type(float))
         _, state = interp.run(traced.closed, dyn, interp.Sim(), interp.State(None, zero))
         return ChoiceMap(state.choices), state.log_density
+
+    def dream(self, *args: Any) -> tuple[ChoiceMap, list, jax.Array]:
+        """Inside an objective: sample latents *and observations* from the program
+        (observed values passed in are ignored). Returns `(latent choices, sampled
+        observations in program order, log joint density)`; used by wake-sleep."""
+        traced, dyn = self._trace(args)
+        zero = jnp.zeros((), jnp.result_type(float))
+        with PLAIN.set():
+            _, state = interp.run(traced.closed, dyn, interp.Dream(), interp.State(None, zero))
+        latents = {a: v for a, v in state.choices.items() if a[0] != "__observation__"}
+        observed = [v for _, v in sorted((a[1], v) for a, v in state.choices.items()
+                                         if a[0] == "__observation__")]
+        return ChoiceMap(latents), observed, state.log_density
 
     def generate(self, constraints: Any, *args: Any) -> tuple[ChoiceMap, jax.Array]:
         """Inside an objective: run with `constraints` fixed, sampling the other sites

@@ -20,6 +20,11 @@ def _log_weight(model: GenFn, guide: GenFn, args: tuple) -> jax.Array:
     return model.log_density(choices, *args) - log_q
 
 
+def particle_log_weights(model: GenFn, guide: GenFn, args: tuple, k: int) -> jax.Array:
+    """log p(x, z_k) − log q(z_k) for `k` guide particles, vectorized (inside objectives)."""
+    return jax.vmap(lambda _: _log_weight(model, guide, args))(jnp.arange(k))
+
+
 def elbo(model: GenFn, guide: GenFn) -> Expectation:
     """E_q[log p(x, z) − log q(z)], maximized.
 
@@ -49,7 +54,27 @@ def iwelbo(model: GenFn, guide: GenFn, particles: int) -> Expectation:
     k = int(particles)
 
     def body(*args):
-        log_w = jax.vmap(lambda _: _log_weight(model, guide, args))(jnp.arange(k))
-        return logsumexp(log_w) - math.log(k)
+        return logsumexp(particle_log_weights(model, guide, args, k)) - math.log(k)
 
     return ProgramExpectation(body, name=f"iwelbo({k})")
+
+
+def renyi(model: GenFn, guide: GenFn, alpha: float, particles: int) -> Expectation:
+    """The Rényi-α variational bound with K particles (Li & Turner 2016):
+    E[1/(1−α) log (1/K) Σ_k w_k^(1−α)], maximized. α = 0 is IWELBO; α → 1 the ELBO.
+    For 0 ≤ α < 1 it lower-bounds log p(x) and increases as α decreases.
+
+    Example:
+        >>> import genvi as gv
+        >>> # gv.renyi(model, guide, alpha=0.5, particles=8).grad_estimate(key, params, data)
+    """
+    k, a = int(particles), float(alpha)
+    if a == 1.0:
+        return ProgramExpectation(lambda *args: jnp.mean(particle_log_weights(model, guide, args, k)),
+                                  name=f"renyi(1, {k})")
+
+    def body(*args):
+        log_w = particle_log_weights(model, guide, args, k)
+        return (logsumexp((1 - a) * log_w) - math.log(k)) / (1 - a)
+
+    return ProgramExpectation(body, name=f"renyi({a}, {k})")
