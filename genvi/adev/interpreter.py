@@ -47,6 +47,7 @@ class _Continuation:
 
     def __init__(self, run: "_Run", jaxpr: Any, index: int, env: dict, key: Any,
                  steps: tuple, top: bool):
+        # `steps` locates the site: the enclosing control-flow equations and scan steps.
         self._run, self._jaxpr, self._index = run, jaxpr, index
         self._env, self._key, self._steps = env, key, steps
         self.can_branch = top and not run.replay
@@ -56,7 +57,7 @@ class _Continuation:
 
     def pure(self, value: Any) -> Any:
         eqn = self._jaxpr.eqns[self._index]
-        return self._run.replay_with((eqn, self._steps, value))
+        return self._run.replay_with((self._steps + (eqn,), value))
 
     def dual_map(self, values: Any) -> Dual:
         if not self.can_branch:
@@ -67,7 +68,7 @@ class _Continuation:
         def branch(v):
             env = dict(self._env)
             env[outvar] = Dual(v, None)
-            run = self._run.with_override((eqn, self._steps, v))
+            run = self._run.with_override((self._steps + (eqn,), v))
             out = run.level(self._jaxpr, self._index + 1, env, self._key, self._steps, True)
             return out.primal, out.tangent
 
@@ -153,9 +154,10 @@ class _Run:
     def _replay_site(self, eqn: Any, ins: list, site_key: Any, steps: tuple) -> Any:
         dist, params, _, _ = site_parts(eqn, [x.primal for x in ins])
         value = dist.sample(site_key, *params)
-        for ov_eqn, ov_steps, ov_value in self.overrides:
-            if ov_eqn is eqn:
-                match = jnp.all(jnp.array([a == b for a, b in zip(steps, ov_steps)] + [True]))
+        here = steps + (eqn,)
+        for where, ov_value in self.overrides:
+            match = _same_site(here, where)
+            if match is not False:
                 value = jnp.where(match, ov_value, value)
         return value
 
@@ -172,7 +174,7 @@ class _Run:
             body = jx.call_body(eqn)
             env = {v: Dual(c) for v, c in zip(body.jaxpr.constvars, body.consts)}
             env.update(zip(body.jaxpr.invars, ins))
-            return self.level(body.jaxpr, 0, env, key, steps, False)
+            return self.level(body.jaxpr, 0, env, key, steps + (eqn,), False)
         raise NotImplementedError(
             f"genvi cannot differentiate sampling sites inside `{eqn.primitive.name}`. "
             "Use gv.scan / jax.lax.scan (fixed length) instead of while loops, and keep "
@@ -193,7 +195,7 @@ class _Run:
             env = {v: Dual(c) for v, c in zip(body.jaxpr.constvars, body.consts)}
             env.update(zip(body.jaxpr.invars, list(consts) + [Dual(p, t) for p, t in zip(c_p, c_t)]
                            + [Dual(p, t) for p, t in zip(x_p, x_t)]))
-            outs, key, (ds, do) = self.level(body.jaxpr, 0, env, key, steps + (i,), False)
+            outs, key, (ds, do) = self.level(body.jaxpr, 0, env, key, steps + (eqn, i), False)
             new_c = outs[:ncar]
             s, o = (None, None) if not dual else (d.add(s, ds), d.add(o, do))
             ys = outs[ncar:]
@@ -219,7 +221,7 @@ class _Run:
                 env = {v: Dual(c) for v, c in zip(branch.jaxpr.constvars, branch.consts)}
                 env.update(zip(branch.jaxpr.invars,
                                [Dual(p, t) for p, t in zip(ops_p, ops_t)]))
-                outs, key, (s, o) = self.level(branch.jaxpr, 0, env, key, steps, False)
+                outs, key, (s, o) = self.level(branch.jaxpr, 0, env, key, steps + (eqn,), False)
                 o_t = [_instantiate(x.tangent, x.primal) if dual else None for x in outs]
                 zero = self._acc_zero() if dual else None
                 return ([x.primal for x in outs], o_t, key,
@@ -248,6 +250,23 @@ def _select(which: Any, cases: tuple) -> Any:
         data = _select(which, tuple(jax.random.key_data(c) for c in cases))
         return jax.random.wrap_key_data(data, impl=jax.random.key_impl(cases[0]))
     return jax.lax.select_n(which, *cases)
+
+
+def _same_site(a: tuple, b: tuple) -> Any:
+    """Whether two site locations are the same: the same enclosing equations (by
+    identity: JAX shares the jaxpr of a function traced twice, so an equation alone
+    does not identify a site) and equal scan steps. False when statically different,
+    else a traced boolean (or True)."""
+    if len(a) != len(b):
+        return False
+    match = True
+    for x, y in zip(a, b):
+        if hasattr(x, "primitive") or hasattr(y, "primitive"):
+            if x is not y:
+                return False
+        else:
+            match = jnp.logical_and(match, x == y)
+    return match
 
 
 def _read(env: dict, var: Any) -> Dual:
