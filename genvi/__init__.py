@@ -31,6 +31,7 @@ from genvi.gen.inference import importance, marginal, normalize
 from genvi.gen.language import GenFn, Trace, gen, observe, repeat, scan, vmap
 from genvi.objectives.control_variates import dreg, vimco
 from genvi.objectives.elbo import elbo, iwelbo, renyi
+from genvi.objectives.smc import fivo, smc
 from genvi.objectives.wake_sleep import forward_kl_sir, sleep_guide, wake_guide, wake_model
 from genvi.sample import sample
 from genvi.validation import InvalidParameters, set_validation, validation

@@ -145,18 +145,32 @@ class GenFn:
             >>> round(float(g.log_density(gv.choices({"x": 0.0}))), 4)
             -0.9189
         """
+        return self.assess(choices, *args)[0]
+
+    def assess(self, choices: Any, *args: Any) -> tuple[jax.Array, Any]:
+        """`(log density of choices, return value)`: `log_density` that also returns
+        what the program computes from those choices.
+
+        Example:
+            >>> import genvi as gv
+            >>> @gv.gen
+            ... def g():
+            ...     return 2.0 * (gv.normal(0.0, 1.0) @ "x")
+            >>> float(g.assess(gv.choices({"x": 1.5}))[1])
+            3.0
+        """
         from genvi.core.choices import choices as to_choices
         cm = to_choices(choices)
         traced, dyn = self._trace(args)
         zero = jnp.zeros((), jnp.result_type(float))
         state = interp.State(None, zero, {}, cm.flat(), set())
-        _, state = interp.run(traced.closed, dyn, interp.Assess(), state)
+        outs, state = interp.run(traced.closed, dyn, interp.Assess(), state)
         unvisited = set(cm.flat()) - state.visited
         if unvisited:
             names = sorted("/".join(map(str, a)) for a in unvisited)
             raise KeyError(f"log_density: the choices hold addresses the program never "
                            f"visits: {names}. Remove them (or check the address spelling).")
-        return state.log_density
+        return state.log_density, jax.tree_util.tree_unflatten(traced.out_tree, outs)
 
     def sim(self, *args: Any) -> tuple[ChoiceMap, jax.Array]:
         """Inside an objective: `(choices, log density)` sampled with each site's
