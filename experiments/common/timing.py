@@ -15,10 +15,10 @@ def compile_time(fn: Callable, *args) -> float:
     return time.perf_counter() - t0
 
 
-def interleaved_medians(fns: dict[str, Callable[[], object]], rounds: int = 30,
-                        reps: int = 5) -> dict[str, float]:
-    """Median seconds per call of each zero-argument function, alternating between
-    them round by round so that machine noise hits all of them alike."""
+def interleaved_samples(fns: dict[str, Callable[[], object]], rounds: int = 30,
+                        reps: int = 5) -> dict[str, list[float]]:
+    """Seconds per call of each zero-argument function, one sample per round,
+    alternating between them round by round so that machine noise hits all alike."""
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
@@ -27,7 +27,24 @@ def interleaved_medians(fns: dict[str, Callable[[], object]], rounds: int = 30,
                 out = fn()
             jax.block_until_ready(out)
             samples[name].append((time.perf_counter() - t0) / reps)
-    return {name: sorted(s)[len(s) // 2] for name, s in samples.items()}
+    return samples
+
+
+def median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def interleaved_medians(fns: dict[str, Callable[[], object]], rounds: int = 30,
+                        reps: int = 5) -> dict[str, float]:
+    """Median seconds per call of each function (see `interleaved_samples`)."""
+    return {name: median(s) for name, s in interleaved_samples(fns, rounds, reps).items()}
+
+
+def paired_ratio(samples: dict[str, list[float]], num: str, den: str) -> float:
+    """Median over rounds of time[num] / time[den] measured in the same round:
+    robust to the machine speeding up or slowing down between rounds."""
+    return median([a / b for a, b in zip(samples[num], samples[den])])
 
 
 def describe_machine() -> str:

@@ -45,11 +45,11 @@ def _instantiate(t: Any, p: Any) -> Any:
 class _Continuation:
     """The rest of the program after one site (see module docstring)."""
 
-    def __init__(self, run: "_Run", jaxpr: Any, index: int, env: dict, key: Any,
+    def __init__(self, run: "_Run", jaxpr: Any, index: int, env: dict, keys: dict,
                  steps: tuple, top: bool):
         # `steps` locates the site: the enclosing control-flow equations and scan steps.
         self._run, self._jaxpr, self._index = run, jaxpr, index
-        self._env, self._key, self._steps = env, key, steps
+        self._env, self._keys, self._steps = env, keys, steps
         self.can_branch = top and not run.replay
 
     def dual(self, value: Any, tangent: Any = None) -> Deferred:
@@ -69,7 +69,8 @@ class _Continuation:
             env = dict(self._env)
             env[outvar] = Dual(v, None)
             run = self._run.with_override((self._steps + (eqn,), v))
-            out = run.level(self._jaxpr, self._index + 1, env, self._key, self._steps, True)
+            out = run.level(self._jaxpr, self._index + 1, env, None, self._steps, True,
+                            keys=self._keys)
             return out.primal, out.tangent
 
         primal, tangent = jax.vmap(branch)(values)
@@ -106,15 +107,19 @@ class _Run:
         return run.run().primal
 
     # -- evaluation -------------------------------------------------------------
-    def level(self, jaxpr: Any, start: int, env: dict, key: Any, steps: tuple, top: bool):
+    def level(self, jaxpr: Any, start: int, env: dict, key: Any, steps: tuple, top: bool,
+              keys: dict | None = None):
         """Evaluate `jaxpr.eqns[start:]`. At top level return the final `Dual`;
-        inside a body return `(outs, key, (score, offset))`."""
+        inside a body return `(outs, (score, offset))`. `key` is split once into
+        one key per consumer (site or control equation) of this jaxpr; `keys` passes
+        that split on to a continuation."""
+        keys = _split_for(jaxpr, key) if keys is None else keys
         score = offset = None
         for i in range(start, len(jaxpr.eqns)):
             eqn = jaxpr.eqns[i]
             ins = [_read(env, v) for v in eqn.invars]
             if eqn.primitive is sample_p:
-                key, site_key = jax.random.split(key)
+                site_key = keys[i]
                 if self.replay:
                     env[eqn.outvars[0]] = Dual(self._replay_site(eqn, ins, site_key, steps))
                     continue
@@ -125,14 +130,14 @@ class _Run:
                         raise missing_strategy_error(dist, addr)
                     env[eqn.outvars[0]] = Dual(self._replay_site(eqn, ins, site_key, steps))
                     continue
-                k = _Continuation(self, jaxpr, i, env, key, steps, top)
+                k = _Continuation(self, jaxpr, i, env, keys, steps, top)
                 res = strategy.jvp(dist, site_key, params, [x.tangent for x in ins[:len(params)]], k)
                 if isinstance(res, Dual):  # the rule evaluated the rest of the program
                     return self._finish(res, score, offset)
                 env[eqn.outvars[0]] = Dual(res.value, res.tangent if jx.is_float(res.value) else None)
                 score, offset = d.add(score, res.score), d.add(offset, res.offset)
             elif any(jx.contains(j, SAMPLES) for j in jx.sub_jaxprs(eqn)):
-                outs, key, (s, o) = self._control(eqn, ins, key, steps)
+                outs, (s, o) = self._control(eqn, ins, keys[i], steps)
                 for v, x in zip(eqn.outvars, outs):
                     env[v] = x
                 score, offset = d.add(score, s), d.add(offset, o)
@@ -143,7 +148,7 @@ class _Run:
         outs = [_read(env, v) for v in jaxpr.outvars]
         if top:
             return self._finish(outs[0], score, offset)
-        return outs, key, (score, offset)
+        return outs, (score, offset)
 
     def _finish(self, out: Dual, score: Any, offset: Any) -> Dual:
         tangent = d.add(d.add(out.tangent, d.mul(out.primal, score)), offset)
@@ -190,27 +195,28 @@ class _Run:
             return [_instantiate(x.tangent, x.primal) if dual else None for x in xs_]
 
         def step(carry, x):
-            c_p, c_t, key, i, s, o = carry
-            x_p, x_t = x
+            c_p, c_t, i, s, o = carry
+            x_p, x_t, key = x
             env = {v: Dual(c) for v, c in zip(body.jaxpr.constvars, body.consts)}
             env.update(zip(body.jaxpr.invars, list(consts) + [Dual(p, t) for p, t in zip(c_p, c_t)]
                            + [Dual(p, t) for p, t in zip(x_p, x_t)]))
-            outs, key, (ds, do) = self.level(body.jaxpr, 0, env, key, steps + (eqn, i), False)
+            outs, (ds, do) = self.level(body.jaxpr, 0, env, key, steps + (eqn, i), False)
             new_c = outs[:ncar]
             s, o = (None, None) if not dual else (d.add(s, ds), d.add(o, do))
             ys = outs[ncar:]
-            return ((tuple(x.primal for x in new_c), tuple(tangents_of(new_c)), key, i + 1,
+            return ((tuple(x.primal for x in new_c), tuple(tangents_of(new_c)), i + 1,
                      s, o), (tuple(y.primal for y in ys), tuple(y.tangent for y in ys)))
 
-        init_carry = (tuple(x.primal for x in init), tuple(tangents_of(init)), key,
+        init_carry = (tuple(x.primal for x in init), tuple(tangents_of(init)),
                       jnp.zeros((), jnp.int32), self._acc_zero() if dual else None,
                       self._acc_zero() if dual else None)
-        xs_in = (tuple(x.primal for x in xs), tuple(x.tangent if dual else None for x in xs))
-        (c_p, c_t, key, _, s, o), (y_p, y_t) = jax.lax.scan(
+        xs_in = (tuple(x.primal for x in xs), tuple(x.tangent if dual else None for x in xs),
+                 jax.random.split(key, sp["length"]))
+        (c_p, c_t, _, s, o), (y_p, y_t) = jax.lax.scan(
             step, init_carry, xs_in, length=sp["length"], reverse=sp["reverse"],
             unroll=sp["unroll"])
         outs = [Dual(p, t) for p, t in zip(c_p, c_t)] + [Dual(p, t) for p, t in zip(y_p, y_t)]
-        return outs, key, (s, o)
+        return outs, (s, o)
 
     def _cond(self, eqn: Any, ins: list, key: Any, steps: tuple):
         index, ops = ins[0].primal, ins[1:]
@@ -221,10 +227,10 @@ class _Run:
                 env = {v: Dual(c) for v, c in zip(branch.jaxpr.constvars, branch.consts)}
                 env.update(zip(branch.jaxpr.invars,
                                [Dual(p, t) for p, t in zip(ops_p, ops_t)]))
-                outs, key, (s, o) = self.level(branch.jaxpr, 0, env, key, steps + (eqn,), False)
+                outs, (s, o) = self.level(branch.jaxpr, 0, env, key, steps + (eqn,), False)
                 o_t = [_instantiate(x.tangent, x.primal) if dual else None for x in outs]
                 zero = self._acc_zero() if dual else None
-                return ([x.primal for x in outs], o_t, key,
+                return ([x.primal for x in outs], o_t,
                         d.add(zero, s) if dual else None, d.add(zero, o) if dual else None)
             return f
 
@@ -236,20 +242,27 @@ class _Run:
             # Evaluate every branch and select (what vmap of a cond does anyway).
             which = jnp.clip(index, 0, len(branches) - 1).astype(jnp.int32)
             results = [f(ops_p, ops_t, key) for f in branches]
-            o_p, o_t, key, s, o = jax.tree_util.tree_map(
+            o_p, o_t, s, o = jax.tree_util.tree_map(
                 lambda *xs: _select(which, xs), *results, is_leaf=lambda x: x is None)
         else:
-            o_p, o_t, key, s, o = jax.lax.switch(index, branches, ops_p, ops_t, key)
-        return [Dual(p, t) for p, t in zip(o_p, o_t)], key, (s, o)
+            o_p, o_t, s, o = jax.lax.switch(index, branches, ops_p, ops_t, key)
+        return [Dual(p, t) for p, t in zip(o_p, o_t)], (s, o)
 
 
 def _select(which: Any, cases: tuple) -> Any:
     if cases[0] is None:
         return None
-    if jax.dtypes.issubdtype(cases[0].dtype, jax.dtypes.prng_key):
-        data = _select(which, tuple(jax.random.key_data(c) for c in cases))
-        return jax.random.wrap_key_data(data, impl=jax.random.key_impl(cases[0]))
     return jax.lax.select_n(which, *cases)
+
+
+def _split_for(jaxpr: Any, key: Any) -> dict:
+    """One key per equation of `jaxpr` that consumes randomness (a sampling site or
+    a body holding one), from a single split (one RNG call, not one per site)."""
+    users = [i for i, eqn in enumerate(jaxpr.eqns) if eqn.primitive is sample_p
+             or any(jx.contains(j, SAMPLES) for j in jx.sub_jaxprs(eqn))]
+    if len(users) <= 1:
+        return {i: key for i in users}
+    return dict(zip(users, jax.random.split(key, len(users))))
 
 
 def _same_site(a: tuple, b: tuple) -> Any:
@@ -288,5 +301,5 @@ def sample_outputs(closed: Any, key: Any, primals: Sequence) -> list:
     jaxpr = closed.jaxpr
     env = {v: Dual(c) for v, c in zip(jaxpr.constvars, closed.consts)}
     env.update({v: Dual(p) for v, p in zip(jaxpr.invars, primals)})
-    outs, _, _ = run.level(jaxpr, 0, env, key, (), False)
+    outs, _ = run.level(jaxpr, 0, env, key, (), False)
     return [o.primal for o in outs]

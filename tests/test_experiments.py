@@ -1,0 +1,15 @@
+"""Experiments run end to end at a tiny size."""
+
+import math
+import os
+
+from experiments import noisy_cone
+
+
+def test_noisy_cone_tiny(tmp_path):
+    out = noisy_cone.main(["--steps", "20", "--estimates-per-step", "4", "--eval", "200",
+                           "--out", str(tmp_path)])
+    assert abs(out["log_evidence"] - (-5.32)) < 0.01
+    for name in noisy_cone.PAPER:
+        assert math.isfinite(out[name]) and out[name] < out["log_evidence"]
+    assert len([f for f in os.listdir(tmp_path) if f.endswith(".png")]) == 5
