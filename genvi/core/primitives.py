@@ -51,7 +51,7 @@ MASKABLE = SITES | SAMPLES
 
 
 def bind_site(prim: Any, dist: Any, params: tuple, strategy: Any, addr: tuple,
-              mask: Any = None) -> Any:
+              mask: Any = None, nest: tuple = ()) -> Any:
     """Bind a sampling primitive for `dist(*params)` with `strategy` at `addr`.
 
     A `mask` (one boolean per lane) marks lanes where the site is not executed (an
@@ -59,7 +59,7 @@ def bind_site(prim: Any, dist: Any, params: tuple, strategy: Any, addr: tuple,
     static, operands = (None, ()) if strategy is None else strategy.split()
     extra = () if mask is None else (mask,)
     return prim.bind(*params, *operands, *extra, dist=dist, strategy=static, addr=addr,
-                     n_params=len(params), masked=mask is not None)
+                     n_params=len(params), masked=mask is not None, nest=nest)
 
 
 def bind_observe(dist: Any, value: Any, params: tuple, mask: Any = None) -> None:

@@ -185,6 +185,52 @@ def site_addresses(jaxpr: Any) -> set:
     return out
 
 
+def site_layouts(jaxpr: Any, depth: int = 0) -> dict:
+    """{address: (combinator nest, number of enclosing scan equations)} of every site."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    out: dict = {}
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is site_p:
+            out[eqn.params["addr"]] = (eqn.params.get("nest", ()), depth)
+        inner = depth + (jx.kind(eqn) == "scan")
+        for j in jx.sub_jaxprs(eqn):
+            out.update(site_layouts(j, inner))
+    return out
+
+
+def _permutation(nest: tuple, depth: int) -> list | None:
+    """Axis order taking the interpreter's layout (scan axes, then vmap axes) to the
+    nesting order of the combinators, or None when it is already that (or unknown:
+    scans not made by gv.scan)."""
+    if nest.count("scan") != depth or "scan" not in nest or "vmap" not in nest:
+        return None
+    scans, vmaps = iter(range(depth)), iter(range(depth, len(nest)))
+    perm = [next(scans) if kind == "scan" else next(vmaps) for kind in nest]
+    return None if perm == sorted(perm) else perm
+
+
+def to_user_layout(choices: dict, layouts: dict) -> dict:
+    """Choices with batch axes in the order the combinators nest (`gv.vmap` of
+    `gv.scan` gives (batch, steps, ...), as its return value does)."""
+    out = {}
+    for addr, v in choices.items():
+        perm = _permutation(*layouts[addr]) if addr in layouts else None
+        out[addr] = v if perm is None else jnp.transpose(v, perm + list(range(len(perm), v.ndim)))
+    return out
+
+
+def to_interpreter_layout(choices: dict, layouts: dict) -> dict:
+    """The inverse of `to_user_layout`."""
+    out = {}
+    for addr, v in choices.items():
+        perm = _permutation(*layouts[addr]) if addr in layouts else None
+        if perm is not None:
+            inverse = [perm.index(i) for i in range(len(perm))]
+            v = jnp.transpose(v, inverse + list(range(len(perm), jnp.ndim(v))))
+        out[addr] = v
+    return out
+
+
 def _sub_state(state: State, reads: dict) -> State:
     return State(state.key, jnp.zeros((), jnp.result_type(float)), {}, reads, state.visited)
 

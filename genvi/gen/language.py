@@ -25,6 +25,20 @@ from genvi.distributions.base import DistCall
 from genvi.gen import interpreters as interp
 
 _PREFIX: contextvars.ContextVar = contextvars.ContextVar("genvi_prefix", default=None)
+# The gv.vmap / gv.scan combinators enclosing the code being traced, outermost first:
+# sites record it so choices can be laid out in nesting order (see interpreters.layout).
+_NEST: contextvars.ContextVar = contextvars.ContextVar("genvi_nest", default=())
+
+
+def _nested(kind: str, fn: Callable) -> Callable:
+    """`fn` traced inside one more combinator of `kind` ("vmap" or "scan")."""
+    def wrapped(*args):
+        token = _NEST.set(_NEST.get() + (kind,))
+        try:
+            return fn(*args)
+        finally:
+            _NEST.reset(token)
+    return wrapped
 
 
 @contextlib.contextmanager
@@ -54,7 +68,8 @@ def sample_at(call: Any, addr: str) -> Any:
     if isinstance(call, DistCall):
         if call.strategy is not None:
             check_strategy(call.dist, call.strategy, prefix + (addr,))
-        return bind_site(site_p, call.dist, call.params, call.strategy, prefix + (addr,))
+        return bind_site(site_p, call.dist, call.params, call.strategy, prefix + (addr,),
+                         nest=_NEST.get())
     if isinstance(call, GenCall):
         with _prefix(prefix + (addr,)):
             return call.gen.body(*call.args)
@@ -116,6 +131,19 @@ class GenFn:
                 return self.body(*a)
         return trace_cached(self._traces, at_root, args)
 
+    @staticmethod
+    def _layouts(traced: Any) -> dict:
+        if not hasattr(traced, "layouts"):
+            traced.layouts = interp.site_layouts(traced.closed)
+        return traced.layouts
+
+    def _user(self, traced: Any, flat: dict) -> ChoiceMap:
+        """Interpreter choices → the user's layout (batch axes in nesting order)."""
+        return ChoiceMap(interp.to_user_layout(flat, self._layouts(traced)))
+
+    def _internal(self, traced: Any, cm: ChoiceMap) -> dict:
+        return interp.to_interpreter_layout(cm.flat(), self._layouts(traced))
+
     def simulate(self, key: jax.Array, *args: Any) -> Trace:
         """Sample all choices; returns a `Trace` (plain JAX, jit/vmap-able).
 
@@ -131,7 +159,7 @@ class GenFn:
         traced, dyn = self._trace(args)
         zero = jnp.zeros((), jnp.result_type(float))
         outs, state = interp.run(traced.closed, dyn, interp.Simulate(), interp.State(key, zero))
-        return Trace(ChoiceMap(state.choices), state.log_density,
+        return Trace(self._user(traced, state.choices), state.log_density,
                      jax.tree_util.tree_unflatten(traced.out_tree, outs))
 
     def log_density(self, choices: Any, *args: Any) -> jax.Array:
@@ -163,7 +191,7 @@ class GenFn:
         cm = to_choices(choices)
         traced, dyn = self._trace(args)
         zero = jnp.zeros((), jnp.result_type(float))
-        state = interp.State(None, zero, {}, cm.flat(), set())
+        state = interp.State(None, zero, {}, self._internal(traced, cm), set())
         outs, state = interp.run(traced.closed, dyn, interp.Assess(), state)
         unvisited = set(cm.flat()) - state.visited
         if unvisited:
@@ -194,7 +222,7 @@ class GenFn:
         traced, dyn = self._trace(args)
         zero = jnp.zeros((), jnp.result_type(float))
         _, state = interp.run(traced.closed, dyn, interp.Sim(), interp.State(None, zero))
-        return ChoiceMap(state.choices), state.log_density
+        return self._user(traced, state.choices), state.log_density
 
     def dream(self, *args: Any) -> tuple[ChoiceMap, list, jax.Array]:
         """Inside an objective: sample latents *and observations* from the program
@@ -205,6 +233,7 @@ class GenFn:
         with PLAIN.set():
             _, state = interp.run(traced.closed, dyn, interp.Dream(), interp.State(None, zero))
         latents = {a: v for a, v in state.choices.items() if a[0] != "__observation__"}
+        latents = self._user(traced, latents).flat()
         observed = [v for _, v in sorted((a[1], v) for a, v in state.choices.items()
                                          if a[0] == "__observation__")]
         return ChoiceMap(latents), observed, state.log_density
@@ -218,9 +247,9 @@ class GenFn:
         cm = to_choices(constraints)
         traced, dyn = self._trace(args)
         zero = jnp.zeros((), jnp.result_type(float))
-        state = interp.State(None, zero, {}, cm.flat(), set())
+        state = interp.State(None, zero, {}, self._internal(traced, cm), set())
         _, state = interp.run(traced.closed, dyn, interp.Generate(), state)
-        return ChoiceMap(state.choices), state.log_density
+        return self._user(traced, state.choices), state.log_density
 
     def partial_log_density(self, choices: Any, scored: Any, *args: Any) -> jax.Array:
         """Log density of the sites at addresses in `scored` plus the observations,
@@ -229,7 +258,7 @@ class GenFn:
         cm = to_choices(choices)
         traced, dyn = self._trace(args)
         zero = jnp.zeros((), jnp.result_type(float))
-        state = interp.State(None, zero, {}, cm.flat(), set())
+        state = interp.State(None, zero, {}, self._internal(traced, cm), set())
         _, state = interp.run(traced.closed, dyn, interp.Assess(set(scored)), state)
         return state.log_density
 
@@ -272,7 +301,7 @@ class Vmap(GenFn):
         self.name = f"vmap({inner.name})"
 
     def body(self, *args):
-        return jax.vmap(self.inner.body, in_axes=self.in_axes)(*args)
+        return jax.vmap(_nested("vmap", self.inner.body), in_axes=self.in_axes)(*args)
 
 
 class Repeat(GenFn):
@@ -282,7 +311,7 @@ class Repeat(GenFn):
         self.name = f"repeat({inner.name}, {n})"
 
     def body(self, *args):
-        return jax.vmap(lambda _: self.inner.body(*args))(jnp.arange(self.n))
+        return jax.vmap(_nested("vmap", lambda _: self.inner.body(*args)))(jnp.arange(self.n))
 
 
 class Scan(GenFn):
@@ -292,7 +321,7 @@ class Scan(GenFn):
         self.name = f"scan({inner.name})"
 
     def body(self, carry, xs=None):
-        return jax.lax.scan(self.inner.body, carry, xs, length=self.length)
+        return jax.lax.scan(_nested("scan", self.inner.body), carry, xs, length=self.length)
 
 
 def vmap(g: GenFn, in_axes: Any = 0) -> GenFn:
