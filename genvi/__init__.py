@@ -34,6 +34,8 @@ from genvi.objectives.elbo import elbo, iwelbo, renyi
 from genvi.objectives.smc import fivo, smc
 from genvi.objectives.wake_sleep import forward_kl_sir, sleep_guide, wake_guide, wake_model
 from genvi.sample import sample
+from genvi.training.checkpoints import CheckpointError
+from genvi.training.fit import FitResult, fit
 from genvi.validation import InvalidParameters, set_validation, validation
 
 normal = Normal()

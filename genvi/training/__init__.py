@@ -1,0 +1,1 @@
+"""Training: `gv.fit` (optax ascent in scanned chunks), checkpoints, progress and plots."""

@@ -1,0 +1,245 @@
+"""`gv.fit`: maximize an objective with an optax optimizer.
+
+Steps run in chunks, each chunk one `jax.lax.scan` inside one jitted call; the key of
+step `t` is `fold_in(key, t)` and minibatches come from a per-epoch permutation, so a
+run's result does not depend on how it is chunked, checkpointed or resumed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from functools import partial
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from genvi.adev.expectation import Expectation
+from genvi.training import checkpoints
+
+
+class FitResult(NamedTuple):
+    """What `gv.fit` returns.
+
+    `history` holds numpy arrays: `objective` (the estimate at every step),
+    `skipped` (steps whose non-finite update was skipped), and, when evaluating,
+    `eval_step` and `eval` (held-out objective means).
+    """
+
+    params: Any
+    state: Any
+    history: dict
+
+
+def fit(objective: Expectation, params: Any, *data: Any,
+        optimizer: optax.GradientTransformation, steps: int, key: jax.Array,
+        progress: bool = True, batch_size: int | None = None, skip_nonfinite: bool = False,
+        eval_objective: Expectation | None = None, eval_data: Sequence | None = None,
+        eval_every: int | None = None, eval_estimates: int = 64,
+        callbacks: Sequence[Callable] = (), chunk_size: int = 1000,
+        checkpoint_dir: str | None = None, checkpoint_every: int | None = None,
+        shard: bool = False) -> FitResult:
+    """Maximize `objective(params, *data)`; returns `FitResult(params, state, history)`.
+
+    * `batch_size`: minibatch every data array along its leading axis, with a fresh
+      permutation each epoch (use a `gv.batch_mean` objective).
+    * `skip_nonfinite`: keep the old parameters when an estimate or gradient is not
+      finite; counted in `history["skipped"]`.
+    * `eval_objective` / `eval_data` / `eval_every`: a held-out objective estimated
+      (mean of `eval_estimates` estimates) every `eval_every` steps.
+    * `callbacks`: functions `(step, params, history)` called between chunks.
+    * `checkpoint_dir` / `checkpoint_every`: atomic orbax checkpoints; a run finding a
+      checkpoint there resumes from it and ends bit-for-bit where an uninterrupted
+      run would.
+    * `shard`: split each batch over all devices (`jax.sharding`), parameters
+      replicated. For several hosts, call `jax.distributed.initialize()` first.
+
+    Example:
+        >>> import genvi as gv, jax, jax.numpy as jnp, optax
+        >>> @gv.gen
+        ... def model(p, y):
+        ...     z = gv.normal(0.0, 1.0) @ "z"
+        ...     gv.observe(gv.normal(z, 1.0), y)
+        >>> @gv.gen
+        ... def guide(p, y):
+        ...     gv.normal(p["m"], jnp.exp(p["s"]), grad=gv.REPARAM) @ "z"
+        >>> result = gv.fit(gv.elbo(model, guide), {"m": 0.0, "s": 0.0}, 1.0,
+        ...                 optimizer=optax.adam(0.05), steps=500, key=jax.random.key(0),
+        ...                 progress=False)
+        >>> round(float(result.params["m"]), 1)   # posterior mean y / 2
+        0.5
+    """
+    params = jax.tree_util.tree_map(jnp.asarray, params)
+    data = tuple(jax.tree_util.tree_map(jnp.asarray, d) for d in data)
+    step_key, data_key = jax.random.split(key)
+    sharding = _data_sharding(shard)
+    if shard:
+        params = jax.device_put(params, sharding.replicated)
+    step_fn = _make_step(objective, optimizer, data, batch_size, step_key, data_key,
+                         skip_nonfinite, sharding)
+    run_chunk = jax.jit(partial(_run_chunk, step_fn), static_argnums=2)
+    state = optimizer.init(params)
+    history = {"objective": np.zeros(0, np.float32), "skipped": np.zeros(0, bool),
+               "eval_step": [], "eval": []}
+    start = 0
+    if checkpoint_dir and checkpoints.latest_step(checkpoint_dir) is not None:
+        start, params, state, history = _resume(checkpoint_dir, params, state, key)
+    evaluate = _make_eval(eval_objective, eval_data, eval_estimates, key)
+    bar = _ProgressBar(steps, enabled=progress)
+    bar.advance(start)
+    boundaries = _boundaries(start, steps, chunk_size, eval_every, checkpoint_every)
+    try:
+        for begin, end in boundaries:
+            (params, state), (values, skipped) = run_chunk((params, state), begin, end - begin)
+            history["objective"] = np.concatenate([history["objective"], np.asarray(values)])
+            history["skipped"] = np.concatenate([history["skipped"], np.asarray(skipped)])
+            if evaluate and eval_every and end % eval_every == 0:
+                history["eval_step"].append(end)
+                history["eval"].append(float(evaluate(params)))
+            if checkpoint_dir and checkpoint_every and (end % checkpoint_every == 0 or end == steps):
+                checkpoints.save(checkpoint_dir, end, _payload(params, state, end, key, history))
+            for callback in callbacks:
+                callback(end, params, history)
+            bar.advance(end - begin, float(np.mean(values)))
+    finally:
+        bar.close()
+    history["eval_step"] = np.asarray(history["eval_step"], np.int64)
+    history["eval"] = np.asarray(history["eval"], np.float32)
+    return FitResult(params, state, history)
+
+
+def _run_chunk(step_fn, carry, begin, length):
+    return jax.lax.scan(step_fn, carry, begin + jnp.arange(length))
+
+
+def _make_step(objective, optimizer, data, batch_size, step_key, data_key, skip_nonfinite,
+               sharding):
+    n = _dataset_size(data) if batch_size else None
+    per_epoch = n // batch_size if batch_size else None
+    if batch_size and per_epoch < 1:
+        raise ValueError(f"gv.fit: batch_size={batch_size} is larger than the dataset ({n})")
+
+    def batch_at(step):
+        if not batch_size:
+            return data
+        perm = jax.random.permutation(jax.random.fold_in(data_key, step // per_epoch), n)
+        idx = jax.lax.dynamic_slice_in_dim(perm, (step % per_epoch) * batch_size, batch_size)
+        return jax.tree_util.tree_map(lambda a: a[idx], data)
+
+    def step_fn(carry, step):
+        params, state = carry
+        batch = batch_at(step)
+        if sharding.batch is not None:
+            batch = jax.lax.with_sharding_constraint(batch, sharding.batch)
+        value, grads = objective.value_and_grad_estimate(
+            jax.random.fold_in(step_key, step), params, *batch)
+        updates, new_state = optimizer.update(jax.tree_util.tree_map(jnp.negative, grads),
+                                              state, params)
+        new_params = optax.apply_updates(params, updates)
+        ok = jnp.isfinite(value) & jnp.all(jnp.array(
+            [jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grads)]))
+        if skip_nonfinite:
+            keep = lambda new, old: jnp.where(ok, new, old)  # noqa: E731
+            new_params = jax.tree_util.tree_map(keep, new_params, params)
+            new_state = jax.tree_util.tree_map(keep, new_state, state)
+        skipped = ~ok if skip_nonfinite else jnp.zeros((), bool)
+        return (new_params, new_state), (value, skipped)
+
+    return step_fn
+
+
+def _dataset_size(data) -> int:
+    sizes = {jnp.shape(a)[0] for a in jax.tree_util.tree_leaves(data)}
+    if len(sizes) != 1:
+        raise ValueError(f"gv.fit: minibatched data arrays need one leading size; got {sorted(sizes)}")
+    return sizes.pop()
+
+
+class _Sharding(NamedTuple):
+    batch: Any
+    replicated: Any
+
+
+def _data_sharding(shard: bool) -> _Sharding:
+    if not shard:
+        return _Sharding(None, None)
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: PLC0415
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    return _Sharding(NamedSharding(mesh, PartitionSpec("data")), NamedSharding(mesh, PartitionSpec()))
+
+
+def _boundaries(start: int, steps: int, chunk: int, *every: int | None) -> list[tuple[int, int]]:
+    """Chunk edges: every `chunk` steps and at every multiple of each `every`."""
+    edges = set(range(start + chunk, steps, chunk)) | {steps}
+    for e in every:
+        if e:
+            edges |= {s for s in range(e, steps, e) if s > start}
+    points = [start] + sorted(s for s in edges if s > start)
+    return list(zip(points[:-1], points[1:]))
+
+
+def _make_eval(objective, data, n, key):
+    if objective is None:
+        return None
+    data = tuple(data or ())
+    eval_key = jax.random.fold_in(key, 2 ** 31 - 1)
+
+    @jax.jit
+    def evaluate(params):
+        keys = jax.random.split(eval_key, n)
+        return jnp.mean(jax.vmap(lambda k: objective.estimate(k, params, *data))(keys))
+
+    return evaluate
+
+
+def _payload(params, state, step, key, history) -> dict:
+    return {"params": params, "state": state, "step": np.int64(step),
+            "key": np.asarray(jax.random.key_data(key)),
+            "objective": history["objective"], "skipped": history["skipped"]}
+
+
+def _resume(directory, params, state, key):
+    step = checkpoints.latest_step(directory)
+    like = _payload(params, state, step, key, {"objective": np.zeros(step, np.float32),
+                                               "skipped": np.zeros(step, bool)})
+    step, saved = checkpoints.restore(directory, like)
+    if not np.array_equal(saved["key"], like["key"]):
+        raise checkpoints.CheckpointError(
+            f"the checkpoint in {os.path.abspath(directory)!r} was written by a run with a "
+            "different key; pass the same key to resume, or use another checkpoint_dir")
+    history = {"objective": np.asarray(saved["objective"]), "skipped": np.asarray(saved["skipped"]),
+               "eval_step": [], "eval": []}
+    restored_params = jax.tree_util.tree_map(jnp.asarray, saved["params"])
+    restored_state = jax.tree_util.tree_unflatten(
+        jax.tree_util.tree_structure(state),
+        [jnp.asarray(x) for x in jax.tree_util.tree_leaves(saved["state"])])
+    return int(step), restored_params, restored_state, history
+
+
+class _ProgressBar:
+    """A rich progress bar with the running objective; silent when output is not a
+    terminal or the CI variable is set."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.enabled = enabled and sys.stdout.isatty() and not os.environ.get("CI")
+        if self.enabled:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn  # noqa
+            self.progress = Progress(TextColumn("gv.fit"), BarColumn(),
+                                     TextColumn("{task.completed}/{task.total}"),
+                                     TextColumn("objective {task.fields[value]}"),
+                                     TimeRemainingColumn())
+            self.progress.start()
+            self.task = self.progress.add_task("fit", total=total, value="…")
+
+    def advance(self, n: int, value: float | None = None) -> None:
+        if self.enabled and n:
+            shown = "…" if value is None or not math.isfinite(value) else f"{value:.4g}"
+            self.progress.update(self.task, advance=n, value=shown)
+
+    def close(self) -> None:
+        if self.enabled:
+            self.progress.stop()

@@ -1,0 +1,160 @@
+"""gv.fit: reaches the known optimum, is deterministic, minibatches, evaluates,
+skips non-finite updates, checkpoints atomically and resumes bit-for-bit, explains bad
+checkpoints, and gives the same result sharded over 4 devices."""
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import genvi as gv
+
+
+@gv.gen
+def model(p, y):
+    z = gv.normal(0.0, 1.0) @ "z"
+    gv.observe(gv.normal(z, 1.0), y)
+
+
+@gv.gen
+def guide(p, y):
+    gv.normal(p["m"], jnp.exp(p["s"]), grad=gv.REPARAM) @ "z"
+
+
+ELBO = gv.elbo(model, guide)
+START = {"m": jnp.array(0.0), "s": jnp.array(0.0)}
+ADAM = optax.adam(optax.cosine_decay_schedule(0.05, 1500))
+
+
+def run(**kw):
+    kw.setdefault("steps", 1500)
+    return gv.fit(ELBO, START, 1.0, optimizer=ADAM, key=jax.random.key(0), progress=False, **kw)
+
+
+def test_reaches_the_conjugate_optimum_and_records_history():
+    # 32 copies of the datapoint: each step averages 32 independent gradient estimates
+    averaged = gv.batch_mean(ELBO, in_axes=(None, 0))
+    res = gv.fit(averaged, START, jnp.full(32, 1.0), optimizer=ADAM, steps=1500,
+                 key=jax.random.key(0), progress=False)
+    assert abs(float(res.params["m"]) - 0.5) < 0.03
+    assert abs(float(jnp.exp(res.params["s"])) - np.sqrt(0.5)) < 0.03
+    assert res.history["objective"].shape == (1500,)
+    log_evidence = -0.5 * np.log(2 * np.pi * 2) - 0.25
+    assert abs(np.mean(res.history["objective"][-200:]) - log_evidence) < 0.05
+    assert not res.history["skipped"].any()
+
+
+def test_same_key_same_result_whatever_the_chunking():
+    a, b = run(chunk_size=1000), run(chunk_size=7)
+    for name in ("m", "s"):
+        assert np.array_equal(np.asarray(a.params[name]), np.asarray(b.params[name]))
+    np.testing.assert_array_equal(a.history["objective"], b.history["objective"])
+
+
+def test_minibatches_eval_and_callbacks():
+    data = jnp.linspace(-1.0, 3.0, 40)        # the mean of the data is 1.0
+    seen = []
+    obj = gv.batch_mean(ELBO, in_axes=(None, 0))
+    res = gv.fit(obj, START, data, optimizer=ADAM, steps=1500, key=jax.random.key(1),
+                 batch_size=8, eval_objective=obj, eval_data=(data,), eval_every=500,
+                 callbacks=[lambda step, params, history: seen.append(step)], progress=False)
+    # Each datapoint's ELBO is maximized by its own posterior; the average over the data
+    # is maximized at m = mean(y) / 2.
+    assert abs(float(res.params["m"]) - 0.5) < 0.05
+    assert list(res.history["eval_step"]) == [500, 1000, 1500]
+    assert np.all(np.isfinite(res.history["eval"]))
+    assert seen[-1] == 1500 and 500 in seen
+
+
+def test_skips_nonfinite_updates():
+    @gv.gen
+    def flaky_model(p, y):
+        z = gv.normal(0.0, 1.0) @ "z"
+        gv.observe(gv.normal(z, jnp.where(z > 1.5, -1.0, 1.0)), y)   # NaN density when z > 1.5
+
+    obj = gv.elbo(flaky_model, guide)
+    res = gv.fit(obj, START, 1.0, optimizer=optax.adam(0.01), steps=300, key=jax.random.key(2),
+                 skip_nonfinite=True, progress=False)
+    assert res.history["skipped"].sum() > 0
+    assert all(np.isfinite(np.asarray(v)) for v in res.params.values())
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_after(step_limit):
+    def callback(step, params, history):
+        if step >= step_limit:
+            raise Crash
+    return callback
+
+
+def test_resume_from_checkpoint_is_bit_for_bit(tmp_path):
+    full = run(steps=600)
+    directory = str(tmp_path / "ckpt")
+    with pytest.raises(Crash):
+        run(steps=600, checkpoint_dir=directory, checkpoint_every=200, callbacks=[crash_after(400)])
+    assert gv.training.checkpoints.latest_step(directory) == 400
+    resumed = run(steps=600, checkpoint_dir=directory, checkpoint_every=200)
+    for name in ("m", "s"):
+        assert np.array_equal(np.asarray(full.params[name]), np.asarray(resumed.params[name]))
+    np.testing.assert_array_equal(full.history["objective"], resumed.history["objective"])
+
+
+def test_bad_checkpoints_give_clear_errors(tmp_path):
+    directory = tmp_path / "ckpt"
+    run(steps=100, checkpoint_dir=str(directory), checkpoint_every=100)
+    # a different parameter structure
+    with pytest.raises(gv.CheckpointError, match="step_000000100"):
+        gv.fit(ELBO, {"m": 0.0, "s": 0.0, "extra": jnp.zeros(3)}, 1.0, optimizer=ADAM,
+               steps=200, key=jax.random.key(0), checkpoint_dir=str(directory),
+               checkpoint_every=100, progress=False)
+    # a different key
+    with pytest.raises(gv.CheckpointError, match="different key"):
+        gv.fit(ELBO, START, 1.0, optimizer=ADAM, steps=200, key=jax.random.key(9),
+               checkpoint_dir=str(directory), checkpoint_every=100, progress=False)
+    # corrupt files
+    for f in pathlib.Path(directory).rglob("*"):
+        if f.is_file():
+            f.write_bytes(b"not a checkpoint")
+    with pytest.raises(gv.CheckpointError, match="step_000000100"):
+        run(steps=200, checkpoint_dir=str(directory), checkpoint_every=100)
+
+
+def test_four_devices_match_one(tmp_path):
+    script = textwrap.dedent("""
+        import jax, jax.numpy as jnp, numpy as np, optax
+        import genvi as gv
+        assert len(jax.devices()) == 4
+        @gv.gen
+        def model(p, y):
+            z = gv.normal(0.0, 1.0) @ "z"
+            gv.observe(gv.normal(z, 1.0), y)
+        @gv.gen
+        def guide(p, y):
+            gv.normal(p["m"] * y, jnp.exp(p["s"]), grad=gv.REPARAM) @ "z"
+        obj = gv.batch_mean(gv.elbo(model, guide), in_axes=(None, 0))
+        data = jnp.linspace(-2.0, 2.0, 64)
+        kw = dict(optimizer=optax.adam(0.02), steps=200, key=jax.random.key(0), batch_size=16,
+                  progress=False)
+        one = gv.fit(obj, {"m": 0.0, "s": 0.0}, data, **kw)
+        four = gv.fit(obj, {"m": 0.0, "s": 0.0}, data, shard=True, **kw)
+        for k in ("m", "s"):
+            np.testing.assert_allclose(one.params[k], four.params[k], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(one.history["objective"], four.history["objective"], rtol=1e-4, atol=1e-5)
+        print("OK", float(one.params["m"]))
+    """)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "OK" in out.stdout
