@@ -8,7 +8,7 @@ Objectives: ELBO, IWELBO(5), HVI, IWHVI(5), DIWHVI(5, 5), each trained by SGD as
 (learning rate 1e-3, 5000 steps, mean of 64 gradient estimates per step) and
 evaluated as the mean of 5000 fresh estimates.
 
-    python -m experiments.noisy_cone [--steps 5000] [--out out/noisy_cone]
+    genvi run noisy_cone [--steps 5000] [--out out/noisy_cone]
 """
 
 from __future__ import annotations
@@ -113,7 +113,8 @@ def main(argv=None) -> dict[str, float]:
     os.makedirs(args.out, exist_ok=True)
     exact = log_evidence()
     results = {}
-    print(f"| objective | genvi | paper | time (s) |\n|---|---|---|---|")
+    lines = ["| objective | genvi | paper | time (s) |", "|---|---|---|---|"]
+    print("\n".join(lines))
     for i, (name, (obj, init)) in enumerate(objectives().items()):
         t0 = time.perf_counter()
         params = ascend(obj, init, Z_OBS, optimizer=optax.sgd(1e-3), steps=args.steps,
@@ -121,10 +122,14 @@ def main(argv=None) -> dict[str, float]:
         value, se = mean_estimate(obj, params, Z_OBS, n=args.eval, key=jax.random.key(100 + i))
         seconds = time.perf_counter() - t0
         results[name] = value
-        print(f"| {name} | {value:.2f} ± {se:.2f} | {PAPER[name]:.2f} | {seconds:.1f} |", flush=True)
+        lines.append(f"| {name} | {value:.2f} ± {se:.2f} | {PAPER[name]:.2f} | {seconds:.1f} |")
+        print(lines[-1], flush=True)
         plot(name, guide_samples(name, params, 2000, jax.random.key(200 + i)),
              os.path.join(args.out, f"{name.lower().replace('(', '_').replace(')', '').replace(',', '_')}.png"))
-    print(f"| log p(z) (quadrature) | {exact:.2f} | -5.32 | |")
+    lines.append(f"| log p(z) (quadrature) | {exact:.2f} | -5.32 | |")
+    print(lines[-1])
+    with open(os.path.join(args.out, "results.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
     results["log_evidence"] = exact
     return results
 

@@ -36,6 +36,7 @@ from genvi.objectives.wake_sleep import forward_kl_sir, sleep_guide, wake_guide,
 from genvi.sample import sample
 from genvi.training.checkpoints import CheckpointError
 from genvi.training.fit import FitResult, fit
+from genvi.training.plots import plot_history
 from genvi.validation import InvalidParameters, set_validation, validation
 
 normal = Normal()

@@ -1,0 +1,48 @@
+"""The `genvi` command line: `genvi list`, `genvi run NAME [options]`.
+
+Each experiment writes its table (`results.md`) and figures (PNG) to `--out`
+(default `out/NAME`); options after NAME go to the experiment (`--steps N`, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+EXPERIMENTS = {
+    "demo": ("genvi.demo", "a short VI run checked against the exact posterior"),
+    "noisy_cone": ("experiments.noisy_cone",
+                   "the paper's noisy cone: ELBO, IWELBO, HVI, IWHVI, DIWHVI (Table 4)"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `genvi` console script.
+
+    Example:
+        >>> from genvi.cli import main
+        >>> main(["list"])  # doctest: +ELLIPSIS
+        demo ...
+        0
+    """
+    ap = argparse.ArgumentParser(prog="genvi", description="genvi experiments")
+    sub = ap.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="show the experiments")
+    run = sub.add_parser("run", help="run an experiment")
+    run.add_argument("name", choices=sorted(EXPERIMENTS))
+    args, rest = ap.parse_known_args(argv)
+    if args.command == "list":
+        width = max(map(len, EXPERIMENTS))
+        for name, (_, about) in EXPERIMENTS.items():
+            print(f"{name:<{width}}  {about}")
+        return 0
+    module = importlib.import_module(EXPERIMENTS[args.name][0])
+    if not any(a == "--out" or a.startswith("--out=") for a in rest):
+        rest = rest + ["--out", f"out/{args.name}"]
+    module.main(rest)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

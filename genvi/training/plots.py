@@ -1,0 +1,46 @@
+"""PNG figures people expect from a training run (matplotlib, imported on use)."""
+
+from __future__ import annotations
+
+import os
+from typing import Mapping
+
+import numpy as np
+
+
+def _pyplot():
+    try:
+        import matplotlib  # noqa: PLC0415
+    except ImportError as err:  # pragma: no cover - depends on the environment
+        raise ImportError("saving figures needs matplotlib: pip install 'genvi[experiments]'") from err
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+    return plt
+
+
+def plot_history(history: Mapping, path: str, title: str = "objective", smooth: int = 50) -> str:
+    """Save the per-step objective (and held-out evaluations, if any) as a PNG.
+
+    Example:
+        >>> import genvi as gv, numpy as np, tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "curve.png")
+        >>> gv.plot_history({"objective": np.linspace(-3, -1, 200)}, path).endswith(".png")
+        True
+    """
+    plt = _pyplot()
+    values = np.asarray(history["objective"], np.float64)
+    fig, ax = plt.subplots(figsize=(5, 3.2))
+    ax.plot(values, lw=0.6, alpha=0.35, label="estimate")
+    if values.size >= smooth > 1:
+        kernel = np.ones(smooth) / smooth
+        ax.plot(np.arange(smooth - 1, values.size), np.convolve(values, kernel, "valid"),
+                lw=1.5, label=f"mean of {smooth}")
+    if len(history.get("eval", ())):
+        ax.plot(history["eval_step"], history["eval"], "o-", label="held out")
+    ax.set_xlabel("step"), ax.set_ylabel("objective"), ax.set_title(title)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
