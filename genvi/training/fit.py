@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 import os
 import sys
-from functools import partial
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
@@ -79,9 +78,8 @@ def fit(objective: Expectation, params: Any, *data: Any,
     sharding = _data_sharding(shard)
     if shard:
         params = jax.device_put(params, sharding.replicated)
-    step_fn = _make_step(objective, optimizer, data, batch_size, step_key, data_key,
-                         skip_nonfinite, sharding)
-    run_chunk = jax.jit(partial(_run_chunk, step_fn), static_argnums=2)
+    n = _dataset_size(data) if batch_size else None
+    run_chunk = _compiled_chunk(objective, optimizer, batch_size, n, skip_nonfinite, sharding)
     state = optimizer.init(params)
     history = {"objective": np.zeros(0, np.float32), "skipped": np.zeros(0, bool),
                "eval_step": [], "eval": []}
@@ -94,7 +92,8 @@ def fit(objective: Expectation, params: Any, *data: Any,
     boundaries = _boundaries(start, steps, chunk_size, eval_every, checkpoint_every)
     try:
         for begin, end in boundaries:
-            (params, state), (values, skipped) = run_chunk((params, state), begin, end - begin)
+            (params, state), (values, skipped) = run_chunk(
+                (params, state), begin, end - begin, data, step_key, data_key)
             history["objective"] = np.concatenate([history["objective"], np.asarray(values)])
             history["skipped"] = np.concatenate([history["skipped"], np.asarray(skipped)])
             if evaluate and eval_every and end % eval_every == 0:
@@ -112,13 +111,30 @@ def fit(objective: Expectation, params: Any, *data: Any,
     return FitResult(params, state, history)
 
 
-def _run_chunk(step_fn, carry, begin, length):
-    return jax.lax.scan(step_fn, carry, begin + jnp.arange(length))
+_CHUNKS: dict = {}  # compiled chunk runners, reused across gv.fit calls
 
 
-def _make_step(objective, optimizer, data, batch_size, step_key, data_key, skip_nonfinite,
+def _compiled_chunk(objective, optimizer, batch_size, n, skip_nonfinite, sharding):
+    """A jitted `(carry, begin, length, data, step_key, data_key) -> scan result`;
+    data and keys are arguments (never baked-in constants), so a second `gv.fit`
+    with the same objective and optimizer reuses the compiled program."""
+    cache_key = (id(objective), id(optimizer), batch_size, n, skip_nonfinite, sharding.batch)
+    hit = _CHUNKS.get(cache_key)
+    if hit is not None and hit[0] is objective and hit[1] is optimizer:
+        return hit[2]
+
+    def run_chunk(carry, begin, length, data, step_key, data_key):
+        step_fn = _make_step(objective, optimizer, data, batch_size, n, step_key, data_key,
+                             skip_nonfinite, sharding)
+        return jax.lax.scan(step_fn, carry, begin + jnp.arange(length))
+
+    fn = jax.jit(run_chunk, static_argnums=2)
+    _CHUNKS[cache_key] = (objective, optimizer, fn)
+    return fn
+
+
+def _make_step(objective, optimizer, data, batch_size, n, step_key, data_key, skip_nonfinite,
                sharding):
-    n = _dataset_size(data) if batch_size else None
     per_epoch = n // batch_size if batch_size else None
     if batch_size and per_epoch < 1:
         raise ValueError(f"gv.fit: batch_size={batch_size} is larger than the dataset ({n})")
