@@ -8,7 +8,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("doc", ["README.md", "docs/objectives.md", "docs/extending.md"])
+@pytest.mark.parametrize("doc", ["README.md", "docs/objectives.md", "docs/extending.md",
+                                 "docs/neural.md"])
 def test_python_blocks_run(doc):
     namespace: dict = {}
     for block in re.findall(r"```python\n(.*?)```", (ROOT / doc).read_text(), re.S):
