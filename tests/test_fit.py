@@ -158,3 +158,19 @@ def test_four_devices_match_one(tmp_path):
                          timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "OK" in out.stdout
+
+
+def test_missing_checkpoint_and_interrupted_write(tmp_path):
+    directory = tmp_path / "ckpt"
+    with pytest.raises(gv.CheckpointError, match="no checkpoint"):
+        run(steps=100, checkpoint_dir=str(directory), checkpoint_every=100, resume=True)
+    run(steps=200, checkpoint_dir=str(directory), checkpoint_every=100)
+    # A crash in the middle of writing step 300 leaves only orbax's temporary folder:
+    # it is not a checkpoint, and the run resumes from step 200.
+    partial = directory / "step_000000300.orbax-checkpoint-tmp-1234"
+    partial.mkdir()
+    (partial / "garbage").write_bytes(b"half written")
+    assert gv.training.checkpoints.latest_step(str(directory)) == 200
+    resumed = run(steps=300, checkpoint_dir=str(directory), checkpoint_every=100, resume=True)
+    full = run(steps=300)
+    assert np.array_equal(np.asarray(full.params["m"]), np.asarray(resumed.params["m"]))

@@ -149,3 +149,17 @@ def test_forward_kl_through_sir_fits_the_posterior():
     p = train(gv.forward_kl_sir(model, reinforce_guide, 20), start, steps=2000)
     assert abs(float(p["a"] * Y + p["b"]) - Y / 2) < 0.1
     assert abs(float(jnp.exp(p["log_s"])) - math.sqrt(0.5)) < 0.15
+
+
+def test_wake_sleep_with_minibatches():
+    # batch_mean of the wake phases = the mean of the per-datapoint objectives
+    rws = gv.wake_model(model, reinforce_guide, 5) + gv.wake_guide(model, reinforce_guide, 5)
+    ys = jnp.array([0.8, -0.4, 1.5])
+    batched = gv.batch_mean(rws, in_axes=(None, 0))
+    keys = KEYS[:8000]
+    g_batch = jax.jit(jax.vmap(lambda k: batched.grad_estimate(k, ROUGH, ys)))(keys)
+    per_point = [jax.jit(jax.vmap(lambda k: rws.grad_estimate(k, ROUGH, y)))(keys) for y in ys]
+    for name in ("theta", "b", "log_s"):
+        a = np.asarray(g_batch[name])
+        b = np.mean([np.asarray(g[name]) for g in per_point], axis=0)
+        assert_same_mean(a, b)

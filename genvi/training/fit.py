@@ -41,7 +41,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
         eval_every: int | None = None, eval_estimates: int = 64,
         callbacks: Sequence[Callable] = (), chunk_size: int = 1000,
         checkpoint_dir: str | None = None, checkpoint_every: int | None = None,
-        shard: bool = False) -> FitResult:
+        resume: bool | None = None, shard: bool = False) -> FitResult:
     """Maximize `objective(params, *data)`; returns `FitResult(params, state, history)`.
 
     * `batch_size`: minibatch every data array along its leading axis, with a fresh
@@ -53,7 +53,8 @@ def fit(objective: Expectation, params: Any, *data: Any,
     * `callbacks`: functions `(step, params, history)` called between chunks.
     * `checkpoint_dir` / `checkpoint_every`: atomic orbax checkpoints; a run finding a
       checkpoint there resumes from it and ends bit-for-bit where an uninterrupted
-      run would.
+      run would. `resume=True` requires a checkpoint (a clear error if there is
+      none); `resume=False` ignores existing ones.
     * `shard`: split each batch over all devices (`jax.sharding`), parameters
       replicated. For several hosts, call `jax.distributed.initialize()` first.
 
@@ -84,7 +85,12 @@ def fit(objective: Expectation, params: Any, *data: Any,
     history = {"objective": np.zeros(0, np.float32), "skipped": np.zeros(0, bool),
                "eval_step": [], "eval": []}
     start = 0
-    if checkpoint_dir and checkpoints.latest_step(checkpoint_dir) is not None:
+    found = checkpoint_dir is not None and checkpoints.latest_step(checkpoint_dir) is not None
+    if resume and not found:
+        raise checkpoints.CheckpointError(
+            f"resume=True but there is no checkpoint in "
+            f"{os.path.abspath(checkpoint_dir) if checkpoint_dir else '(no checkpoint_dir given)'!r}")
+    if found and resume is not False:
         start, params, state, history = _resume(checkpoint_dir, params, state, key)
     evaluate = _make_eval(eval_objective, eval_data, eval_estimates, key)
     bar = _ProgressBar(steps, enabled=progress)
