@@ -14,7 +14,6 @@ evaluated as the mean of 5000 fresh estimates.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import time
 

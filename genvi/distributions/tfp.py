@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 
 from genvi.distributions.base import DistCall, Distribution
