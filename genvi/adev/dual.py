@@ -48,7 +48,3 @@ def jvp(fn: Callable, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[
         return fn(*args)
 
     return jax.jvp(f, [primals[i] for i in idx], [tangents[i] for i in idx])
-
-
-def zeros_like_tangent(x: Any) -> Any:
-    return jnp.zeros(jnp.shape(x), jnp.result_type(x))

@@ -104,12 +104,3 @@ class DistCall:
 
     def __repr__(self) -> str:
         return f"{self.dist!r}(...{', grad=' + repr(self.strategy) if self.strategy else ''})"
-
-
-def broadcast_params(params: Sequence[Any], shape: tuple) -> list:
-    return [jnp.broadcast_to(p, shape) for p in params]
-
-
-def lanes_of(value: jax.Array) -> int:
-    """The number of independent components of a value (ENUM/MVD lanes)."""
-    return int(jnp.size(value))

@@ -231,10 +231,6 @@ def to_interpreter_layout(choices: dict, layouts: dict) -> dict:
     return out
 
 
-def _sub_state(state: State, reads: dict) -> State:
-    return State(state.key, jnp.zeros((), jnp.result_type(float)), {}, reads, state.visited)
-
-
 def _merge(handler: Handler, state: State, sub: State, choices: dict) -> State:
     for addr, value in choices.items():
         state = handler.record(state, addr, value, 0.0)
