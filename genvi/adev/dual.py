@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import jax
-import jax.numpy as jnp
 
 
 @dataclass
