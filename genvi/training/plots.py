@@ -12,7 +12,7 @@ def _pyplot():
     try:
         import matplotlib  # noqa: PLC0415
     except ImportError as err:  # pragma: no cover - depends on the environment
-        raise ImportError("saving figures needs matplotlib: pip install 'genvi[experiments]'") from err
+        raise ImportError("saving figures needs matplotlib: pip install matplotlib") from err
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
     return plt
