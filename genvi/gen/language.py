@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from genvi.adev.strategies import check_strategy
-from genvi.core.choices import ChoiceMap
+from genvi.core.choices import ChoiceMap, choices as to_choices
 from genvi.core.primitives import bind_observe, bind_site, site_p
 from genvi.core.tracing import IN_OBJECTIVE, PLAIN, trace_cached
 from genvi.distributions.base import DistCall
@@ -144,6 +144,17 @@ class GenFn:
     def _internal(self, traced: Any, cm: ChoiceMap) -> dict:
         return interp.to_interpreter_layout(cm.flat(), self._layouts(traced))
 
+    def _interpret(self, handler: interp.Handler, args: tuple, key: Any = None,
+                   reads: ChoiceMap | None = None) -> tuple[Any, list, interp.State]:
+        """Trace the program on `args` and run one interpreter over it; `reads` are
+        the choices the handler reads (user layout). Returns `(traced, outs, state)`."""
+        traced, dyn = self._trace(args)
+        zero = jnp.zeros((), jnp.result_type(float))
+        flat = {} if reads is None else self._internal(traced, reads)
+        outs, state = interp.run(traced.closed, dyn, handler,
+                                 interp.State(key, zero, {}, flat, set()))
+        return traced, outs, state
+
     def simulate(self, key: jax.Array, *args: Any) -> Trace:
         """Sample all choices; returns a `Trace` (plain JAX, jit/vmap-able).
 
@@ -156,9 +167,7 @@ class GenFn:
             >>> bool(tr.choices["x"] == tr.retval)
             True
         """
-        traced, dyn = self._trace(args)
-        zero = jnp.zeros((), jnp.result_type(float))
-        outs, state = interp.run(traced.closed, dyn, interp.Simulate(), interp.State(key, zero))
+        traced, outs, state = self._interpret(interp.Simulate(), args, key=key)
         return Trace(self._user(traced, state.choices), state.log_density,
                      jax.tree_util.tree_unflatten(traced.out_tree, outs))
 
@@ -187,12 +196,8 @@ class GenFn:
             >>> float(g.assess(gv.choices({"x": 1.5}))[1])
             3.0
         """
-        from genvi.core.choices import choices as to_choices
         cm = to_choices(choices)
-        traced, dyn = self._trace(args)
-        zero = jnp.zeros((), jnp.result_type(float))
-        state = interp.State(None, zero, {}, self._internal(traced, cm), set())
-        outs, state = interp.run(traced.closed, dyn, interp.Assess(), state)
+        traced, outs, state = self._interpret(interp.Assess(), args, reads=cm)
         unvisited = set(cm.flat()) - state.visited
         if unvisited:
             names = sorted("/".join(map(str, a)) for a in unvisited)
@@ -219,19 +224,15 @@ class GenFn:
                 f"{self.name}.sim(...) draws samples with gradient strategies and belongs "
                 "inside an @gv.expectation objective. Outside one, use "
                 f"{self.name}.simulate(key, ...).")
-        traced, dyn = self._trace(args)
-        zero = jnp.zeros((), jnp.result_type(float))
-        _, state = interp.run(traced.closed, dyn, interp.Sim(), interp.State(None, zero))
+        traced, _, state = self._interpret(interp.Sim(), args)
         return self._user(traced, state.choices), state.log_density
 
     def dream(self, *args: Any) -> tuple[ChoiceMap, list, jax.Array]:
         """Inside an objective: sample latents *and observations* from the program
         (observed values passed in are ignored). Returns `(latent choices, sampled
         observations in program order, log joint density)`; used by wake-sleep."""
-        traced, dyn = self._trace(args)
-        zero = jnp.zeros((), jnp.result_type(float))
         with PLAIN.set():
-            _, state = interp.run(traced.closed, dyn, interp.Dream(), interp.State(None, zero))
+            traced, _, state = self._interpret(interp.Dream(), args)
         latents = {a: v for a, v in state.choices.items() if a[0] != "__observation__"}
         latents = self._user(traced, latents).flat()
         observed = [v for _, v in sorted((a[1], v) for a, v in state.choices.items()
@@ -243,23 +244,13 @@ class GenFn:
         with their strategies; returns `(choices, log weight)` where the weight is
         the density of the constrained sites and observations (importance sampling
         with the program's own prior as proposal)."""
-        from genvi.core.choices import choices as to_choices
-        cm = to_choices(constraints)
-        traced, dyn = self._trace(args)
-        zero = jnp.zeros((), jnp.result_type(float))
-        state = interp.State(None, zero, {}, self._internal(traced, cm), set())
-        _, state = interp.run(traced.closed, dyn, interp.Generate(), state)
+        traced, _, state = self._interpret(interp.Generate(), args, reads=to_choices(constraints))
         return self._user(traced, state.choices), state.log_density
 
     def partial_log_density(self, choices: Any, scored: Any, *args: Any) -> jax.Array:
         """Log density of the sites at addresses in `scored` plus the observations,
         with every site's value read from `choices`."""
-        from genvi.core.choices import choices as to_choices
-        cm = to_choices(choices)
-        traced, dyn = self._trace(args)
-        zero = jnp.zeros((), jnp.result_type(float))
-        state = interp.State(None, zero, {}, self._internal(traced, cm), set())
-        _, state = interp.run(traced.closed, dyn, interp.Assess(set(scored)), state)
+        _, _, state = self._interpret(interp.Assess(set(scored)), args, reads=to_choices(choices))
         return state.log_density
 
     def __repr__(self) -> str:
