@@ -162,14 +162,14 @@ def _make_step(objective, optimizer, data, batch_size, n, step_key, data_key, sk
         updates, new_state = optimizer.update(jax.tree_util.tree_map(jnp.negative, grads),
                                               state, params)
         new_params = optax.apply_updates(params, updates)
+        if not skip_nonfinite:  # no finiteness checks on the hot path unless asked
+            return (new_params, new_state), (value, jnp.zeros((), bool))
         ok = jnp.isfinite(value) & jnp.all(jnp.array(
             [jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grads)]))
-        if skip_nonfinite:
-            keep = lambda new, old: jnp.where(ok, new, old)  # noqa: E731
-            new_params = jax.tree_util.tree_map(keep, new_params, params)
-            new_state = jax.tree_util.tree_map(keep, new_state, state)
-        skipped = ~ok if skip_nonfinite else jnp.zeros((), bool)
-        return (new_params, new_state), (value, skipped)
+        keep = lambda new, old: jnp.where(ok, new, old)  # noqa: E731
+        new_params = jax.tree_util.tree_map(keep, new_params, params)
+        new_state = jax.tree_util.tree_map(keep, new_state, state)
+        return (new_params, new_state), (value, ~ok)
 
     return step_fn
 
