@@ -189,7 +189,7 @@ class _Run:
         sp = jx.scan_params(eqn)
         body, nc, ncar = sp["body"], sp["num_consts"], sp["num_carry"]
         consts, init, xs = ins[:nc], ins[nc:nc + ncar], ins[nc + ncar:]
-        dual = self.dual and not self.replay
+        dual = self.dual  # replays run without tangents, so they are never dual
 
         def tangents_of(xs_):
             return [_instantiate(x.tangent, x.primal) if dual else None for x in xs_]
@@ -208,8 +208,7 @@ class _Run:
                      s, o), (tuple(y.primal for y in ys), tuple(y.tangent for y in ys)))
 
         init_carry = (tuple(x.primal for x in init), tuple(tangents_of(init)),
-                      jnp.zeros((), jnp.int32), self._acc_zero() if dual else None,
-                      self._acc_zero() if dual else None)
+                      jnp.zeros((), jnp.int32), self._acc_zero(), self._acc_zero())
         xs_in = (tuple(x.primal for x in xs), tuple(x.tangent if dual else None for x in xs),
                  jax.random.split(key, sp["length"]))
         (c_p, c_t, _, s, o), (y_p, y_t) = jax.lax.scan(
@@ -220,7 +219,7 @@ class _Run:
 
     def _cond(self, eqn: Any, ins: list, key: Any, steps: tuple):
         index, ops = ins[0].primal, ins[1:]
-        dual = self.dual and not self.replay
+        dual = self.dual  # replays run without tangents, so they are never dual
 
         def make(branch):
             def f(ops_p, ops_t, key):
@@ -229,7 +228,7 @@ class _Run:
                                [Dual(p, t) for p, t in zip(ops_p, ops_t)]))
                 outs, (s, o) = self.level(branch.jaxpr, 0, env, key, steps + (eqn,), False)
                 o_t = [_instantiate(x.tangent, x.primal) if dual else None for x in outs]
-                zero = self._acc_zero() if dual else None
+                zero = self._acc_zero()
                 return ([x.primal for x in outs], o_t,
                         d.add(zero, s) if dual else None, d.add(zero, o) if dual else None)
             return f
