@@ -1,97 +1,94 @@
-"""VAE training step: genvi against the same step hand-written in JAX.
+"""VAE training step: genvi beside hand-written JAX, NumPyro and Pyro.
 
-784-400-10 MLPs, Bernoulli pixels, `mv_normal_diag` REPARAM guide, `gv.batch_mean`
-over the batch, Adam. Both sides share network code and optimizer; the hand-written
-step is `jax.grad` of the reparameterized single-sample ELBO (log q evaluated at the
-sample, as genvi's `gv.elbo` does). Timed interleaved, warm, median.
+Bernoulli pixels, 10-dimensional Gaussian latent, one-hidden-layer MLPs (784-400 by
+default, `--pixels 64 --hidden 200` for the digits size), Adam, batch mean of
+single-sample ELBOs. Each pair (genvi, other) is timed in this one process,
+interleaved round by round, warm; the ratio is the median over rounds of the paired
+per-round ratio (robust to the machine's drift). Pyro runs on CPU torch and is
+skipped with a note when it is not installed (`pip install -e ".[pyro]"`).
 
-    python -m experiments.bench.vae_step [--batches 64 256 1024] [--rounds 30]
+    python -m experiments.bench.vae_step [--batches 64 256 1024] [--systems hand numpyro pyro]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 
 import jax
-import jax.numpy as jnp
+import numpy as np
 import optax
 
-import genvi as gv
-from experiments.common.nets import encode, mlp, vae_init
+from experiments.bench import systems
+from experiments.common.nets import VAENets
 from experiments.common.timing import (compile_time, describe_machine, interleaved_samples,
                                       median, paired_ratio)
 
-LATENT = 10
+LR = 1e-3
 
 
-@gv.gen
-def model(params, x):
-    z = gv.mv_normal_diag(jnp.zeros(LATENT), jnp.ones(LATENT)) @ "z"
-    gv.observe(gv.bernoulli(mlp(params["dec"], z)), x)
+def jax_side(make, nets, params, key, x):
+    state, step = make()
+    compile_s = compile_time(step, state, key, x)
+    return (lambda: step(state, key, x)), compile_s
 
 
-@gv.gen
-def guide(params, x):
-    mu, log_scale = encode(params, x)
-    gv.mv_normal_diag(mu, jnp.exp(log_scale), grad=gv.REPARAM) @ "z"
+def time_pair(other: str, nets: VAENets, batch: int, rounds: int) -> dict:
+    """Seconds per step of genvi and of `other` at this batch size, interleaved."""
+    key = jax.random.key(batch)
+    params = nets.init(key)
+    opt = optax.adam(LR)
+    x = np.asarray(jax.random.bernoulli(jax.random.key(1), 0.3, (batch, nets.pixels)), np.float32)
+    genvi_fn, genvi_compile = jax_side(lambda: systems.genvi_vae(nets, params, opt), nets, params, key, x)
+    if other == "hand":
+        other_fn, other_compile = jax_side(lambda: systems.hand_vae(nets, params, opt), nets, params, key, x)
+    elif other == "numpyro":
+        other_fn, other_compile = jax_side(lambda: systems.numpyro_vae(nets, params, opt, batch),
+                                           nets, params, key, x)
+    else:
+        import torch
+        step = systems.pyro_vae(nets, LR)
+        tx = torch.from_numpy(x)
+        other_fn, other_compile = (lambda: step(tx)), compile_time(lambda: step(tx))
+    reps = max(1, 256 // batch)
+    samples = interleaved_samples({"genvi": genvi_fn, other: other_fn}, rounds=rounds, reps=reps)
+    return {"other": median(samples[other]), "genvi": median(samples["genvi"]),
+            "ratio": paired_ratio(samples, "genvi", other),
+            "compile_other": other_compile, "compile_genvi": genvi_compile}
 
 
-objective = gv.batch_mean(gv.elbo(model, guide), in_axes=(None, 0))
+def available(system: str) -> bool:
+    needs = {"hand": None, "numpyro": "numpyro", "pyro": "pyro"}[system]
+    return needs is None or importlib.util.find_spec(needs) is not None
 
 
-def handwritten_neg_elbo(params, key, x):
-    """−ELBO, reparameterized, written directly in JAX."""
-    mu, log_scale = encode(params, x)
-    eps = jax.random.normal(key, mu.shape)
-    z = mu + jnp.exp(log_scale) * eps
-    logits = mlp(params["dec"], z)
-    log_lik = jnp.sum(x * jax.nn.log_sigmoid(logits) + (1 - x) * jax.nn.log_sigmoid(-logits), -1)
-    log_prior = jnp.sum(-0.5 * z ** 2 - 0.5 * jnp.log(2 * jnp.pi), -1)
-    log_q = jnp.sum(-0.5 * eps ** 2 - log_scale - 0.5 * jnp.log(2 * jnp.pi), -1)
-    return -jnp.mean(log_lik + log_prior - log_q)
-
-
-def make_steps(opt):
-    @jax.jit
-    def genvi_step(params, state, key, x):
-        value, grads = objective.value_and_grad_estimate(key, params, x)
-        updates, state = opt.update(jax.tree_util.tree_map(jnp.negative, grads), state, params)
-        return optax.apply_updates(params, updates), state, value
-
-    @jax.jit
-    def hand_step(params, state, key, x):
-        loss, grads = jax.value_and_grad(handwritten_neg_elbo)(params, key, x)
-        updates, state = opt.update(grads, state, params)
-        return optax.apply_updates(params, updates), state, -loss
-
-    return genvi_step, hand_step
-
-
-def main(argv=None) -> None:
+def main(argv: list[str] | None = None) -> list[dict]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", type=int, nargs="+", default=[64, 256, 1024])
-    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--systems", nargs="+", default=["hand", "numpyro", "pyro"],
+                    choices=["hand", "numpyro", "pyro"])
+    ap.add_argument("--pixels", type=int, default=784)
+    ap.add_argument("--hidden", type=int, default=400)
+    ap.add_argument("--latent", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=60)
     args = ap.parse_args(argv)
-    opt = optax.adam(1e-3)
-    genvi_step, hand_step = make_steps(opt)
-    print(f"# VAE step, {describe_machine()}")
-    print("| batch | hand-written JAX (ms) | genvi (ms) | genvi / hand (median of paired ratios) "
-          "| compile hand (s) | compile genvi (s) |")
-    print("|---|---|---|---|---|---|")
-    for b in args.batches:
-        key = jax.random.key(b)
-        params = vae_init(key)
-        state = opt.init(params)
-        x = jax.random.bernoulli(jax.random.key(1), 0.3, (b, 784)).astype(jnp.float32)
-        c_hand = compile_time(hand_step, params, state, key, x)
-        c_genvi = compile_time(genvi_step, params, state, key, x)
-        samples = interleaved_samples({
-            "hand": lambda: hand_step(params, state, key, x),
-            "genvi": lambda: genvi_step(params, state, key, x),
-        }, rounds=args.rounds, reps=max(1, 256 // b))
-        print(f"| {b} | {median(samples['hand']) * 1e3:.2f} | {median(samples['genvi']) * 1e3:.2f} | "
-              f"{paired_ratio(samples, 'genvi', 'hand'):.3f} | {c_hand:.2f} | {c_genvi:.2f} |",
-              flush=True)
+    nets = VAENets(args.pixels, args.hidden, args.latent)
+    print(f"# VAE step {args.pixels}-{args.hidden}-{args.latent}, {describe_machine()}")
+    print("| other system | batch | other (ms) | genvi (ms) | genvi / other (median paired ratio) "
+          "| other / genvi | compile other (s) | compile genvi (s) |")
+    print("|---|---|---|---|---|---|---|---|")
+    rows = []
+    for other in args.systems:
+        if not available(other):
+            print(f"| {other} | (not installed: pip install -e \".[{'bench' if other == 'numpyro' else 'pyro'}]\") |")
+            continue
+        for b in args.batches:
+            r = time_pair(other, nets, b, args.rounds)
+            rows.append({"system": other, "batch": b, **r})
+            print(f"| {other} | {b} | {r['other'] * 1e3:.3f} | {r['genvi'] * 1e3:.3f} | "
+                  f"{r['ratio']:.3f} | {1 / r['ratio']:.2f} | {r['compile_other']:.2f} | "
+                  f"{r['compile_genvi']:.2f} |", flush=True)
+    return rows
 
 
 if __name__ == "__main__":

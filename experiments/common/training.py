@@ -39,3 +39,15 @@ def mean_estimate(objective: gv.Expectation, params: Any, *data: Any, n: int,
     values = jax.jit(jax.vmap(lambda k: objective.estimate(k, params, *data)))(
         jax.random.split(key, n))
     return float(jnp.mean(values)), float(jnp.std(values) / jnp.sqrt(n))
+
+
+def chunked_mean(objective: gv.Expectation, params: Any, x: jax.Array, key: jax.Array,
+                 chunk: int) -> float:
+    """Mean over the rows of `x` of a `gv.batch_mean` objective, evaluated `chunk`
+    rows at a time so that many-particle evaluations fit in memory (a host loop over
+    data blocks, like a data loader: each block is one call of the jitted estimator)."""
+    n = x.shape[0]
+    keys = jax.random.split(key, -(-n // chunk))
+    total = sum(float(objective.estimate(k, params, x[i:i + chunk])) * len(x[i:i + chunk])
+                for k, i in zip(keys, range(0, n, chunk)))
+    return total / n

@@ -154,6 +154,26 @@ class ProgramExpectation(Expectation):
                             f"it returned {[v.aval.str_short() for v in out]}")
         return traced.closed, dyn
 
+    def __call__(self, *args: Any) -> jax.Array:
+        """Inside another objective program, the value of this one (its program is
+        inlined, so its sampling sites become part of the caller's estimator).
+
+        Example:
+            >>> import genvi as gv, jax
+            >>> @gv.expectation
+            ... def square(mu):
+            ...     x = gv.sample(gv.normal(mu, 1.0, grad=gv.REPARAM))
+            ...     return x * x
+            >>> @gv.expectation
+            ... def shifted(mu):                    # E[(mu + 1 + eps)^2] = (mu + 1)^2 + 1
+            ...     return square(mu + 1.0)
+            >>> g = shifted.grad_estimate(jax.random.key(0), 0.5)   # unbiased for 2 (mu + 1)
+        """
+        if not IN_OBJECTIVE:
+            raise TypeError(f"the objective {self.name!r} was called outside an objective "
+                            "program; use .estimate(key, *args) for its value")
+        return self.fn(*args)
+
     def _jvp(self, key, args, targs):
         closed, dyn = self.trace(*args)
         if targs is None:
