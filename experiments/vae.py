@@ -85,14 +85,14 @@ def train_vae(data: Images, *, latent: int = 10, hidden: int = 200, epochs: int 
             row.update(evaluate(params, jax.random.fold_in(k_eval, epoch)))
             log.append(row)
 
-    params = nets.init(k_init)
+    params = init = nets.init(k_init)
     t0 = time.perf_counter()
     result = gv.fit(train_objective, params, data.train, optimizer=optax.adam(lr),
                     steps=epochs * steps_per_epoch, batch_size=batch_size, key=k_fit,
                     chunk_size=steps_per_epoch, callbacks=[per_epoch], progress=progress)
     return {"params": result.params, "nets": nets, "model": model, "guide": guide,
             "log": log, "seconds": time.perf_counter() - t0, "history": result.history,
-            "evaluate": evaluate}
+            "evaluate": evaluate, "init": init}
 
 
 def save_figures(out: str, run: dict, data: Images, key: jax.Array) -> list[str]:
