@@ -14,6 +14,9 @@ EXPERIMENTS = {
     "demo": ("genvi.demo", "a short VI run checked against the exact posterior"),
     "noisy_cone": ("experiments.noisy_cone",
                    "the paper's noisy cone: ELBO, IWELBO, HVI, IWHVI, DIWHVI (Table 4)"),
+    "vae": ("experiments.vae", "VAE on digits (ELBO or IWELBO training; test ELBO and log-likelihood)"),
+    "ssvae": ("experiments.ssvae", "semi-supervised VAE (M2), enumerated labels, 10% labelled"),
+    "cvae": ("experiments.cvae", "conditional VAE completing digits from one quadrant, with a baseline"),
 }
 
 

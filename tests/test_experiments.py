@@ -24,3 +24,60 @@ def test_cli_lists_and_runs_an_experiment(tmp_path, capsys):
     assert main(["run", "demo", "--steps", "200", "--out", str(out)]) == 0
     assert (out / "results.md").exists() and (out / "objective.png").exists()
     assert "posterior mean of mu" in capsys.readouterr().out
+
+
+def test_vae_tiny(tmp_path):
+    from experiments import vae
+    out = vae.main(["--epochs", "2", "--train-size", "200", "--test-size", "50",
+                    "--eval-particles", "20", "--hidden", "32", "--out", str(tmp_path)])
+    assert [r["epoch"] for r in out["log"]] == [1, 2]
+    final = out["final"]
+    # IWELBO(K) ≥ ELBO in expectation; both are finite, negative log-likelihood bounds
+    assert -64 * math.log(2) - 10 < final["test ELBO"] < final["test log-lik (IWELBO-1000)"] + 0.5 < 0
+    assert sorted(os.listdir(tmp_path)) == ["curves.png", "reconstructions.png", "results.md",
+                                            "samples.png"]
+
+
+def test_vae_iwelbo_training_tiny(tmp_path):
+    from experiments import vae
+    out = vae.main(["--epochs", "1", "--objective", "iwelbo", "--particles", "3", "--train-size",
+                    "100", "--test-size", "20", "--eval-particles", "10", "--hidden", "16",
+                    "--out", str(tmp_path)])
+    assert math.isfinite(out["final"]["test ELBO"])
+    assert "IWELBO(3)" in (tmp_path / "results.md").read_text()
+
+
+def test_ssvae_tiny(tmp_path):
+    from experiments import ssvae
+    out = ssvae.main(["--epochs", "2", "--eval-every", "1", "--train-size", "300", "--test-size",
+                      "60", "--hidden", "32", "--out", str(tmp_path)])
+    assert 0.0 <= out["final"]["test accuracy"] <= 1.0
+    assert math.isfinite(out["final"]["test ELBO"])
+    assert (tmp_path / "samples_by_class.png").exists() and (tmp_path / "accuracy.png").exists()
+
+
+def test_cvae_tiny(tmp_path):
+    from experiments import cvae
+    out = cvae.main(["--epochs", "2", "--train-size", "200", "--test-size", "40", "--hidden", "32",
+                     "--eval-particles", "10", "--out", str(tmp_path)])
+    losses = out["losses"]
+    assert all(math.isfinite(v) and v > 0 for v in losses.values())
+    # −IWELBO(K) ≤ −ELBO in expectation (a tighter bound)
+    assert losses["CVAE −IWELBO(10)"] < losses["CVAE −ELBO"] + 0.5
+    assert (tmp_path / "completions.png").exists()
+
+
+def test_vae_step_harness_tiny():
+    from experiments.bench import vae_step
+    rows = vae_step.main(["--batches", "8", "--systems", "hand", "numpyro", "--pixels", "16",
+                          "--hidden", "8", "--latent", "2", "--rounds", "2"])
+    assert [r["system"] for r in rows] == ["hand", "numpyro"]
+    assert all(r["ratio"] > 0 for r in rows)
+
+
+def test_vae_quality_tiny():
+    from experiments.bench import vae_quality
+    out = vae_quality.main(["--epochs", "2", "--train-size", "200", "--hidden", "16",
+                            "--eval-particles", "10"])
+    # the same objective, networks, initialization and data: close after two epochs too
+    assert abs(out["gap"]) < 3.0
