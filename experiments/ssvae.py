@@ -92,16 +92,19 @@ def m2_programs(nets: M2Nets) -> dict[str, gv.GenFn]:
             "guide_labelled": guide_labelled}
 
 
-def m2_objective(nets: M2Nets, programs: dict, alpha: float) -> gv.Expectation:
+def m2_objective(nets: M2Nets, programs: dict, alpha: float, binarize: bool = True) -> gv.Expectation:
     """Per (unlabelled image, labelled image, label): ELBO(x_u) + ELBO(x_l, y_l)
-    + alpha · log q(y_l | x_l), every image binarized afresh."""
+    + alpha · log q(y_l | x_l), every image binarized afresh (unless `binarize` is
+    off: then the images must already be binary)."""
     unsupervised = gv.elbo(programs["model"], programs["guide"])
     supervised = gv.elbo(programs["model_labelled"], programs["guide_labelled"])
 
+    def draw(grey):
+        return gv.sample(gv.flip(grey, grad=gv.REINFORCE)).astype(jnp.float32) if binarize else grey
+
     @gv.expectation
     def m2(params, grey_u, grey_l, y_l):
-        x_u = gv.sample(gv.flip(grey_u, grad=gv.REINFORCE)).astype(jnp.float32)
-        x_l = gv.sample(gv.flip(grey_l, grad=gv.REINFORCE)).astype(jnp.float32)
+        x_u, x_l = draw(grey_u), draw(grey_l)
         log_q_y = jax.nn.log_softmax(nets.classify(params, x_l))[y_l]
         return unsupervised(params, x_u) + supervised(params, x_l, y_l) + alpha * log_q_y
 

@@ -43,7 +43,7 @@ def hand_vae_neg_elbo(nets: VAENets, params: dict, key: jax.Array, x: jax.Array)
     eps = jax.random.normal(key, mean.shape)
     z = mean + scale * eps
     logits = nets.decode(params, z)
-    log_lik = jnp.sum(x * jax.nn.log_sigmoid(logits) + (1 - x) * jax.nn.log_sigmoid(-logits), -1)
+    log_lik = jnp.sum(x * logits - jax.nn.softplus(logits), -1)
     log_prior = jnp.sum(-0.5 * z ** 2 - 0.5 * jnp.log(2 * jnp.pi), -1)
     log_q = jnp.sum(-0.5 * eps ** 2 - jnp.log(scale) - 0.5 * jnp.log(2 * jnp.pi), -1)
     return -jnp.mean(log_lik + log_prior - log_q)

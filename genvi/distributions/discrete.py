@@ -74,7 +74,7 @@ class Bernoulli(Distribution):
 
     def lane_log_prob(self, x, logits):
         x = jnp.asarray(x, jnp.result_type(float, logits))
-        return x * jax.nn.log_sigmoid(logits) + (1 - x) * jax.nn.log_sigmoid(-logits)
+        return x * logits - jax.nn.softplus(logits)   # = x log σ(l) + (1 − x) log σ(−l)
 
     def support(self, logits):
         return jnp.array([False, True])
