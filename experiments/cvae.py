@@ -122,7 +122,7 @@ def train_cvae(data: Images, *, hidden: int = 200, latent: int = 4, epochs: int 
     def test_mean(objective):   # on the fixed binarization of the test images
         return chunked_mean(on_images(nets, objective, binarize=False), params, test, k_eval, 100)
 
-    losses = {"baseline −log p(y|x)": -test_mean(baseline_log_lik),
+    losses = {"baseline −log p(y ∣ x)": -test_mean(baseline_log_lik),
               "CVAE −ELBO": -test_mean(gv.elbo(model, guide)),
               f"CVAE −IWELBO({eval_particles})": -test_mean(gv.iwelbo(model, guide, eval_particles))}
     return {"params": params, "nets": nets, "losses": losses,

@@ -16,12 +16,16 @@ def compile_time(fn: Callable, *args) -> float:
 
 
 def interleaved_samples(fns: dict[str, Callable[[], object]], rounds: int = 30,
-                        reps: int = 5) -> dict[str, list[float]]:
+                        reps: int = 5, settle: float = 0.0) -> dict[str, list[float]]:
     """Seconds per call of each zero-argument function, one sample per round,
-    alternating between them round by round so that machine noise hits all alike."""
+    alternating between them round by round so that machine noise hits all alike.
+    `settle` seconds of sleep before each timed block let another runtime's worker
+    threads (torch's spin-waiting pool) go idle, so they do not slow the next block."""
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
+            if settle:
+                time.sleep(settle)
             t0 = time.perf_counter()
             for _ in range(reps):
                 out = fn()
