@@ -24,7 +24,7 @@ import numpy as np
 import optax
 
 import genvi as gv
-from experiments.common.data import Images, add_data_argument, binarize, load_images
+from experiments.common.data import Images, add_experiment_arguments, binarize, images_from_args
 from experiments.common.figures import save_grid
 from experiments.common.nets import MLP, apply, gaussian_head, init_params
 from experiments.common.training import chunked_mean
@@ -151,19 +151,11 @@ def completions(run: dict, images: np.ndarray, key: jax.Array, samples: int = 3)
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_data_argument(ap)
-    ap.add_argument("--epochs", type=int, default=100)
-    ap.add_argument("--batch-size", type=int, default=100)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--latent", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=200)
+    add_experiment_arguments(ap, latent=4)
     ap.add_argument("--eval-particles", type=int, default=100)
-    ap.add_argument("--train-size", type=int, default=None)
-    ap.add_argument("--test-size", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="out/cvae")
     args = ap.parse_args(argv)
-    data = load_images(args.data).subset(args.train_size, args.test_size)
+    data = images_from_args(args)
     run = train_cvae(data, hidden=args.hidden, latent=args.latent, epochs=args.epochs,
                      batch_size=args.batch_size, lr=args.lr, eval_particles=args.eval_particles,
                      seed=args.seed)

@@ -23,7 +23,7 @@ import numpy as np
 import optax
 
 import genvi as gv
-from experiments.common.data import Images, add_data_argument, binarize, load_images
+from experiments.common.data import Images, add_experiment_arguments, binarize, images_from_args
 from experiments.common.figures import save_curves, save_grid
 from experiments.common.nets import MLP, apply, gaussian_head, init_params
 from experiments.common.training import chunked_mean
@@ -159,7 +159,7 @@ def train_m2(data: Images, *, labelled: float = 0.1, alpha: float = 10.0, latent
     result = gv.fit(objective, nets.init(k_init), x_u, x_l, y_l, optimizer=optax.adam(lr),
                     steps=epochs * steps_per_epoch, batch_size=batch_size, key=k_fit,
                     chunk_size=steps_per_epoch, callbacks=[per_epoch], progress=progress)
-    return {"params": result.params, "nets": nets, "log": log, "labelled": len(np.unique(x_l, axis=0)),
+    return {"params": result.params, "nets": nets, "log": log, "labelled": len(data.train) - len(x_u),
             "seconds": time.perf_counter() - t0}
 
 
@@ -178,21 +178,13 @@ def save_figures(out: str, run: dict, data: Images, key: jax.Array) -> list[str]
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_data_argument(ap)
-    ap.add_argument("--epochs", type=int, default=100)
+    add_experiment_arguments(ap)
     ap.add_argument("--labelled", type=float, default=0.1, help="labelled fraction")
     ap.add_argument("--alpha", type=float, default=10.0, help="classifier weight")
-    ap.add_argument("--batch-size", type=int, default=100)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--latent", type=int, default=10)
-    ap.add_argument("--hidden", type=int, default=200)
     ap.add_argument("--eval-every", type=int, default=5)
-    ap.add_argument("--train-size", type=int, default=None)
-    ap.add_argument("--test-size", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="out/ssvae")
     args = ap.parse_args(argv)
-    data = load_images(args.data).subset(args.train_size, args.test_size)
+    data = images_from_args(args)
     run = train_m2(data, labelled=args.labelled, alpha=args.alpha, latent=args.latent,
                    hidden=args.hidden, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                    eval_every=args.eval_every, seed=args.seed)

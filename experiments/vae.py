@@ -21,7 +21,7 @@ import numpy as np
 import optax
 
 import genvi as gv
-from experiments.common.data import Images, add_data_argument, binarize, binarized, load_images
+from experiments.common.data import Images, add_experiment_arguments, binarize, binarized, images_from_args
 from experiments.common.figures import save_curves, save_grid
 from experiments.common.nets import VAENets
 from experiments.common.training import chunked_mean
@@ -127,22 +127,14 @@ def write_table(path: str, title: str, log: list[dict], notes: list[str] = ()) -
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_data_argument(ap)
-    ap.add_argument("--epochs", type=int, default=100)
-    ap.add_argument("--batch-size", type=int, default=100)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--latent", type=int, default=10)
-    ap.add_argument("--hidden", type=int, default=200)
+    add_experiment_arguments(ap)
     ap.add_argument("--objective", choices=["elbo", "iwelbo"], default="elbo")
     ap.add_argument("--particles", type=int, default=5, help="K of IWELBO(K) training")
     ap.add_argument("--eval-particles", type=int, default=1000)
     ap.add_argument("--eval-every", type=int, default=1, help="epochs between evaluations")
-    ap.add_argument("--train-size", type=int, default=None, help="use the first N images")
-    ap.add_argument("--test-size", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="out/vae")
     args = ap.parse_args(argv)
-    data = load_images(args.data).subset(args.train_size, args.test_size)
+    data = images_from_args(args)
     run = train_vae(data, latent=args.latent, hidden=args.hidden, epochs=args.epochs,
                     batch_size=args.batch_size, lr=args.lr, objective=args.objective,
                     particles=args.particles, eval_particles=args.eval_particles,

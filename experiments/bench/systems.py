@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import optax
 
 import genvi as gv
-from experiments.common.nets import VAENets
+from experiments.common.nets import VAENets, gaussian_head
 from experiments.vae import vae_programs
 
 Step = Callable[[Any, jax.Array, jax.Array], tuple[Any, jax.Array]]
@@ -78,7 +78,7 @@ def numpyro_vae(nets: VAENets, params: dict, opt: optax.GradientTransformation,
     def guide(x):
         encoder = flax_module("encoder", nets.encoder, input_shape=(nets.pixels,))
         with numpyro.plate("batch", x.shape[0]), numpyro.handlers.scale(scale=1.0 / x.shape[0]):
-            mean, scale = _split(encoder(x))
+            mean, scale = gaussian_head(encoder(x))
             numpyro.sample("z", dist.Normal(mean, scale).to_event(1))
 
     svi = SVI(model, guide, opt, Trace_ELBO())
@@ -93,11 +93,6 @@ def numpyro_vae(nets: VAENets, params: dict, opt: optax.GradientTransformation,
     step.get_params = lambda state: {"enc": svi.get_params(state)["encoder$params"],
                                      "dec": svi.get_params(state)["decoder$params"]}
     return state, step
-
-
-def _split(out):
-    mean, log_scale = jnp.split(out, 2, axis=-1)
-    return mean, jnp.exp(log_scale)
 
 
 def torch_mlp(sizes: list[int]):

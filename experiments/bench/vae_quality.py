@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from experiments.bench import systems
-from experiments.common.data import Images, add_data_argument, load_images
+from experiments.common.data import Images, add_experiment_arguments, images_from_args
 from experiments.vae import train_vae
 
 
@@ -48,17 +48,10 @@ def train_numpyro(data: Images, nets, params: dict, *, epochs: int, batch_size: 
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_data_argument(ap)
-    ap.add_argument("--epochs", type=int, default=100)
-    ap.add_argument("--batch-size", type=int, default=100)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--hidden", type=int, default=200)
-    ap.add_argument("--latent", type=int, default=10)
+    add_experiment_arguments(ap)
     ap.add_argument("--eval-particles", type=int, default=1000)
-    ap.add_argument("--train-size", type=int, default=None)
-    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    data = load_images(args.data).subset(args.train_size)
+    data = images_from_args(args)
     run = train_vae(data, latent=args.latent, hidden=args.hidden, epochs=args.epochs,
                     batch_size=args.batch_size, lr=args.lr, eval_particles=args.eval_particles,
                     eval_every=args.epochs, seed=args.seed, progress=False)

@@ -27,7 +27,7 @@ from experiments.common.timing import (compile_time, describe_machine, interleav
 LR = 1e-3
 
 
-def jax_side(make, nets, params, key, x):
+def jax_side(make, key, x):
     state, step = make()
     compile_s = compile_time(step, state, key, x)
     return (lambda: step(state, key, x)), compile_s
@@ -39,12 +39,12 @@ def time_pair(other: str, nets: VAENets, batch: int, rounds: int) -> dict:
     params = nets.init(key)
     opt = optax.adam(LR)
     x = np.asarray(jax.random.bernoulli(jax.random.key(1), 0.3, (batch, nets.pixels)), np.float32)
-    genvi_fn, genvi_compile = jax_side(lambda: systems.genvi_vae(nets, params, opt), nets, params, key, x)
+    genvi_fn, genvi_compile = jax_side(lambda: systems.genvi_vae(nets, params, opt), key, x)
     if other == "hand":
-        other_fn, other_compile = jax_side(lambda: systems.hand_vae(nets, params, opt), nets, params, key, x)
+        other_fn, other_compile = jax_side(lambda: systems.hand_vae(nets, params, opt), key, x)
     elif other == "numpyro":
         other_fn, other_compile = jax_side(lambda: systems.numpyro_vae(nets, params, opt, batch),
-                                           nets, params, key, x)
+                                           key, x)
     else:
         import torch
         step = systems.pyro_vae(nets, LR)

@@ -64,9 +64,22 @@ def load_images(path: str | None = None, test_fraction: float = 0.2, seed: int =
                   arrays["y_test"].astype(np.int32), (side, side), os.path.basename(path))
 
 
-def add_data_argument(ap: argparse.ArgumentParser) -> None:
+def add_experiment_arguments(ap: argparse.ArgumentParser, latent: int = 10) -> None:
+    """The options every image experiment takes: data, sizes, optimizer, seed."""
     ap.add_argument("--data", default=None, metavar="PATH",
                     help="local MNIST .npz or IDX folder (default: scikit-learn's digits)")
+    ap.add_argument("--epochs", type=int, default=100)
+    ap.add_argument("--batch-size", type=int, default=100)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--latent", type=int, default=latent)
+    ap.add_argument("--hidden", type=int, default=200)
+    ap.add_argument("--train-size", type=int, default=None, help="use the first N training images")
+    ap.add_argument("--test-size", type=int, default=None, help="use the first N test images")
+    ap.add_argument("--seed", type=int, default=0)
+
+
+def images_from_args(args: argparse.Namespace) -> "Images":
+    return load_images(args.data).subset(args.train_size, args.test_size)
 
 
 def _digits(test_fraction: float, seed: int) -> Images:
