@@ -19,7 +19,7 @@ Example:
 from genvi.adev import dual
 from genvi.adev.expectation import Expectation, batch_mean, expectation
 from genvi.adev.strategies import (ENUM, MVD_ as MVD, REINFORCE, REPARAM, Deferred,
-                                   Strategy, decaying_average)
+                                   Strategy, decaying_average, switch)
 from genvi.core.choices import ChoiceMap, choices
 from genvi.distributions.base import DistCall, Distribution
 from genvi.distributions.continuous import (Beta, Dirichlet, Gamma, MvNormal, MvNormalDiag,
@@ -120,6 +120,7 @@ __all__ = [
     "set_validation",
     "sleep_guide",
     "smc",
+    "switch",
     "uniform",
     "validation",
     "vimco",

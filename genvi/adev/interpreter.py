@@ -32,6 +32,7 @@ from genvi.adev.dual import Dual
 from genvi.adev.strategies import Deferred, missing_strategy_error
 from genvi.core import jaxpr as jx
 from genvi.core.primitives import SAMPLES, sample_p, site_parts
+from genvi.core.tracing import GENVI_CONDS
 
 
 def _instantiate(t: Any, p: Any) -> Any:
@@ -91,6 +92,10 @@ class _Run:
 
     # -- entry points ---------------------------------------------------------
     def run(self) -> Dual:
+        with GENVI_CONDS.set():
+            return self._run_top()
+
+    def _run_top(self) -> Dual:
         jaxpr = self.closed.jaxpr
         env = {v: Dual(c) for v, c in zip(jaxpr.constvars, self.closed.consts)}
         env.update({v: Dual(p, t) for v, p, t in zip(jaxpr.invars, self.primals, self.tangents)})
@@ -136,8 +141,12 @@ class _Run:
                     return self._finish(res, score, offset)
                 env[eqn.outvars[0]] = Dual(res.value, res.tangent if jx.is_float(res.value) else None)
                 score, offset = d.add(score, res.score), d.add(offset, res.offset)
-            elif any(jx.contains(j, SAMPLES) for j in jx.sub_jaxprs(eqn)):
-                outs, (s, o) = self._control(eqn, ins, keys[i], steps)
+            elif (any(jx.contains(j, SAMPLES) for j in jx.sub_jaxprs(eqn))
+                  or (any(x.tangent is not None for x in ins) and _holds_cond(eqn))):
+                # A `cond` with tangents (even without sites, e.g. in a log density)
+                # is evaluated branch by branch too: under vmap JAX turns the JVP of a
+                # cond with a batched predicate into a select that cannot be transposed.
+                outs, (s, o) = self._control(eqn, ins, keys.get(i), steps)
                 for v, x in zip(eqn.outvars, outs):
                     env[v] = x
                 score, offset = d.add(score, s), d.add(offset, o)
@@ -210,7 +219,7 @@ class _Run:
         init_carry = (tuple(x.primal for x in init), tuple(tangents_of(init)),
                       jnp.zeros((), jnp.int32), self._acc_zero(), self._acc_zero())
         xs_in = (tuple(x.primal for x in xs), tuple(x.tangent if dual else None for x in xs),
-                 jax.random.split(key, sp["length"]))
+                 None if key is None else jax.random.split(key, sp["length"]))
         (c_p, c_t, _, s, o), (y_p, y_t) = jax.lax.scan(
             step, init_carry, xs_in, length=sp["length"], reverse=sp["reverse"],
             unroll=sp["unroll"])
@@ -246,6 +255,10 @@ class _Run:
         else:
             o_p, o_t, s, o = jax.lax.switch(index, branches, ops_p, ops_t, key)
         return [Dual(p, t) for p, t in zip(o_p, o_t)], (s, o)
+
+
+def _holds_cond(eqn: Any) -> bool:
+    return jx.kind(eqn) == "cond" or any(jx.contains(j, jx.CONDS) for j in jx.sub_jaxprs(eqn))
 
 
 def _select(which: Any, cases: tuple) -> Any:
@@ -300,5 +313,6 @@ def sample_outputs(closed: Any, key: Any, primals: Sequence) -> list:
     jaxpr = closed.jaxpr
     env = {v: Dual(c) for v, c in zip(jaxpr.constvars, closed.consts)}
     env.update({v: Dual(p) for v, p in zip(jaxpr.invars, primals)})
-    outs, _ = run.level(jaxpr, 0, env, key, (), False)
+    with GENVI_CONDS.set():
+        outs, _ = run.level(jaxpr, 0, env, key, (), False)
     return [o.primal for o in outs]

@@ -174,7 +174,10 @@ class ReinforceBaseline(Strategy):
 
 class MVD(Strategy):
     """Measure-valued derivative: weighted differences of the continuation at
-    alternative values, lane by lane (each lane of a batched site separately)."""
+    alternative values, lane by lane (each lane of a batched site separately).
+
+    A term whose alternative *is* the sampled value (`alt is x`) needs no replay: the
+    continuation there is the final result, so its weight joins the score."""
 
     kind = "MVD"
 
@@ -185,10 +188,27 @@ class MVD(Strategy):
         terms = dist.mvd_terms(jax.random.fold_in(key, 1), x, primals, tangents)
         if not terms:
             return k.dual(x)
-        alts = jnp.stack([jnp.broadcast_to(a, x.shape).astype(x.dtype) for a, _ in terms])
-        weights = jnp.stack([jnp.broadcast_to(w, x.shape) for _, w in terms])
-        values = lane_replacements(k, x, alts)
-        return k.dual(x).plus(tangent=jnp.sum(weights.reshape(values.shape) * values))
+        here = [w for a, w in terms if a is x]
+        away = [(a, w) for a, w in terms if a is not x]
+        score = sum(jnp.sum(w) for w in here) if here else None
+        if not away:
+            return k.dual(x).plus(score=score)
+        alts = jnp.stack([jnp.broadcast_to(a, x.shape).astype(x.dtype) for a, _ in away])
+        weights = jnp.stack([jnp.broadcast_to(w, x.shape) for _, w in away])
+        values = _in_support(dist, primals, alts, lane_replacements(k, x, alts))
+        return k.dual(x).plus(score=score,
+                              tangent=jnp.sum(weights.reshape(values.shape) * values))
+
+
+def _in_support(dist, primals, alts: jax.Array, values: jax.Array) -> jax.Array:
+    """`values` where the alternative has positive probability, else 0.
+
+    At a boundary of the parameter space (a probability forced to exactly 0 or 1,
+    e.g. AIR's presence after an absent object) the alternative outside the support
+    has weight zero in every direction that stays in the space, but its continuation
+    may be −inf (its own log density), and 0 × −inf would poison the estimate."""
+    logp = jax.vmap(lambda a: dist.lane_log_prob(a, *primals))(alts)
+    return jnp.where(logp.reshape(values.shape) > -jnp.inf, values, 0.0)
 
 
 class Enum(Strategy):
@@ -209,27 +229,120 @@ class Enum(Strategy):
         support = dist.support(*primals)
         if x.size == 1 and k.can_branch and not getattr(dist, "is_masked", False):
             values = support.reshape((-1,) + x.shape).astype(x.dtype)
-            logp, dlogp = d.jvp(lambda *p: jax.vmap(lambda v: dist.log_prob(v, *p))(values),
-                                primals, tangents)
-            p = jnp.exp(logp)
+            p, dp = d.jvp(lambda *q: jax.vmap(lambda v: jnp.prod(dist.lane_prob(v, *q)))(values),
+                          primals, tangents)
             branches = k.dual_map(values)
-            primal = jnp.sum(p * branches.primal)
-            tangent = d.add(None if branches.tangent is None else jnp.sum(p * branches.tangent),
-                            None if dlogp is None else jnp.sum(p * dlogp * branches.primal))
+            live = p > 0  # values of probability 0 contribute nothing (k may be −inf there)
+            k_p = jnp.where(live, branches.primal, 0.0)
+            primal = jnp.sum(p * k_p)
+            tangent = d.add(
+                None if branches.tangent is None else jnp.sum(jnp.where(live, p * branches.tangent, 0.0)),
+                None if dp is None else jnp.sum(dp * k_p))
             return d.Dual(primal, tangent)
         if all(t is None for t in tangents):
             return k.dual(x)
 
-        def lane_logp(*p):
-            return jax.vmap(lambda v: dist.lane_log_prob(jnp.full(x.shape, v, x.dtype), *p))(support)
+        def lane_probs(*p):
+            return jax.vmap(lambda v: dist.lane_prob(jnp.full(x.shape, v, x.dtype), *p))(support)
 
-        logp, dlogp = d.jvp(lane_logp, primals, tangents)  # [V, lanes...]
-        if dlogp is None:
+        probs, dp = d.jvp(lane_probs, primals, tangents)  # [V, lanes...]
+        if dp is None:
             return k.dual(x)
-        dp = jnp.exp(logp) * dlogp
-        alts = jnp.broadcast_to(support.reshape((-1,) + (1,) * x.ndim), dp.shape).astype(x.dtype)
+        # Σ_v ∂p(v) k(v): the term at the sampled value is the final result (a score
+        # term); only the V − 1 other values of each lane are replayed.
+        at = jnp.searchsorted(support, x)  # index of x in the (sorted) support
+        n = support.shape[0]
+        others = jnp.arange(n - 1).reshape((-1,) + (1,) * x.ndim)
+        others = others + (others >= at)  # [V − 1, lanes...]: support indices ≠ x
+        dp_here = jnp.take_along_axis(dp, at[None], 0)
+        dp_away = jnp.take_along_axis(dp, others, 0)
+        alts = support[others].astype(x.dtype)
         values = lane_replacements(k, x, alts)
-        return k.dual(x).plus(tangent=jnp.sum(dp.reshape(values.shape) * values))
+        # values of probability 0 (a boundary, e.g. p forced to 0) contribute nothing
+        away_p = jnp.take_along_axis(probs, others, 0).reshape(values.shape)
+        values = jnp.where(away_p > 0, values, 0.0)
+        return k.dual(x).plus(score=jnp.sum(dp_here),
+                              tangent=jnp.sum(dp_away.reshape(values.shape) * values))
+
+
+@dataclass(frozen=True, eq=False)
+class SwitchStrategy(Strategy):
+    """The strategy `strategies[index]`, chosen by a traced index (see `gv.switch`)."""
+
+    strategies: tuple = ()
+    index: Any = None
+    operands: tuple = ()
+
+    @property
+    def kind(self) -> str:  # the kinds must agree for `check_strategy`
+        return self.strategies[0].kind if self.strategies else "?"
+
+    def split(self):
+        parts = [s.split() for s in self.strategies]
+        static = SwitchStrategy(tuple(p[0] for p in parts), None, tuple(len(p[1]) for p in parts))
+        return static, (self.index,) + tuple(x for _, ops in parts for x in ops)
+
+    def join(self, operands, tangents=None):
+        index, rest = operands[0], list(operands[1:])
+        rest_t = None if tangents is None else list(tangents[1:])
+        joined = []
+        for s, n in zip(self.strategies, self.operands):
+            ops, rest = tuple(rest[:n]), rest[n:]
+            ts = None
+            if rest_t is not None:
+                ts, rest_t = tuple(rest_t[:n]), rest_t[n:]
+            joined.append(s.join(ops, ts))
+        return SwitchStrategy(tuple(joined), index, self.operands)
+
+    def __hash__(self):
+        return hash((SwitchStrategy, self.strategies))
+
+    def __eq__(self, other):
+        return isinstance(other, SwitchStrategy) and self.strategies == other.strategies
+
+    def __repr__(self):
+        return f"gv.switch(index, {list(self.strategies)})"
+
+    def jvp(self, dist, key, primals, tangents, k):
+        out_dtype = jnp.result_type(float)
+
+        def branch(strategy):
+            def run():
+                res = strategy.jvp(dist, key, primals, tangents, k)
+                if not isinstance(res, Deferred):
+                    raise TypeError("gv.switch: a strategy that enumerates the whole rest "
+                                    "of the program cannot be switched; use it directly")
+                zero = jnp.zeros((), out_dtype)
+                tangent = res.tangent
+                if tangent is None and jnp.issubdtype(jnp.result_type(res.value), jnp.floating):
+                    tangent = jnp.zeros_like(res.value)
+                return (res.value, tangent, zero if res.score is None else res.score,
+                        zero if res.offset is None else res.offset)
+            return run
+
+        index = jnp.clip(jnp.asarray(self.index, jnp.int32), 0, len(self.strategies) - 1)
+        value, tangent, score, offset = jax.lax.switch(index, [branch(s) for s in self.strategies])
+        return Deferred(value, tangent, score, offset)
+
+
+def switch(index: Any, strategies: Any) -> Strategy:
+    """The gradient strategy `strategies[index]` for a site whose strategy depends on
+    a traced index, e.g. the step of a `gv.scan` (AIR's "hybrid" estimator: MVD for
+    the first steps, ENUM for the last). Only the chosen rule runs, as `lax.switch`.
+    All strategies must be of one kind of site (each must be supported by the
+    distribution). Strategies that enumerate the whole rest of a top-level program
+    (ENUM on a scalar site outside scan/cond) cannot be switched.
+
+    Example:
+        >>> import genvi as gv, jax.numpy as jnp
+        >>> s = gv.switch(jnp.int32(2), [gv.MVD, gv.MVD, gv.ENUM])
+        >>> s.kind
+        'MVD'
+    """
+    strategies = tuple(strategies)
+    if not strategies or not all(isinstance(s, Strategy) for s in strategies):
+        raise TypeError(f"gv.switch needs a non-empty list of gradient strategies, got {strategies!r}")
+    return SwitchStrategy(strategies, index, tuple(len(s.split()[1]) for s in strategies))
 
 
 REPARAM = Reparam()
@@ -246,6 +359,10 @@ def check_strategy(dist: Any, strategy: Any, addr: Any) -> None:
     if not isinstance(strategy, Strategy):
         raise TypeError(f"grad={strategy!r}{where} is not a gradient strategy; use one of "
                         f"{', '.join('gv.' + s for s in dist.strategies)}")
+    if isinstance(strategy, SwitchStrategy):
+        for inner in strategy.strategies:
+            check_strategy(dist, inner, addr)
+        return
     if not dist.supports(strategy.kind):
         raise ValueError(
             f"gv.{dist.name} does not support the {strategy.kind} gradient strategy{where}; "

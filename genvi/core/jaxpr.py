@@ -110,6 +110,9 @@ def contains(jaxpr: Any, prims: frozenset) -> bool:
     return _contains(jaxpr, prims)
 
 
+#: `cond` itself: a dual `cond` is evaluated branch by branch (see adev.interpreter).
+CONDS = frozenset({jcore.primitives.cond_p})
+
 _CONTAINS: dict = {}  # (id(jaxpr), prims) -> (jaxpr kept alive, answer)
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import jax
 
 from genvi.core import jaxpr as jx
+from genvi.core.tracing import GENVI_CONDS, IN_OBJECTIVE
 
 
 def _sample_aval(*avals, dist, n_params, **_):
@@ -103,6 +104,10 @@ class Masked:
         lp = self.base.lane_log_prob(value, *params)
         return jax.numpy.where(self._mask_like(lp), lp, 0.0)
 
+    def lane_prob(self, value, *params):
+        p = self.base.lane_prob(value, *params)
+        return jax.numpy.where(self._mask_like(p), p, 1.0)
+
     def log_prob(self, value, *params):
         return jax.numpy.sum(self.lane_log_prob(value, *params))
 
@@ -170,5 +175,13 @@ def _masked_control(eqn: Any, mask: Any, ins: list) -> list:
         f"sampling sites inside `{eqn.primitive.name}` inside a batched cond are not supported")
 
 
-jx.override_cond_batching(lambda branches: any(jx.contains(b, MASKABLE) for b in branches),
-                          run_masked)
+def _own_batching(branches: Any) -> bool:
+    """Conds batched by genvi's rule: those with sites, and every cond traced inside
+    an objective or emitted by the ADEV interpreter (e.g. the ones `log_density`
+    emits, and replays). JAX's rule broadcasts every operand of
+    a batched cond, parameters included, so their gradients become per-lane arrays;
+    ours keeps unbatched operands unbatched."""
+    return bool(IN_OBJECTIVE) or bool(GENVI_CONDS) or any(jx.contains(b, MASKABLE) for b in branches)
+
+
+jx.override_cond_batching(_own_batching, run_masked)

@@ -99,3 +99,4 @@ class Flag:
 
 IN_OBJECTIVE = Flag("genvi_in_objective")
 PLAIN = Flag("genvi_plain")  # objective-style code run only for its values (no gradients)
+GENVI_CONDS = Flag("genvi_conds")  # batch every cond with genvi's rule (primitives.py)

@@ -48,6 +48,11 @@ class Distribution:
         """Log density of each independent component (broadcast shape)."""
         raise NotImplementedError
 
+    def lane_prob(self, value: jax.Array, *params: Any) -> jax.Array:
+        """Probability of each component (discrete distributions; ENUM uses it).
+        Override where exp(log p) has an unsafe derivative (p = 0)."""
+        return jnp.exp(self.lane_log_prob(value, *params))
+
     def log_prob(self, value: jax.Array, *params: Any) -> jax.Array:
         """Log density of `value`: the sum over independent components."""
         return jnp.sum(self.lane_log_prob(value, *params))

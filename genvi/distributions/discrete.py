@@ -21,8 +21,10 @@ def _bcast(t, shape):
 
 
 def _flip_terms(x, dp):
-    """∂p E f = f(1) − f(0), per lane."""
-    return [(jnp.ones_like(x), dp), (jnp.zeros_like(x), -dp)]
+    """∂p E f = f(1) − f(0), per lane: written as ±dp at the other value and ∓dp at
+    `x` itself (which MVD takes from the final result, with no replay)."""
+    sign = jnp.where(x, -1.0, 1.0).astype(jnp.result_type(dp))
+    return [(~x if x.dtype == jnp.bool_ else 1 - x, sign * dp), (x, -sign * dp)]
 
 
 class Flip(Distribution):
@@ -42,8 +44,15 @@ class Flip(Distribution):
         return jax.random.bernoulli(key, p, jnp.shape(p))
 
     def lane_log_prob(self, x, p):
-        x = jnp.asarray(x, jnp.result_type(float, p))
-        return special.xlogy(x, p) + special.xlog1py(1 - x, -p)
+        # log p or log(1 − p), with the unused side's argument kept at a safe value:
+        # xlogy's derivative at x = 0, p = 0 is 0/0, and p = 0 is common (AIR's
+        # presence after an absent object).
+        on = jnp.asarray(x).astype(bool)
+        p = jnp.asarray(p, jnp.result_type(float, p))
+        return jnp.where(on, jnp.log(jnp.where(on, p, 1.0)), jnp.log1p(-jnp.where(on, 0.0, p)))
+
+    def lane_prob(self, x, p):
+        return jnp.where(jnp.asarray(x).astype(bool), p, 1 - p)
 
     def support(self, p):
         return jnp.array([False, True])
