@@ -17,6 +17,7 @@ EXPERIMENTS = {
     "vae": ("experiments.vae", "VAE on digits (ELBO or IWELBO training; test ELBO and log-likelihood)"),
     "ssvae": ("experiments.ssvae", "semi-supervised VAE (M2), enumerated labels, 10% labelled"),
     "cvae": ("experiments.cvae", "conditional VAE completing digits from one quadrant, with a baseline"),
+    "air": ("experiments.air.run", "Attend-Infer-Repeat on multi-digit canvases, every estimator side by side"),
 }
 
 

@@ -51,6 +51,11 @@ def window_to_image(z_where: jax.Array, window: jax.Array, image_size: int) -> j
 
 
 def image_to_window(z_where: jax.Array, image: jax.Array, window_size: int) -> jax.Array:
-    """Crop the region `z_where` attends to out of `image`, as a `window_size²` window."""
+    """Crop the region `z_where` attends to out of `image`, as a `window_size²` window.
+
+    A zero scale reads as 1: absent objects' choices are recorded as zeros, and the
+    masked branch that reads them is still evaluated under `vmap` (its result is
+    discarded, but a 1/0 there would turn the discarded gradient into NaN)."""
     s, x, y = z_where[0], z_where[1], z_where[2]
+    s = jnp.where(s == 0, 1.0, s)
     return _warp(1.0 / s, -x / s, -y / s, image, window_size)

@@ -1,0 +1,89 @@
+"""AIR training step: every genvi estimator beside Pyro's `TraceGraph_ELBO` (with and
+without neural baselines) and `TraceEnum_ELBO`, the same model, networks and data
+(`experiments/air`, `experiments/bench/air_pyro.py`), timed interleaved in one
+process at one batch size (like the paper's Table 2). Needs `pip install -e ".[pyro]"`.
+
+    python -m experiments.bench.air_step [--batch 64] [--rounds 10] [--estimators ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import jax
+import numpy as np
+
+from experiments.air.config import AIRConfig
+from experiments.air.data import make_canvases
+from experiments.air.estimators import ESTIMATORS, air_objective
+from experiments.air.model import AIRNets
+from experiments.air.train import air_optimizer, make_step
+from experiments.common.timing import (compile_time, describe_machine, interleaved_samples,
+                                      median, paired_ratio)
+
+#: (Pyro estimator, genvi estimator) pairs whose per-step ratio the issue asks for.
+PAIRS = [("tracegraph", "reinforce"), ("tracegraph_baselines", "baseline"),
+         ("tracegraph", "mvd"), ("traceenum", "enum")]
+
+
+def genvi_air_step(cfg: AIRConfig, name: str, batch: np.ndarray, seed: int = 0):
+    """A zero-argument function running one jitted genvi training step on `batch`,
+    and its compile time."""
+    nets = AIRNets(cfg)
+    objective, _ = air_objective(cfg, nets, name)
+    optimizer = air_optimizer(cfg)
+    params = nets.init(jax.random.key(seed))
+    data = jax.numpy.asarray(batch)
+    step = jax.jit(make_step(objective, optimizer, data, len(batch)))
+    carry = (params, optimizer.init(params))
+    key = jax.random.key(seed + 1)
+    seconds = compile_time(step, carry, key)
+    return (lambda: step(carry, key)), seconds
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--estimators", nargs="+", default=[e for e in ESTIMATORS if e != "rws"],
+                    choices=sorted(ESTIMATORS))
+    ap.add_argument("--no-pyro", action="store_true", help="time genvi only")
+    args = ap.parse_args(argv)
+    cfg = AIRConfig()
+    batch = make_canvases(train=args.batch, test=1).train
+    fns, compile_s = {}, {}
+    for name in args.estimators:
+        fns[name], compile_s[name] = genvi_air_step(cfg, name, batch)
+    header = f"# AIR step, batch {args.batch}, {describe_machine()}"
+    if not args.no_pyro:
+        import torch
+        from experiments.bench.air_pyro import ESTIMATORS as PYRO, pyro_air_step
+        tbatch = torch.from_numpy(batch)
+        for name in PYRO:
+            step = pyro_air_step(cfg, name)
+            step(tbatch)
+            fns["pyro " + name] = (lambda s=step: s(tbatch))
+        header += f", torch {torch.__version__} ({torch.get_num_threads()} threads)"
+    samples = interleaved_samples(fns, rounds=args.rounds, reps=2, settle=0.05)
+    print(header)
+    print("| system / estimator | ms per step | compile (s) |\n|---|---|---|")
+    rows = []
+    for name, s in samples.items():
+        rows.append({"name": name, "ms": 1e3 * median(s), "compile": compile_s.get(name)})
+        c = f"{compile_s[name]:.1f}" if name in compile_s else "–"
+        print(f"| {name} | {1e3 * median(s):.1f} | {c} |")
+    print("\n| ratio (median of per-round ratios) | value |\n|---|---|")
+    if "reinforce" in samples:
+        for other in ("enum", "mvd", "hybrid", "baseline"):
+            if other in samples:
+                print(f"| genvi {other} / genvi reinforce | {paired_ratio(samples, other, 'reinforce'):.2f} |")
+    for pyro, ours in PAIRS:
+        if "pyro " + pyro in samples and ours in samples:
+            r = paired_ratio(samples, "pyro " + pyro, ours)
+            print(f"| Pyro {pyro} / genvi {ours} | {r:.2f} |")
+            rows.append({"name": f"pyro {pyro} / {ours}", "ratio": r})
+    return rows
+
+
+if __name__ == "__main__":
+    main()
