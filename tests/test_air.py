@@ -173,3 +173,16 @@ def test_air_cli_end_to_end(tmp_path):
     table = (tmp_path / "results.md").read_text()
     assert "| mvd |" in table and "| baseline |" in table
     assert (tmp_path / "curves.png").exists() and (tmp_path / "reconstructions_mvd.png").exists()
+
+
+def test_projected_lstm_step_equals_flax_lstm_cell():
+    nets = AIRNets(TINY)
+    params = nets.init(jax.random.key(0))["guide"]["rnn"]
+    rng = np.random.default_rng(0)
+    image = jnp.asarray(rng.random(TINY.canvas ** 2), jnp.float32)
+    latents = jnp.asarray(rng.normal(size=3 + TINY.z_what + 1), jnp.float32)
+    state = tuple(jnp.asarray(rng.normal(size=TINY.rnn_hidden), jnp.float32) for _ in range(2))
+    want = nets.step_rnn(params, state, jnp.concatenate([image, latents]))
+    got = nets.step_rnn_projected(params, state, nets.project_image(params, image), latents)
+    for a, b in zip(want, got):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)

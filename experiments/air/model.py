@@ -7,8 +7,9 @@ that the spatial transformer places on the canvas; pixels ~ N(canvas, σ). Sites
 absent objects are inside the untaken branch of a `jax.lax.cond`, so they are masked
 (no density, no gradient terms), in the model and in the guide alike.
 
-The guide reads the image with an LSTM, step by step, fed the previous step's
-latents; a predict MLP gives z_pres's probability and z_where's distribution; an
+The guide reads the image with an LSTM (flax's `LSTMCell` parameters and equations;
+the image's share of the input product is computed once, not once per step), fed
+the previous step's latents; a predict MLP gives z_pres's probability and z_where's distribution; an
 encoder MLP reads the window that z_where crops out of the image (the inverse warp)
 and gives z_what's distribution. z_pres's gradient strategy is an argument: that is
 the only thing the estimators change (see `experiments.air.estimators`).
@@ -45,6 +46,8 @@ from experiments.common.nets import MLP, apply, init_params
 #: step index), given the parameters (for learned baselines).
 PresGrad = Callable[[jax.Array, dict], gv.Strategy]
 
+_GATES = ("i", "f", "g", "o")  # flax LSTMCell's gates: input, forget, cell, output
+
 
 class AIRNets:
     """The flax networks of AIR and their parameters as one pytree:
@@ -78,8 +81,27 @@ class AIRNets:
         return zeros, zeros
 
     def step_rnn(self, params: dict, state: tuple, inputs: jax.Array) -> tuple:
+        """One step of flax's `LSTMCell` on the full input (image and latents)."""
         state, _ = self.rnn.apply({"params": params}, state, inputs)
         return state
+
+    def project_image(self, params: dict, flat_image: jax.Array) -> dict:
+        """The image's share of the LSTM's input gates, x · W_x, for every step at
+        once: the image is the same at every step, so this large product (2,500
+        inputs of 2,554) is computed once per image instead of once per step."""
+        n = flat_image.shape[-1]
+        return {g: flat_image @ params["i" + g]["kernel"][:n] for g in _GATES}
+
+    def step_rnn_projected(self, params: dict, state: tuple, image_part: dict,
+                           latents: jax.Array) -> tuple:
+        """`step_rnn` on (image, latents), given `project_image` of the image: the
+        same LSTM cell (flax's parameters and gate equations), regrouped."""
+        c, h = state
+        n = latents.shape[-1]
+        pre = {g: image_part[g] + latents @ params["i" + g]["kernel"][-n:]
+               + h @ params["h" + g]["kernel"] + params["h" + g]["bias"] for g in _GATES}
+        c = jax.nn.sigmoid(pre["f"]) * c + jax.nn.sigmoid(pre["i"]) * jnp.tanh(pre["g"])
+        return c, jax.nn.sigmoid(pre["o"]) * jnp.tanh(c)
 
     def decode(self, params: dict, z_what: jax.Array) -> jax.Array:
         w = self.cfg.window
@@ -93,8 +115,9 @@ class AIRNets:
         out = apply(self.predict, params, h)
         return jax.nn.sigmoid(out[0]), out[1:4], jax.nn.softplus(out[4:7])
 
-    def baseline(self, params: dict, state: tuple, inputs: jax.Array) -> tuple[jax.Array, tuple]:
-        state = self.step_rnn(params["rnn"], state, inputs)
+    def baseline(self, params: dict, state: tuple, image_part: dict,
+                 latents: jax.Array) -> tuple[jax.Array, tuple]:
+        state = self.step_rnn_projected(params["rnn"], state, image_part, latents)
         return apply(self.bl_predict, params["predict"], state[1])[0], state
 
 
@@ -134,17 +157,19 @@ def air_programs(cfg: AIRConfig, nets: AIRNets, pres_grad: PresGrad,
     @gv.gen
     def guide(params: dict, image: jax.Array) -> jax.Array:
         g, flat = params["guide"], image.reshape(-1)
+        image_part = nets.project_image(g["rnn"], flat)
+        bl_image_part = nets.project_image(params["baseline"]["rnn"], flat) if baseline else None
 
         @gv.gen
         def step(carry, t):
             state, bl_state, where, what, prev = carry
-            inputs = jnp.concatenate([flat, where, what, prev[None]])
-            state = nets.step_rnn(g["rnn"], state, inputs)
+            latents = jnp.concatenate([where, what, prev[None]])
+            state = nets.step_rnn_projected(g["rnn"], state, image_part, latents)
             p, loc, scale = nets.predict_step(g["predict"], state[1])
             info = {}
             if baseline:  # it sees the latents but sends no gradient into them
-                bl_value, bl_state = nets.baseline(params["baseline"], bl_state,
-                                                   jax.lax.stop_gradient(inputs))
+                bl_value, bl_state = nets.baseline(params["baseline"], bl_state, bl_image_part,
+                                                   jax.lax.stop_gradient(latents))
                 info["value"] = bl_value * prev
             strategy = pres_grad(t, info)
             pres = gv.flip(p * prev, grad=strategy) @ "z_pres"
