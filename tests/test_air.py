@@ -186,3 +186,21 @@ def test_projected_lstm_step_equals_flax_lstm_cell():
     got = nets.step_rnn_projected(params, state, nets.project_image(params, image), latents)
     for a, b in zip(want, got):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_pyro_air_runs_and_its_hoisted_lstm_equals_torch_lstm_cell():
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("pyro")
+    from experiments.bench.air_pyro import _lstm, _lstm_projected, _project, pyro_air_counts, pyro_air_step
+    cell = torch.nn.LSTMCell(20 + 5, 8)
+    image, latents = torch.randn(3, 20), [torch.randn(3, 2), torch.randn(3, 3)]
+    h, c = torch.randn(3, 8), torch.randn(3, 8)
+    with torch.no_grad():
+        for a, b in zip(_lstm(cell, [image] + latents, h, c),
+                        _lstm_projected(cell, _project(cell, image), latents, h, c)):
+            np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-5)
+    data = make_canvases(train=8, test=4, canvas=20, digit_sizes=(6, 9))
+    for name in ("tracegraph", "tracegraph_baselines", "traceenum"):
+        step = pyro_air_step(TINY, name)
+        assert np.isfinite(step(data.train))
+    assert pyro_air_counts(step.air, data.test).shape == (4,)

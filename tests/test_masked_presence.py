@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.scipy.stats import norm
 
 import genvi as gv
 

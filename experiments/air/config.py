@@ -27,6 +27,9 @@ class AIRConfig:
       sigmoid(output + `decoder_bias`), placed by the spatial transformer.
     * baseline (REINFORCE with a learned baseline): its own LSTM and MLP
       (`baseline_hidden`), trained at `baseline_lr`.
+    * `pres_prior` = k: P(count = n) ∝ kⁿ. Pyro's example defaults to 0.5; at 0.01
+      each object costs 4.6 nats, which keeps the model from splitting one digit
+      into two objects (with 0.5 the MVD run peaked at 94% then drifted to 90%).
     """
 
     canvas: int = 50
@@ -41,7 +44,7 @@ class AIRConfig:
     likelihood_sd: float = 0.3
     where_prior_loc: tuple[float, float, float] = (3.0, 0.0, 0.0)
     where_prior_scale: tuple[float, float, float] = (0.2, 1.0, 1.0)
-    pres_prior: float = 0.5
+    pres_prior: float = 0.01
     decoder_bias: float = -2.0
     lr: float = 1e-4
     baseline_lr: float = 1e-3

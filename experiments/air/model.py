@@ -31,7 +31,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import flax.linen as nn
 import jax

@@ -92,14 +92,35 @@ def _lstm(cell: nn.LSTMCell, inputs: list[Tensor], h: Tensor, c: Tensor) -> tupl
     return h.view(batch + (n,)), c.view(batch + (n,))
 
 
+def _project(cell: nn.LSTMCell, image: Tensor) -> Tensor:
+    """The image's share of the LSTM's input gates (computed once per image)."""
+    return image @ cell.weight_ih[:, :image.shape[-1]].T
+
+
+def _lstm_projected(cell: nn.LSTMCell, image_part: Tensor, latents: list[Tensor], h: Tensor,
+                    c: Tensor) -> tuple[Tensor, Tensor]:
+    """`LSTMCell` on cat(image, latents) given `_project(cell, image)`: torch's gate
+    equations (order i, f, g, o), regrouped; broadcasts leading (enumeration) dims."""
+    batch = torch.broadcast_shapes(*(t.shape[:-1] for t in latents), h.shape[:-1])
+    z = torch.cat([t.expand(batch + t.shape[-1:]) for t in latents], -1)
+    gates = (image_part + z @ cell.weight_ih[:, -z.shape[-1]:].T + cell.bias_ih
+             + h @ cell.weight_hh.T + cell.bias_hh)
+    i, f, g, o = gates.chunk(4, -1)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
 class PyroAIR(nn.Module):
     """AIR's networks with `model(data)` and `guide(data)` for Pyro's SVI; `data` is a
     float tensor [B, canvas, canvas]. `use_baselines` adds the neural baseline
-    (its own LSTM and MLP) for each z_pres in the guide."""
+    (its own LSTM and MLP) for each z_pres in the guide. `hoist` computes the image's
+    share of the LSTM input once per image instead of once per step, as genvi's AIR
+    does (the same cell, regrouped); without it the LSTMCell runs on the concatenated
+    input, as in Pyro's AIR example."""
 
-    def __init__(self, cfg: AIRConfig, use_baselines: bool = False):
+    def __init__(self, cfg: AIRConfig, use_baselines: bool = False, hoist: bool = True):
         super().__init__()
-        self.cfg, self.use_baselines = cfg, use_baselines
+        self.cfg, self.use_baselines, self.hoist = cfg, use_baselines, hoist
         self.name = f"air{next(_instances)}"
         pixels, window = cfg.canvas ** 2, cfg.window ** 2
         rnn_in = pixels + 3 + cfg.z_what + 1
@@ -142,15 +163,23 @@ class PyroAIR(nn.Module):
         h = c = bl_h = bl_c = data.new_zeros(b, cfg.rnn_hidden)
         where, what, pres = data.new_zeros(b, 3), data.new_zeros(b, cfg.z_what), data.new_ones(b)
         out = []
+
+        def lstm(cell, latents, h, c):
+            if self.hoist:
+                return _lstm_projected(cell, parts[cell], latents, h, c)
+            return _lstm(cell, [image] + latents, h, c)
+
+        cells = [self.rnn] + ([self.bl_rnn] if self.use_baselines else [])
+        parts = {cell: _project(cell, image) for cell in cells} if self.hoist else {}
         with pyro.plate("data", b, dim=-1):
             for t in range(cfg.steps):
                 prev = [where, what, pres[..., None]]
-                h, c = _lstm(self.rnn, [image] + prev, h, c)
+                h, c = lstm(self.rnn, prev, h, c)
                 o = self.predict(h)
                 p, where_loc, where_sd = torch.sigmoid(o[..., 0]), o[..., 1:4], F.softplus(o[..., 4:7])
                 infer = {}
                 if self.use_baselines:  # baseline net sees detached latents only
-                    bl_h, bl_c = _lstm(self.bl_rnn, [image] + [v.detach() for v in prev], bl_h, bl_c)
+                    bl_h, bl_c = lstm(self.bl_rnn, [v.detach() for v in prev], bl_h, bl_c)
                     value = self.bl_predict(bl_h)[..., 0] * pres
                     infer = {"baseline": {"baseline_value": value}}
                 pres = pyro.sample(f"z_pres_{t}", dist.Bernoulli(p * pres), infer=infer)
@@ -165,7 +194,8 @@ class PyroAIR(nn.Module):
         return out
 
 
-def pyro_air_step(cfg: AIRConfig, estimator: str, seed: int = 0) -> Callable[[np.ndarray], float]:
+def pyro_air_step(cfg: AIRConfig, estimator: str, seed: int = 0,
+                  hoist: bool = True) -> Callable[[np.ndarray], float]:
     """A fresh `PyroAIR` (seeded) and `step(batch) -> loss`: one SVI step on a batch
     [B, canvas, canvas] (numpy or torch), returning the negative ELBO estimate summed
     over the batch. The AIR is at `step.air`, the SVI at `step.svi`. Estimators:
@@ -173,7 +203,7 @@ def pyro_air_step(cfg: AIRConfig, estimator: str, seed: int = 0) -> Callable[[np
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator {estimator!r} is not one of {ESTIMATORS}")
     pyro.set_rng_seed(seed)
-    air = PyroAIR(cfg, use_baselines=estimator == "tracegraph_baselines")
+    air = PyroAIR(cfg, use_baselines=estimator == "tracegraph_baselines", hoist=hoist)
     guide = air.guide
     if estimator == "traceenum":
         guide = config_enumerate(air.guide, default="parallel")  # only z_pres is discrete
