@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
                                         {n: r["log"] for n, r in runs.items()}))
     budget = f"{args.minutes} minutes" if args.minutes else f"{args.steps} steps"
     notes = [f"{len(data.train)} training / {len(data.test)} held-out canvases of {data.canvas}² "
-             f"({data.name} digits, sizes {data.digit_sizes[0]}–{data.digit_sizes[1]} px, 0–2 per "
+             f"({data.name}, digit sizes {data.digit_sizes[0]}–{data.digit_sizes[1]} px, 0–2 per "
              f"canvas); batch {args.batch_size}, Adam {args.lr} (baseline net "
              f"{cfg.baseline_lr}); budget {budget} of training per estimator; seed {args.seed}.",
              "Count accuracy: the guide's number of present objects (one sample) equals the "
