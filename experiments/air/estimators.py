@@ -77,14 +77,15 @@ ESTIMATORS: dict[str, Estimator] = {
 }
 
 
-def air_objective(cfg: AIRConfig, nets: AIRNets, name: str) -> tuple[gv.Expectation, gv.GenFn]:
-    """`(minibatch objective over (params, images [B, canvas, canvas]), guide)` for
-    the estimator `name`."""
+def air_objective(cfg: AIRConfig, nets: AIRNets,
+                  name: str) -> tuple[gv.Expectation, gv.GenFn, gv.GenFn]:
+    """`(minibatch objective over (params, images [B, canvas, canvas]), model, guide)`
+    for the estimator `name`."""
     if name not in ESTIMATORS:
         raise KeyError(f"unknown AIR estimator {name!r}; choose one of {sorted(ESTIMATORS)}")
     est = ESTIMATORS[name]
     model, guide = air_programs(cfg, nets, est.pres_grad, baseline=est.baseline)
-    return gv.batch_mean(est.objective(model, guide)), guide
+    return gv.batch_mean(est.objective(model, guide)), model, guide
 
 
 def count_objects(guide: gv.GenFn, params: dict, images: jax.Array, key: jax.Array) -> jax.Array:

@@ -23,7 +23,6 @@ from experiments.air.config import AIRConfig
 from experiments.air.data import make_canvases
 from experiments.air.estimators import ESTIMATORS
 from experiments.air.figures import save_reconstructions, save_training_curves
-from experiments.air.model import air_programs
 from experiments.air.train import train_air
 
 DEFAULT_ESTIMATORS = list(ESTIMATORS)
@@ -84,11 +83,9 @@ def main(argv: list[str] | None = None) -> dict:
                         batch_size=args.batch_size, lr=args.lr, chunk=min(args.chunk, args.steps or args.chunk),
                         eval_size=args.test_size, seed=args.seed, verbose=True)
         runs[name] = run
-        model, guide = air_programs(cfg, run["nets"], ESTIMATORS[name].pres_grad,
-                                    ESTIMATORS[name].baseline)
         figures.append(save_reconstructions(
-            os.path.join(args.out, f"reconstructions_{name}.png"), model, guide, run["params"],
-            data.test[:8], jax.random.key(args.seed + 1)))
+            os.path.join(args.out, f"reconstructions_{name}.png"), run["model"], run["guide"],
+            run["params"], data.test[:8], jax.random.key(args.seed + 1)))
     figures.append(save_training_curves(os.path.join(args.out, "curves.png"),
                                         {n: r["log"] for n, r in runs.items()}))
     budget = f"{args.minutes} minutes" if args.minutes else f"{args.steps} steps"

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+import genvi as gv
 from experiments.air.config import AIRConfig
 from experiments.air.data import Canvases
 from experiments.air.estimators import air_objective, count_objects
@@ -63,12 +64,13 @@ def train_air(cfg: AIRConfig, data: Canvases, estimator: str, steps: int | None 
               verbose: bool = False) -> dict[str, Any]:
     """Train until `steps` or `minutes` of training (whichever comes first).
 
-    Returns `{"params", "log", "compile_seconds", "step_ms"}`; `log` rows hold step,
-    training seconds, held-out count accuracy and ELBO (per image)."""
+    Returns `{"params", "log", "compile_seconds", "step_ms", "model", "guide"}`;
+    `log` rows hold step, training seconds, held-out count accuracy and ELBO (per
+    image)."""
     if steps is None and minutes is None:
         raise ValueError("give steps=, minutes= or both")
     nets = AIRNets(cfg)
-    objective, guide = air_objective(cfg, nets, estimator)
+    objective, model, guide = air_objective(cfg, nets, estimator)
     key_init, key_train, key_eval = jax.random.split(jax.random.key(seed), 3)
     params = nets.init(key_init)
     optimizer = air_optimizer(cfg, lr)
@@ -76,7 +78,7 @@ def train_air(cfg: AIRConfig, data: Canvases, estimator: str, steps: int | None 
     train = jnp.asarray(data.train)
     test = jnp.asarray(data.test[:eval_size])
     test_counts = np.asarray(data.test_counts[:eval_size])
-    elbo = air_objective(cfg, nets, "reinforce")[0]  # the held-out ELBO, per image
+    elbo = gv.batch_mean(gv.elbo(model, guide))  # the held-out ELBO, per image
 
     one_step = make_step(objective, optimizer, train, batch_size)
 
@@ -118,4 +120,4 @@ def train_air(cfg: AIRConfig, data: Canvases, estimator: str, steps: int | None 
         record()
     per_step = 1e3 * trained / max(done, 1)
     return {"params": params, "log": log, "compile_seconds": compile_seconds,
-            "step_ms": per_step, "guide": guide, "nets": nets}
+            "step_ms": per_step, "model": model, "guide": guide}

@@ -33,7 +33,7 @@ def genvi_air_step(cfg: AIRConfig, name: str, batch: np.ndarray, seed: int = 0):
     """A zero-argument function running one jitted genvi training step on `batch`,
     and its compile time."""
     nets = AIRNets(cfg)
-    objective, _ = air_objective(cfg, nets, name)
+    objective, _, _ = air_objective(cfg, nets, name)
     optimizer = air_optimizer(cfg)
     params = nets.init(jax.random.key(seed))
     data = jax.numpy.asarray(batch)
