@@ -23,6 +23,7 @@ import numpy as np
 import optax
 
 import genvi as gv
+from experiments.common.figures import pyplot, save_figure
 from experiments.common.training import ascend, mean_estimate
 
 Z_OBS = 5.0
@@ -84,22 +85,18 @@ def guide_samples(name: str, params: dict, n: int, key: jax.Array) -> np.ndarray
 
 
 def plot(name: str, samples: np.ndarray, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     grid = np.linspace(-3.5, 3.5, 300)
     gx, gy = np.meshgrid(grid, grid)
     rr = gx ** 2 + gy ** 2
     sd = 0.1 + rr / 100
     post = np.exp(-0.5 * ((Z_OBS - rr) / sd) ** 2) / sd
-    fig, ax = plt.subplots(figsize=(4, 4))
+    fig, ax = pyplot().subplots(figsize=(4, 4))
     ax.contourf(gx, gy, post, levels=12, cmap="Blues")
     ax.scatter(samples[:, 0], samples[:, 1], s=2, c="crimson", alpha=0.4)
     ax.set_title(f"{name}: guide samples over the posterior")
     ax.set_xlim(-3.5, 3.5), ax.set_ylim(-3.5, 3.5), ax.set_aspect("equal")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path, dpi=110)
 
 
 def main(argv=None) -> dict[str, float]:

@@ -10,23 +10,15 @@ Example:
 
 from __future__ import annotations
 
-import os
-
 import jax
 import numpy as np
 
-
-def _plt():
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
+from experiments.common.figures import pyplot, save_figure
 
 
 def save_training_curves(path: str, logs: dict[str, list[dict]]) -> str:
     """2×2 panels: count accuracy and held-out ELBO against steps and seconds."""
-    plt = _plt()
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    fig, axes = pyplot().subplots(2, 2, figsize=(10, 7))
     for name, log in logs.items():
         steps = [r["step"] for r in log]
         secs = [r["seconds"] for r in log]
@@ -41,10 +33,7 @@ def save_training_curves(path: str, logs: dict[str, list[dict]]) -> str:
             axes[row, col].grid(alpha=0.3)
     axes[0, 0].legend(fontsize=8)
     fig.tight_layout()
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def box_corners(z_where: np.ndarray, canvas: int) -> tuple[float, float, float]:
@@ -60,7 +49,7 @@ def save_reconstructions(path: str, model, guide, params: dict, images: np.ndarr
                          key: jax.Array) -> str:
     """Top row: canvases with the inferred boxes; bottom row: the model's canvas
     rendered from the guide's latents."""
-    plt = _plt()
+    plt = pyplot()
     n = len(images)
     fig, axes = plt.subplots(2, n, figsize=(1.4 * n, 3), squeeze=False)
     colours = ["tab:red", "tab:green", "tab:blue", "tab:orange"]
@@ -83,7 +72,4 @@ def save_reconstructions(path: str, model, guide, params: dict, images: np.ndarr
     axes[0, 0].set_ylabel("data", fontsize=8)
     axes[1, 0].set_ylabel("model", fontsize=8)
     fig.tight_layout()
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
