@@ -146,7 +146,7 @@ def test_model_simulates_canvases_of_the_right_shape():
 def test_every_estimator_trains_with_finite_gradients(name):
     nets = AIRNets(TINY)
     objective, _, _ = air_objective(TINY, nets, name)
-    params = nets.init(jax.random.key(0))
+    params = nets.init(jax.random.key(0), baseline=ESTIMATORS[name].baseline)
     images = jnp.asarray(make_canvases(train=8, test=1, canvas=20, digit_sizes=(6, 9)).train)
     value, grads = jax.jit(objective.value_and_grad_estimate)(jax.random.key(1), params, images)
     assert np.isfinite(float(value))

@@ -51,7 +51,8 @@ _GATES = ("i", "f", "g", "o")  # flax LSTMCell's gates: input, forget, cell, out
 
 class AIRNets:
     """The flax networks of AIR and their parameters as one pytree:
-    `{"guide": {"rnn", "predict", "encode"}, "decoder", "baseline": {"rnn", "predict"}}`."""
+    `{"guide": {"rnn", "predict", "encode"}, "decoder"}`, plus `"baseline": {"rnn",
+    "predict"}` for the estimators with a learned baseline."""
 
     def __init__(self, cfg: AIRConfig):
         self.cfg = cfg
@@ -62,15 +63,19 @@ class AIRNets:
         self.bl_predict = MLP((cfg.baseline_hidden, 1))
         self.rnn_input = cfg.canvas ** 2 + 3 + cfg.z_what + 1
 
-    def init(self, key: jax.Array) -> dict:
+    def init(self, key: jax.Array, baseline: bool = False) -> dict:
+        """Initial parameters; the baseline network's only with `baseline` (the
+        estimators without one carry no parameters they never use)."""
         cfg = self.cfg
         keys = jax.random.split(key, 6)
-        return {"guide": {"rnn": self._init_rnn(keys[0]),
-                          "predict": init_params(self.predict, keys[1], cfg.rnn_hidden),
-                          "encode": init_params(self.encoder, keys[2], cfg.window ** 2)},
-                "decoder": init_params(self.decoder, keys[3], cfg.z_what),
-                "baseline": {"rnn": self._init_rnn(keys[4]),
-                             "predict": init_params(self.bl_predict, keys[5], cfg.rnn_hidden)}}
+        params = {"guide": {"rnn": self._init_rnn(keys[0]),
+                            "predict": init_params(self.predict, keys[1], cfg.rnn_hidden),
+                            "encode": init_params(self.encoder, keys[2], cfg.window ** 2)},
+                  "decoder": init_params(self.decoder, keys[3], cfg.z_what)}
+        if baseline:
+            params["baseline"] = {"rnn": self._init_rnn(keys[4]),
+                                  "predict": init_params(self.bl_predict, keys[5], cfg.rnn_hidden)}
+        return params
 
     def _init_rnn(self, key: jax.Array) -> dict:
         x = jnp.zeros(self.rnn_input)

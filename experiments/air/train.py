@@ -30,7 +30,7 @@ import optax
 import genvi as gv
 from experiments.air.config import AIRConfig
 from experiments.air.data import Canvases
-from experiments.air.estimators import air_objective, count_objects
+from experiments.air.estimators import ESTIMATORS, air_objective, count_objects
 from experiments.air.model import AIRNets
 
 
@@ -72,7 +72,7 @@ def train_air(cfg: AIRConfig, data: Canvases, estimator: str, steps: int | None 
     nets = AIRNets(cfg)
     objective, model, guide = air_objective(cfg, nets, estimator)
     key_init, key_train, key_eval = jax.random.split(jax.random.key(seed), 3)
-    params = nets.init(key_init)
+    params = nets.init(key_init, baseline=ESTIMATORS[estimator].baseline)
     optimizer = air_optimizer(cfg, lr)
     opt_state = optimizer.init(params)
     train = jnp.asarray(data.train)

@@ -35,7 +35,7 @@ def genvi_air_step(cfg: AIRConfig, name: str, batch: np.ndarray, seed: int = 0):
     nets = AIRNets(cfg)
     objective, _, _ = air_objective(cfg, nets, name)
     optimizer = air_optimizer(cfg)
-    params = nets.init(jax.random.key(seed))
+    params = nets.init(jax.random.key(seed), baseline=ESTIMATORS[name].baseline)
     data = jax.numpy.asarray(batch)
     step = jax.jit(make_step(objective, optimizer, data, len(batch)))
     carry = (params, optimizer.init(params))

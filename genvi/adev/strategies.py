@@ -40,6 +40,18 @@ from genvi.adev import dual as d
 
 
 @dataclass
+class Replays:
+    """Σ over live (j, lane) of `weights[j, lane] × k(x with lane set to
+    alternatives[j, lane])`: a linear combination of the continuation's values at
+    alternatives, left for the interpreter to evaluate (see `Deferred.plus_replays`).
+    All three arrays have shape `[J, *x.shape]`; `live` is boolean."""
+
+    alternatives: Any
+    weights: Any
+    live: Any
+
+
+@dataclass
 class Deferred:
     """What a rule hands back for the interpreter to continue with."""
 
@@ -47,11 +59,27 @@ class Deferred:
     tangent: Any = None
     score: Any = None
     offset: Any = None
+    replays: Replays | None = None
 
     def plus(self, score: Any = None, tangent: Any = None) -> "Deferred":
         """Add `score × final + tangent` to the final tangent."""
         return Deferred(self.value, self.tangent, d.add(self.score, score),
-                        d.add(self.offset, tangent))
+                        d.add(self.offset, tangent), self.replays)
+
+    def plus_replays(self, alternatives: Any, weights: Any, live: Any = True) -> "Deferred":
+        """Add Σ_{j, lane} `weights[j, lane] × k.pure(x with lane := alternatives[j, lane])`
+        over the `live` terms (a dead term contributes 0 even where its replay is
+        ±inf). The interpreter picks when to run the replays: a site inside `scan`
+        has every step's replays evaluated together after the scan, in one `vmap`."""
+        if self.replays is not None:
+            raise ValueError("a rule can add one set of replays; stack the alternatives")
+        x = jnp.asarray(self.value)
+        shape = (-1,) + x.shape
+        alts = jnp.broadcast_to(alternatives, jnp.shape(alternatives)).astype(x.dtype).reshape(shape)
+        weights = jnp.reshape(weights, shape)
+        live = jnp.broadcast_to(live, weights.shape)
+        return Deferred(self.value, self.tangent, self.score, self.offset,
+                        Replays(alts, weights, live))
 
 
 class Strategy:
@@ -82,19 +110,27 @@ def _lanes_set(x: jax.Array, lane: jax.Array, value: jax.Array) -> jax.Array:
     return x.reshape(-1).at[lane].set(value.astype(x.dtype)).reshape(x.shape)
 
 
-def lane_replacements(k, x: jax.Array, alternatives: jax.Array) -> jax.Array:
-    """`k.pure` at `x` with lane `l` set to `alternatives[j, l]`, for every (j, l).
+def lane_replacements(pure: Any, x: jax.Array, alternatives: jax.Array) -> jax.Array:
+    """`pure(v)` at `x` with lane `l` set to `alternatives[j, l]`, for every (j, l).
 
-    Vectorized with `vmap`: one trace of the continuation, O(lanes) evaluations.
+    `pure` is a continuation's `k.pure`. Vectorized with `vmap`: one trace of the
+    continuation, O(lanes) evaluations.
     """
     n = x.size
     alts = alternatives.reshape(alternatives.shape[0], n)
 
     def one(lane, alt):
-        return k.pure(_lanes_set(x, lane, alt))
+        return pure(_lanes_set(x, lane, alt))
 
     over_lanes = jax.vmap(one, in_axes=(0, 0))
     return jax.vmap(lambda a: over_lanes(jnp.arange(n), a))(alts)
+
+
+def replay_sum(pure: Any, x: jax.Array, replays: Replays) -> jax.Array:
+    """The value of `replays` (see `Replays`) for the continuation `pure` at `x`."""
+    values = lane_replacements(pure, x, replays.alternatives).reshape(replays.weights.shape)
+    values = jnp.where(replays.live, values, 0.0)  # before the product: 0 × inf is NaN
+    return jnp.sum(replays.weights * values)
 
 
 class Reparam(Strategy):
@@ -195,20 +231,19 @@ class MVD(Strategy):
             return k.dual(x).plus(score=score)
         alts = jnp.stack([jnp.broadcast_to(a, x.shape).astype(x.dtype) for a, _ in away])
         weights = jnp.stack([jnp.broadcast_to(w, x.shape) for _, w in away])
-        values = _in_support(dist, primals, alts, lane_replacements(k, x, alts))
-        return k.dual(x).plus(score=score,
-                              tangent=jnp.sum(weights.reshape(values.shape) * values))
+        return k.dual(x).plus(score=score).plus_replays(alts, weights,
+                                                        _in_support(dist, primals, alts))
 
 
-def _in_support(dist, primals, alts: jax.Array, values: jax.Array) -> jax.Array:
-    """`values` where the alternative has positive probability, else 0.
+def _in_support(dist, primals, alts: jax.Array) -> jax.Array:
+    """Whether each alternative has positive probability.
 
     At a boundary of the parameter space (a probability forced to exactly 0 or 1,
     e.g. AIR's presence after an absent object) the alternative outside the support
     has weight zero in every direction that stays in the space, but its continuation
     may be −inf (its own log density), and 0 × −inf would poison the estimate."""
     logp = jax.vmap(lambda a: dist.lane_log_prob(a, *primals))(alts)
-    return jnp.where(logp.reshape(values.shape) > -jnp.inf, values, 0.0)
+    return logp.reshape(alts.shape) > -jnp.inf
 
 
 class Enum(Strategy):
@@ -257,12 +292,9 @@ class Enum(Strategy):
         dp_here = jnp.take_along_axis(dp, at[None], 0)
         dp_away = jnp.take_along_axis(dp, others, 0)
         alts = support[others].astype(x.dtype)
-        values = lane_replacements(k, x, alts)
         # values of probability 0 (a boundary, e.g. p forced to 0) contribute nothing
-        away_p = jnp.take_along_axis(probs, others, 0).reshape(values.shape)
-        values = jnp.where(away_p > 0, values, 0.0)
-        return k.dual(x).plus(score=jnp.sum(dp_here),
-                              tangent=jnp.sum(dp_away.reshape(values.shape) * values))
+        live = jnp.take_along_axis(probs, others, 0) > 0
+        return k.dual(x).plus(score=jnp.sum(dp_here)).plus_replays(alts, dp_away, live)
 
 
 @dataclass(frozen=True, eq=False)
@@ -306,23 +338,45 @@ class SwitchStrategy(Strategy):
     def jvp(self, dist, key, primals, tangents, k):
         out_dtype = jnp.result_type(float)
 
+        def outcome(strategy):
+            res = strategy.jvp(dist, key, primals, tangents, k)
+            if not isinstance(res, Deferred):
+                raise TypeError("gv.switch: a strategy that enumerates the whole rest "
+                                "of the program cannot be switched; use it directly")
+            return res
+
+        # Replays leave the switch (to be deferred like any rule's) when every rule
+        # asking for them asks for the same shapes; a rule without replays pads with
+        # dead terms. Otherwise each branch evaluates its own replays.
+        shapes = [jax.eval_shape(lambda s=s: _replay_arrays(outcome(s))) for s in self.strategies]
+        kinds = {tuple((a.shape, a.dtype) for a in sh) for sh in shapes if sh is not None}
+        shared = next(iter(kinds)) if len(kinds) == 1 else None
+        shared = shapes[[sh is not None for sh in shapes].index(True)] if shared else None
+
         def branch(strategy):
             def run():
-                res = strategy.jvp(dist, key, primals, tangents, k)
-                if not isinstance(res, Deferred):
-                    raise TypeError("gv.switch: a strategy that enumerates the whole rest "
-                                    "of the program cannot be switched; use it directly")
+                res = outcome(strategy)
+                if shared is None:
+                    res, replays = k.resolved(res), ()
+                else:
+                    replays = _replay_arrays(res) or tuple(jnp.zeros(a.shape, a.dtype) for a in shared)
                 zero = jnp.zeros((), out_dtype)
                 tangent = res.tangent
                 if tangent is None and jnp.issubdtype(jnp.result_type(res.value), jnp.floating):
                     tangent = jnp.zeros_like(res.value)
                 return (res.value, tangent, zero if res.score is None else res.score,
-                        zero if res.offset is None else res.offset)
+                        zero if res.offset is None else res.offset, replays)
             return run
 
         index = jnp.clip(jnp.asarray(self.index, jnp.int32), 0, len(self.strategies) - 1)
-        value, tangent, score, offset = jax.lax.switch(index, [branch(s) for s in self.strategies])
-        return Deferred(value, tangent, score, offset)
+        value, tangent, score, offset, replays = jax.lax.switch(
+            index, [branch(s) for s in self.strategies])
+        return Deferred(value, tangent, score, offset, Replays(*replays) if replays else None)
+
+
+def _replay_arrays(res: Deferred) -> tuple | None:
+    r = res.replays
+    return None if r is None else (r.alternatives, r.weights, r.live)
 
 
 def switch(index: Any, strategies: Any) -> Strategy:
