@@ -183,7 +183,7 @@ def test_projected_lstm_step_equals_flax_lstm_cell():
     latents = jnp.asarray(rng.normal(size=3 + TINY.z_what + 1), jnp.float32)
     state = tuple(jnp.asarray(rng.normal(size=TINY.rnn_hidden), jnp.float32) for _ in range(2))
     want = nets.step_rnn(params, state, jnp.concatenate([image, latents]))
-    got = nets.step_rnn_projected(params, state, nets.project_image(params, image), latents)
+    got = nets.step_rnn_projected(nets.project_image(params, image), state, latents)
     for a, b in zip(want, got):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
