@@ -26,6 +26,7 @@ grow with batch, particle or step counts.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import jax
@@ -313,7 +314,7 @@ class _Pending:
                 i, x, *replays = arrays
                 return replay_sum(lambda v: run.replay_with((at + (i,) + below, v)), x,
                                   Replays(*replays))
-            steps, per_step = arrays[0].shape[0], arrays[2][0].size
+            steps, per_step = arrays[0].shape[0], math.prod(arrays[2].shape[1:])
             group = max(1, _replay_width() // per_step)  # steps per vmap
             values = (jax.vmap(at_step)(arrays) if group >= steps
                       else jax.lax.map(at_step, arrays, batch_size=group))

@@ -70,12 +70,12 @@ class Deferred:
         """Add Σ_{j, lane} `weights[j, lane] × k.pure(x with lane := alternatives[j, lane])`
         over the `live` terms (a dead term contributes 0 even where its replay is
         ±inf). The interpreter picks when to run the replays: a site inside `scan`
-        has every step's replays evaluated together after the scan, in one `vmap`."""
+        has its replays evaluated after the scan, several steps per `vmap`."""
         if self.replays is not None:
             raise ValueError("a rule can add one set of replays; stack the alternatives")
         x = jnp.asarray(self.value)
         shape = (-1,) + x.shape
-        alts = jnp.broadcast_to(alternatives, jnp.shape(alternatives)).astype(x.dtype).reshape(shape)
+        alts = jnp.asarray(alternatives, x.dtype).reshape(shape)
         weights = jnp.reshape(weights, shape)
         live = jnp.broadcast_to(live, weights.shape)
         return Deferred(self.value, self.tangent, self.score, self.offset,
@@ -349,9 +349,8 @@ class SwitchStrategy(Strategy):
         # asking for them asks for the same shapes; a rule without replays pads with
         # dead terms. Otherwise each branch evaluates its own replays.
         shapes = [jax.eval_shape(lambda s=s: _replay_arrays(outcome(s))) for s in self.strategies]
-        kinds = {tuple((a.shape, a.dtype) for a in sh) for sh in shapes if sh is not None}
-        shared = next(iter(kinds)) if len(kinds) == 1 else None
-        shared = shapes[[sh is not None for sh in shapes].index(True)] if shared else None
+        asked = [[(a.shape, a.dtype) for a in sh] for sh in shapes if sh is not None]
+        shared = asked[0] if asked and all(sh == asked[0] for sh in asked) else None
 
         def branch(strategy):
             def run():
@@ -359,7 +358,7 @@ class SwitchStrategy(Strategy):
                 if shared is None:
                     res, replays = k.resolved(res), ()
                 else:
-                    replays = _replay_arrays(res) or tuple(jnp.zeros(a.shape, a.dtype) for a in shared)
+                    replays = _replay_arrays(res) or tuple(jnp.zeros(*a) for a in shared)
                 zero = jnp.zeros((), out_dtype)
                 tangent = res.tangent
                 if tangent is None and jnp.issubdtype(jnp.result_type(res.value), jnp.floating):
