@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 step(tbatch)
                 fns["pyro " + name + suffix] = (lambda s=step: s(tbatch))
         header += f", torch {torch.__version__} ({torch.get_num_threads()} threads)"
-    samples = interleaved_samples(fns, rounds=args.rounds, reps=2, settle=0.05)
+    samples = interleaved_samples(fns, rounds=args.rounds, reps=2, warmup=1)
     print(header)
     print("| system / estimator | ms per step | compile (s) |\n|---|---|---|")
     rows = []

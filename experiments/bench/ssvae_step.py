@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         pyro_step(tx_u, tx_l, ty)
         samples = interleaved_samples({"genvi": lambda: step(state, key, x_u, x_l, y_l),
                                        "pyro": lambda: pyro_step(tx_u, tx_l, ty)},
-                                      rounds=args.rounds, reps=3, settle=0.05)
+                                      rounds=args.rounds, reps=3, warmup=1)
         ratio = 1 / paired_ratio(samples, "genvi", "pyro")
         rows.append({"batch": b, "pyro": median(samples["pyro"]), "genvi": median(samples["genvi"]),
                      "speedup": ratio})

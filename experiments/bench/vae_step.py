@@ -50,11 +50,11 @@ def time_pair(other: str, nets: VAENets, batch: int, rounds: int) -> dict:
         step = systems.pyro_vae(nets, LR)
         tx = torch.from_numpy(x)
         other_fn, other_compile = (lambda: step(tx)), compile_time(lambda: step(tx))
-    # Pyro: longer blocks after a pause, so torch's and XLA's thread pools do not
-    # compete for the cores (each block starts from an idle machine).
-    reps = max(1, 256 // batch) * (4 if other == "pyro" else 1)
+    # Beside Pyro, untimed warm-up calls let torch's and XLA's thread pools hand the
+    # cores over before each timed block (see `interleaved_samples`).
+    reps = max(1, 256 // batch)
     samples = interleaved_samples({"genvi": genvi_fn, other: other_fn}, rounds=rounds, reps=reps,
-                                  settle=0.05 if other == "pyro" else 0.0)
+                                  warmup=2 if other == "pyro" else 0)
     return {"other": median(samples[other]), "genvi": median(samples["genvi"]),
             "ratio": paired_ratio(samples, "genvi", other),
             "compile_other": other_compile, "compile_genvi": genvi_compile}

@@ -16,16 +16,19 @@ def compile_time(fn: Callable, *args) -> float:
 
 
 def interleaved_samples(fns: dict[str, Callable[[], object]], rounds: int = 30,
-                        reps: int = 5, settle: float = 0.0) -> dict[str, list[float]]:
+                        reps: int = 5, warmup: int = 0) -> dict[str, list[float]]:
     """Seconds per call of each zero-argument function, one sample per round,
     alternating between them round by round so that machine noise hits all alike.
-    `settle` seconds of sleep before each timed block let another runtime's worker
-    threads (torch's spin-waiting pool) go idle, so they do not slow the next block."""
+    `warmup` untimed calls before each timed block absorb the cost of switching from
+    the other function: another runtime's threads handing the cores back (torch's
+    OpenMP pool beside XLA's), caches refilled. Measured on our 2-core machine, they
+    bring a JAX step timed beside Pyro back to its time alone (a pause instead made
+    both sides slower: the first calls after an idle core run up to 80% slower)."""
     samples: dict[str, list[float]] = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            if settle:
-                time.sleep(settle)
+            for _ in range(warmup):
+                jax.block_until_ready(fn())
             t0 = time.perf_counter()
             for _ in range(reps):
                 out = fn()
