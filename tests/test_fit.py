@@ -174,3 +174,23 @@ def test_missing_checkpoint_and_interrupted_write(tmp_path):
     resumed = run(steps=300, checkpoint_dir=str(directory), checkpoint_every=100, resume=True)
     full = run(steps=300)
     assert np.array_equal(np.asarray(full.params["m"]), np.asarray(resumed.params["m"]))
+
+
+def test_chunks_of_every_length_share_one_compiled_program(caplog):
+    objective, adam = gv.elbo(model, guide), optax.adam(0.05)
+
+    def fit(steps, **kw):
+        return gv.fit(objective, START, 1.0, optimizer=adam, steps=steps, key=jax.random.key(3),
+                      progress=False, **kw)
+
+    with jax.log_compiles(True), caplog.at_level("WARNING"):
+        fit(20, chunk_size=10)
+        # chunks of 10, 10, 3 and, with evaluations every 4 steps, of 4, 4, 2, 4, 4, 2, 3
+        odd = fit(23, chunk_size=10)
+        fit(23, chunk_size=10, eval_every=4, eval_objective=objective, eval_data=(1.0,))
+    compiles = [r for r in caplog.records if r.getMessage().startswith("Compiling jit(run_chunk)")]
+    assert len(compiles) == 1
+    whole = fit(23, chunk_size=23)
+    assert odd.history["objective"].shape == (23,)
+    np.testing.assert_array_equal(odd.history["objective"], whole.history["objective"])
+    np.testing.assert_array_equal(np.asarray(odd.params["m"]), np.asarray(whole.params["m"]))

@@ -1,8 +1,11 @@
 """`gv.fit`: maximize an objective with an optax optimizer.
 
-Steps run in chunks, each chunk one `jax.lax.scan` inside one jitted call; the key of
-step `t` is `fold_in(key, t)` and minibatches come from a per-epoch permutation, so a
-run's result does not depend on how it is chunked, checkpointed or resumed.
+Steps run in chunks, each chunk one loop inside one jitted call; the key of step `t`
+is `fold_in(key, t)` and minibatches come from a per-epoch permutation, so a run's
+result does not depend on how it is chunked, checkpointed or resumed. The chunk's
+length is an argument of the compiled loop, not part of its shape, so chunks of every
+length (a remainder, the stretch up to an evaluation or a checkpoint) share one
+compiled program.
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ def fit(objective: Expectation, params: Any, *data: Any,
     * `eval_objective` / `eval_data` / `eval_every`: a held-out objective estimated
       (mean of `eval_estimates` estimates) every `eval_every` steps.
     * `callbacks`: functions `(step, params, history)` called between chunks.
+    * `chunk_size`: steps per jitted call (the progress bar, callbacks, evaluations
+      and checkpoints run between calls). Chunks of every length share one compiled
+      program, and a later `gv.fit` given the same `objective` and `optimizer`
+      objects reuses it (a freshly built `optax.adam(...)` compiles anew).
     * `checkpoint_dir` / `checkpoint_every`: atomic orbax checkpoints; a run finding a
       checkpoint there resumes from it and ends bit-for-bit where an uninterrupted
       run would. `resume=True` requires a checkpoint (a clear error if there is
@@ -73,7 +80,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
         >>> round(float(result.params["m"]), 1)   # posterior mean y / 2
         0.5
     """
-    params = jax.tree_util.tree_map(jnp.asarray, params)
+    params = _strongly_typed(params)
     data = tuple(jax.tree_util.tree_map(jnp.asarray, d) for d in data)
     step_key, data_key = jax.random.split(key)
     sharding = _data_sharding(shard)
@@ -81,7 +88,8 @@ def fit(objective: Expectation, params: Any, *data: Any,
         params = jax.device_put(params, sharding.replicated)
     n = _dataset_size(data) if batch_size else None
     run_chunk = _compiled_chunk(objective, optimizer, batch_size, n, skip_nonfinite, sharding)
-    state = optimizer.init(params)
+    capacity = max(1, min(chunk_size, steps))
+    state = _strongly_typed(optimizer.init(params))
     history = {"objective": np.zeros(0, np.float32), "skipped": np.zeros(0, bool),
                "eval_step": [], "eval": []}
     start = 0
@@ -99,9 +107,10 @@ def fit(objective: Expectation, params: Any, *data: Any,
     try:
         for begin, end in boundaries:
             (params, state), (values, skipped) = run_chunk(
-                (params, state), begin, end - begin, data, step_key, data_key)
-            history["objective"] = np.concatenate([history["objective"], np.asarray(values)])
-            history["skipped"] = np.concatenate([history["skipped"], np.asarray(skipped)])
+                (params, state), begin, end - begin, data, step_key, data_key, capacity=capacity)
+            values, skipped = np.asarray(values)[:end - begin], np.asarray(skipped)[:end - begin]
+            history["objective"] = np.concatenate([history["objective"], values])
+            history["skipped"] = np.concatenate([history["skipped"], skipped])
             if evaluate and eval_every and end % eval_every == 0:
                 history["eval_step"].append(end)
                 history["eval"].append(float(evaluate(params)))
@@ -118,24 +127,40 @@ def fit(objective: Expectation, params: Any, *data: Any,
 
 
 _CHUNKS: dict = {}  # compiled chunk runners, reused across gv.fit calls
+_CHUNKS_KEPT = 16   # the most recent ones; each holds its objective and optimizer alive
 
 
 def _compiled_chunk(objective, optimizer, batch_size, n, skip_nonfinite, sharding):
-    """A jitted `(carry, begin, length, data, step_key, data_key) -> scan result`;
-    data and keys are arguments (never baked-in constants), so a second `gv.fit`
-    with the same objective and optimizer reuses the compiled program."""
+    """A jitted `(carry, begin, length, data, step_key, data_key, *, capacity) ->
+    (carry, (values, skipped))` running steps `begin .. begin + length - 1`, with
+    `length <= capacity` traced (one compile for every chunk length) and per-step
+    outputs in buffers of `capacity`. Data and keys are arguments, never baked-in
+    constants, so a second `gv.fit` with the same objective and optimizer objects
+    reuses the compiled program."""
     cache_key = (id(objective), id(optimizer), batch_size, n, skip_nonfinite, sharding.batch)
     hit = _CHUNKS.get(cache_key)
     if hit is not None and hit[0] is objective and hit[1] is optimizer:
         return hit[2]
 
-    def run_chunk(carry, begin, length, data, step_key, data_key):
+    def run_chunk(carry, begin, length, data, step_key, data_key, *, capacity):
         step_fn = _make_step(objective, optimizer, data, batch_size, n, step_key, data_key,
                              skip_nonfinite, sharding)
-        return jax.lax.scan(step_fn, carry, begin + jnp.arange(length))
 
-    fn = jax.jit(run_chunk, static_argnums=2)
+        def body(i, loop):
+            carry, values, skipped = loop
+            carry, (value, skip) = step_fn(carry, begin + i)
+            return carry, values.at[i].set(value), skipped.at[i].set(skip)
+
+        # a loop with a traced trip count (XLA's while), the same loop `scan` builds
+        values = jnp.zeros(capacity, jnp.asarray(0.0).dtype)
+        carry, values, skipped = jax.lax.fori_loop(
+            0, length, body, (carry, values, jnp.zeros(capacity, bool)))
+        return carry, (values, skipped)
+
+    fn = jax.jit(run_chunk, static_argnames="capacity")
     _CHUNKS[cache_key] = (objective, optimizer, fn)
+    while len(_CHUNKS) > _CHUNKS_KEPT:
+        _CHUNKS.pop(next(iter(_CHUNKS)))
     return fn
 
 
@@ -172,6 +197,13 @@ def _make_step(objective, optimizer, data, batch_size, n, step_key, data_key, sk
         return (new_params, new_state), (value, ~ok)
 
     return step_fn
+
+
+def _strongly_typed(tree):
+    """Arrays without JAX's weak types: a step returns parameters and optimizer state
+    strongly typed, so weakly typed ones (from Python floats) would make the second
+    chunk compile the loop again."""
+    return jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.result_type(a)), tree)
 
 
 def _dataset_size(data) -> int:
