@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 import genvi as gv
@@ -21,6 +22,15 @@ from experiments.common.nets import VAENets, gaussian_head
 from experiments.vae import vae_programs
 
 Step = Callable[[Any, jax.Array, jax.Array], tuple[Any, jax.Array]]
+VAE_LR = 1e-3  # Adam's learning rate in every system's VAE step
+
+
+def vae_inputs(nets: VAENets, batch: int) -> tuple[jax.Array, dict, np.ndarray]:
+    """The fixed inputs every system's VAE step is timed on at this batch size: a key,
+    the initial parameters, and a float32 batch of binary images (pixels on w.p. 0.3)."""
+    key = jax.random.key(batch)
+    x = np.asarray(jax.random.bernoulli(jax.random.key(1), 0.3, (batch, nets.pixels)), np.float32)
+    return key, nets.init(key), x
 
 
 def genvi_vae(nets: VAENets, params: dict, opt: optax.GradientTransformation) -> tuple[Any, Step]:

@@ -31,9 +31,6 @@ from experiments.bench import systems
 from experiments.common.nets import VAENets
 from experiments.common.timing import describe_machine, interleaved_samples, median, paired_ratio
 
-LR = 1e-3
-
-
 def product_shapes(nets: VAENets, batch: int) -> list[tuple[int, int, int]]:
     """(m, k, n) of each matrix product of one VAE training step: forward, weight
     gradients, input gradients (none for the encoder's first layer: x is data)."""
@@ -82,10 +79,8 @@ def peak_gflops(size: int = 2048, rounds: int = 7) -> dict[str, float]:
 
 
 def genvi_step(nets: VAENets, batch: int):
-    key = jax.random.key(batch)
-    params = nets.init(key)
-    x = np.asarray(jax.random.bernoulli(jax.random.key(1), 0.3, (batch, nets.pixels)), np.float32)
-    state, step = systems.genvi_vae(nets, params, optax.adam(LR))
+    key, params, x = systems.vae_inputs(nets, batch)
+    state, step = systems.genvi_vae(nets, params, optax.adam(systems.VAE_LR))
     compiled = step.lower(state, key, x).compile()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
@@ -99,7 +94,7 @@ def measure(nets: VAENets, batch: int, rounds: int, with_pyro: bool) -> dict:
     fns = {"genvi": genvi_fn, "floor_xla": xla_products(shapes)}
     if with_pyro:
         import torch
-        pyro_step = systems.pyro_vae(nets, LR)
+        pyro_step = systems.pyro_vae(nets, systems.VAE_LR)
         tx = torch.from_numpy(x)
         pyro_step(tx)
         fns["floor_torch"] = torch_products(shapes)

@@ -15,17 +15,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 
-import jax
-import numpy as np
 import optax
 
 from experiments.bench import systems
 from experiments.common.nets import VAENets
 from experiments.common.timing import (compile_time, describe_machine, interleaved_samples,
                                       median, paired_ratio)
-
-LR = 1e-3
-
 
 def jax_side(make, key, x):
     state, step = make()
@@ -35,10 +30,8 @@ def jax_side(make, key, x):
 
 def time_pair(other: str, nets: VAENets, batch: int, rounds: int) -> dict:
     """Seconds per step of genvi and of `other` at this batch size, interleaved."""
-    key = jax.random.key(batch)
-    params = nets.init(key)
-    opt = optax.adam(LR)
-    x = np.asarray(jax.random.bernoulli(jax.random.key(1), 0.3, (batch, nets.pixels)), np.float32)
+    key, params, x = systems.vae_inputs(nets, batch)
+    opt = optax.adam(systems.VAE_LR)
     genvi_fn, genvi_compile = jax_side(lambda: systems.genvi_vae(nets, params, opt), key, x)
     if other == "hand":
         other_fn, other_compile = jax_side(lambda: systems.hand_vae(nets, params, opt), key, x)
@@ -47,7 +40,7 @@ def time_pair(other: str, nets: VAENets, batch: int, rounds: int) -> dict:
                                            key, x)
     else:
         import torch
-        step = systems.pyro_vae(nets, LR)
+        step = systems.pyro_vae(nets, systems.VAE_LR)
         tx = torch.from_numpy(x)
         other_fn, other_compile = (lambda: step(tx)), compile_time(lambda: step(tx))
     # Beside Pyro, untimed warm-up calls let torch's and XLA's thread pools hand the
