@@ -266,8 +266,12 @@ class Enum(Strategy):
             values = support.reshape((-1,) + x.shape).astype(x.dtype)
             p, dp = d.jvp(lambda *q: jax.vmap(lambda v: jnp.prod(dist.lane_prob(v, *q)))(values),
                           primals, tangents)
-            branches = k.dual_map(values)
             live = p > 0  # values of probability 0 contribute nothing (k may be −inf there)
+            # ... and are run at the most probable value instead: their own continuation
+            # can be NaN (log p − log q = −inf + inf), and reverse mode would multiply
+            # the masked branch's zero cotangent by its non-finite derivatives.
+            alive = live.reshape((-1,) + (1,) * x.ndim)
+            branches = k.dual_map(jnp.where(alive, values, values[jnp.argmax(p)]))
             k_p = jnp.where(live, branches.primal, 0.0)
             primal = jnp.sum(p * k_p)
             tangent = d.add(

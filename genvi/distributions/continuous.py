@@ -10,11 +10,25 @@ import jax.numpy as jnp
 from jax.scipy import special
 
 from genvi.distributions.base import Distribution
-from genvi.distributions.gamma_sampler import gamma as fast_gamma
+from genvi.distributions.gamma_sampler import gamma as fast_gamma, log_gamma
 
 
 def _shape(*params):
     return jnp.broadcast_shapes(*(jnp.shape(p) for p in params))
+
+
+def _inside(x, low, high):
+    """`x` clipped into [low, high], with the derivative of `x` itself (straight
+    through): a draw that rounds to the boundary of an open support in float32 (a
+    beta draw within 6e-8 of 1: 10% of beta(0.1, 0.1)) has a log density of ±inf, and
+    the clip keeps the pathwise (implicit) gradient of the unclipped draw."""
+    return x + jax.lax.stop_gradient(jnp.clip(x, low, high) - x)
+
+
+def _open_unit(x):
+    """`_inside` the open interval (0, 1): [smallest normal float, 1 − 2⁻²⁴]."""
+    info = jnp.finfo(x.dtype)
+    return _inside(x, info.tiny, 1 - info.epsneg)
 
 
 class Normal(Distribution):
@@ -43,6 +57,9 @@ class Normal(Distribution):
     def check_params(self, loc, scale):
         return [(jnp.all(scale > 0), "scale must be > 0"),
                 (jnp.all(jnp.isfinite(loc)), "loc must be finite")]
+
+    def check_value(self, x, loc, scale):
+        return [(jnp.isfinite(x), "must be finite")]
 
     def mvd_terms(self, key, x, params, tangents):
         """∂loc: Weibull(2, √2) pair; ∂scale: double-sided Maxwell vs coupled normal."""
@@ -115,6 +132,9 @@ class MvNormal(Distribution):
         chol = jnp.linalg.cholesky(cov)
         return [(jnp.all(jnp.isfinite(chol)), "covariance must be symmetric positive definite")]
 
+    def check_value(self, x, loc, cov):
+        return [(jnp.all(jnp.isfinite(x), -1), "must be finite")]
+
 
 class Uniform(Distribution):
     """Uniform(low, high).
@@ -145,6 +165,9 @@ class Uniform(Distribution):
     def check_params(self, low, high):
         return [(jnp.all(high > low), "high must be > low")]
 
+    def check_value(self, x, low, high):
+        return [((x >= low) & (x <= high), "must lie in [low, high]")]
+
 
 class Beta(Distribution):
     """Beta(a, b) with implicit reparameterization gradients (a ratio of fast gammas).
@@ -164,8 +187,8 @@ class Beta(Distribution):
         shape = _shape(a, b)
         dtype = jnp.result_type(float, a, b)
         ab = jnp.stack([jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape)]).astype(dtype)
-        g = fast_gamma(key, ab)          # one RNG call for both gammas
-        return g[0] / (g[0] + g[1])
+        g = log_gamma(key, ab)           # one RNG call for both gammas; in log space,
+        return _open_unit(jax.nn.sigmoid(g[0] - g[1]))   # as gammas of a, b ≪ 1 underflow
 
     def lane_log_prob(self, x, a, b):
         return ((a - 1) * jnp.log(x) + (b - 1) * jnp.log1p(-x)
@@ -173,6 +196,9 @@ class Beta(Distribution):
 
     def check_params(self, a, b):
         return [(jnp.all((a > 0) & (b > 0)), "a and b must be > 0")]
+
+    def check_value(self, x, a, b):
+        return [((x >= 0) & (x <= 1), "must lie in [0, 1]")]
 
 
 class Gamma(Distribution):
@@ -192,7 +218,10 @@ class Gamma(Distribution):
     def sample(self, key, conc, rate):
         shape = _shape(conc, rate)
         dtype = jnp.result_type(float, conc, rate)
-        return fast_gamma(key, jnp.broadcast_to(conc, shape).astype(dtype)) / rate
+        # × (1 / rate), not / rate: the transpose of `/` forms ct · rate⁻² first, which
+        # overflows for a draw near 0 (its log density's cotangent ~ 1/x) at a small rate
+        x = fast_gamma(key, jnp.broadcast_to(conc, shape).astype(dtype)) * (1 / rate)
+        return _inside(x, jnp.finfo(dtype).tiny, jnp.finfo(dtype).max)  # 0 for a large rate
 
     def lane_log_prob(self, x, conc, rate):
         return (conc * jnp.log(rate) + (conc - 1) * jnp.log(x) - rate * x
@@ -200,6 +229,9 @@ class Gamma(Distribution):
 
     def check_params(self, conc, rate):
         return [(jnp.all((conc > 0) & (rate > 0)), "shape and rate must be > 0")]
+
+    def check_value(self, x, conc, rate):
+        return [((x >= 0) & jnp.isfinite(x), "must be >= 0 and finite")]
 
 
 class Dirichlet(Distribution):
@@ -219,8 +251,8 @@ class Dirichlet(Distribution):
     value_event_ndim = 1
 
     def sample(self, key, alpha):
-        g = fast_gamma(key, alpha.astype(jnp.result_type(float, alpha)))
-        return g / jnp.sum(g, axis=-1, keepdims=True)
+        g = log_gamma(key, alpha.astype(jnp.result_type(float, alpha)))
+        return _open_unit(jax.nn.softmax(g, axis=-1))  # log space: small alphas underflow
 
     def lane_log_prob(self, x, alpha):
         return (jnp.sum((alpha - 1) * jnp.log(x), -1) + special.gammaln(jnp.sum(alpha, -1))
@@ -228,3 +260,8 @@ class Dirichlet(Distribution):
 
     def check_params(self, alpha):
         return [(jnp.all(alpha > 0), "concentration must be > 0")]
+
+    def check_value(self, x, alpha):
+        # float32 sums of normalized vectors are off by ~k·6e-8; 1e-3 flags real mistakes
+        ok = jnp.all(x >= 0, -1) & (jnp.abs(jnp.sum(x, -1) - 1) <= 1e-3)
+        return [(ok, "must be a probability vector (entries >= 0 summing to 1)")]

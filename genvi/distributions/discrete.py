@@ -20,6 +20,33 @@ def _bcast(t, shape):
     return None if t is None else jnp.broadcast_to(t, shape)
 
 
+def _whole(x):
+    """Whether each entry is a finite whole number (validation of counts, classes)."""
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.inexact):
+        return jnp.ones(x.shape, bool)
+    return jnp.isfinite(x) & (x == jnp.round(x))
+
+
+def _xlogy(x, y):
+    """x·log(y) for counts x ≥ 0: 0 where x = 0, −inf where y = 0 < x, and a finite
+    derivative everywhere (0 at y = 0). `special.xlogy`'s derivative is x/y = 0/0 at
+    x = y = 0, and an alternative of probability 0 (a dead ENUM/MVD branch, the
+    untaken side of a select) multiplies its zero cotangent by it in reverse mode."""
+    x = jnp.asarray(x, jnp.result_type(float, y))
+    live, pos = x > 0, ~(y <= 0)   # a NaN y stays NaN
+    value = x * jnp.log(jnp.where(live & pos, y, 1.0))
+    return jnp.where(live, jnp.where(pos, value, -jnp.inf), 0.0)
+
+
+def _xlog1my(x, p):
+    """x·log(1 − p), as `_xlogy` (0 where x = 0, −inf where p = 1 and x > 0)."""
+    x = jnp.asarray(x, jnp.result_type(float, p))
+    live, pos = x > 0, ~(p >= 1)
+    value = x * jnp.log1p(-jnp.where(live & pos, p, 0.0))
+    return jnp.where(live, jnp.where(pos, value, -jnp.inf), 0.0)
+
+
 def _flip_terms(x, dp):
     """∂p E f = f(1) − f(0), per lane: written as ±dp at the other value and ∓dp at
     `x` itself (which MVD takes from the final result, with no replay)."""
@@ -62,12 +89,16 @@ class Flip(Distribution):
         return jax.random.bernoulli(key, p, jnp.shape(p))
 
     def lane_log_prob(self, x, p):
-        # log p or log(1 − p), with the unused side's argument kept at a safe value:
-        # xlogy's derivative at x = 0, p = 0 is 0/0, and p = 0 is common (AIR's
-        # presence after an absent object).
+        # log p or log(1 − p), with every argument kept at a safe value where it is
+        # unused or where the probability is 0 (−inf with derivative 0, not ∞): p = 0
+        # is common (AIR's presence after an absent object), and a dead alternative
+        # multiplies a zero cotangent by this derivative in reverse mode (0 × ∞ = NaN).
         on = jnp.asarray(x).astype(bool)
         p = jnp.asarray(p, jnp.result_type(float, p))
-        return jnp.where(on, jnp.log(jnp.where(on, p, 1.0)), jnp.log1p(-jnp.where(on, 0.0, p)))
+        ok = jnp.where(on, ~(p <= 0), ~(p >= 1))   # a NaN p stays NaN
+        logp = jnp.where(on, jnp.log(jnp.where(on & ok, p, 1.0)),
+                         jnp.log1p(-jnp.where(on | ~ok, 0.0, p)))
+        return jnp.where(ok, logp, -jnp.inf)
 
     def lane_prob(self, x, p):
         return jnp.where(jnp.asarray(x).astype(bool), p, 1 - p)
@@ -77,6 +108,9 @@ class Flip(Distribution):
 
     def check_params(self, p):
         return [(jnp.all((p >= 0) & (p <= 1)), "p must be a probability in [0, 1]")]
+
+    def check_value(self, x, p):
+        return [((x == 0) | (x == 1), "must be True/False (or 1/0)")]
 
     def mvd_terms(self, key, x, params, tangents):
         (t,) = tangents
@@ -108,6 +142,9 @@ class Bernoulli(Distribution):
 
     def check_params(self, logits):
         return [(jnp.all(~jnp.isnan(logits)), "logits must not be NaN")]
+
+    def check_value(self, x, logits):
+        return [((x == 0) | (x == 1), "must be True/False (or 1/0)")]
 
     def mvd_terms(self, key, x, params, tangents):
         (t,) = tangents
@@ -145,6 +182,11 @@ class Categorical(Distribution):
     def check_params(self, logits):
         return [(jnp.all(~jnp.isnan(logits)), "logits must not be NaN")]
 
+    def check_value(self, x, logits):
+        k = logits.shape[-1]
+        return [(_whole(x) & (x >= 0) & (x < k),
+                 f"must be a class index: an integer in 0..{k - 1}")]
+
     def mvd_terms(self, key, x, params, tangents):
         """Logit k: p_k (f(k) − E f), with E f estimated at the sampled value."""
         (t,) = tangents
@@ -176,10 +218,13 @@ class Geometric(Distribution):
         return jnp.floor(jnp.log(u) / jnp.log1p(-p)).astype(jnp.int32)
 
     def lane_log_prob(self, x, p):
-        return special.xlog1py(jnp.asarray(x, jnp.result_type(float, p)), -p) + jnp.log(p)
+        return _xlog1my(x, p) + jnp.log(p)   # finite derivative at p = 1 (x = 0)
 
     def check_params(self, p):
         return [(jnp.all((p > 0) & (p <= 1)), "p must be a probability in (0, 1]")]
+
+    def check_value(self, x, p):
+        return [(_whole(x) & (x >= 0), "must be a count: a whole number >= 0")]
 
     def mvd_terms(self, key, x, params, tangents):
         """∂p E f = (1/p) E[f(X) − f(1 + X + X′)] (size-biased law)."""
@@ -210,10 +255,13 @@ class Poisson(Distribution):
 
     def lane_log_prob(self, x, rate):
         x = jnp.asarray(x, jnp.result_type(float, rate))
-        return special.xlogy(x, rate) - rate - special.gammaln(x + 1)
+        return _xlogy(x, rate) - rate - special.gammaln(x + 1)
 
     def check_params(self, rate):
         return [(jnp.all(rate > 0), "rate must be > 0")]
+
+    def check_value(self, x, rate):
+        return [(_whole(x) & (x >= 0), "must be a count: a whole number >= 0")]
 
     def mvd_terms(self, key, x, params, tangents):
         """∂λ E f = E[f(X + 1) − f(X)]."""
@@ -246,11 +294,14 @@ class Binomial(Distribution):
         dtype = jnp.result_type(float, p)
         x, n = jnp.asarray(x, dtype), jnp.asarray(n, dtype)
         log_choose = special.gammaln(n + 1) - special.gammaln(x + 1) - special.gammaln(n - x + 1)
-        return log_choose + special.xlogy(x, p) + special.xlog1py(n - x, -p)
+        return log_choose + _xlogy(x, p) + _xlog1my(n - x, p)   # safe at p = 0 and 1
 
     def check_params(self, n, p):
         return [(jnp.all((p >= 0) & (p <= 1)), "p must be a probability in [0, 1]"),
                 (jnp.all(n >= 0), "n must be >= 0")]
+
+    def check_value(self, x, n, p):
+        return [(_whole(x) & (x >= 0) & (x <= n), "must be a count: a whole number in 0..n")]
 
     def mvd_terms(self, key, x, params, tangents):
         """∂p E f = n E[f(Y + 1) − f(Y)], Y ~ Binomial(n − 1, p)."""
