@@ -18,6 +18,7 @@ Example:
 
 from genvi.adev import dual
 from genvi.adev.expectation import Expectation, batch_mean, expectation
+from genvi.adev.smoothness import DiscontinuityError, assume_continuous
 from genvi.adev.strategies import (ENUM, MVD_ as MVD, REINFORCE, REPARAM, Deferred,
                                    Strategy, decaying_average, switch)
 from genvi.core.choices import ChoiceMap, choices
@@ -28,6 +29,7 @@ from genvi.distributions.discrete import (Bernoulli, Binomial, Categorical, Flip
                                           Poisson)
 from genvi.distributions.tfp import from_tfp
 from genvi.gen.inference import importance, marginal, normalize
+from genvi.gen.interpreters import UnnormalizedError
 from genvi.gen.language import GenFn, Trace, gen, observe, repeat, scan, vmap
 from genvi.objectives.control_variates import dreg, vimco
 from genvi.objectives.elbo import elbo, iwelbo, renyi
@@ -36,6 +38,7 @@ from genvi.objectives.wake_sleep import forward_kl_sir, sleep_guide, wake_guide,
 from genvi.sample import sample
 from genvi.training.checkpoints import CheckpointError
 from genvi.training.fit import FitResult, fit
+from genvi.training.fit_checks import NonFiniteError, NonFiniteWarning
 from genvi.training.plots import plot_history
 from genvi.validation import InvalidParameters, set_validation, validation
 
@@ -63,6 +66,7 @@ __all__ = [
     "CheckpointError",
     "ChoiceMap",
     "Deferred",
+    "DiscontinuityError",
     "Dirichlet",
     "DistCall",
     "Distribution",
@@ -77,6 +81,8 @@ __all__ = [
     "MVD",
     "MvNormal",
     "MvNormalDiag",
+    "NonFiniteError",
+    "NonFiniteWarning",
     "Normal",
     "Poisson",
     "REINFORCE",
@@ -84,6 +90,8 @@ __all__ = [
     "Strategy",
     "Trace",
     "Uniform",
+    "UnnormalizedError",
+    "assume_continuous",
     "batch_mean",
     "bernoulli",
     "beta",

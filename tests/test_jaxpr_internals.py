@@ -484,3 +484,44 @@ def test_batched_site_draws_per_lane_values_when_simulated():
 def test_batching_site_with_mixed_rank_parameters():
     closed = jax.make_jaxpr(jax.vmap(lambda _: normal_site(jnp.zeros(3), 1.0)))(jnp.arange(4))
     assert closed.out_avals[0].shape == (4, 3)
+
+
+# --------------------------------------------------------------------------- source info
+
+def _user_fn(x):
+    with jax.named_scope("outer_scope"):
+        return jnp.floor(x) + 1.0
+
+
+def test_source_line_and_name_stack_point_at_user_code():
+    closed = jx.trace(lambda x: [_user_fn(x)], [1.0])
+    floor = next(e for e in closed.jaxpr.eqns if e.primitive.name == "floor")
+    assert "test_jaxpr_internals.py" in jx.source_line(floor)
+    assert "_user_fn" in jx.source_line(floor)
+    assert "outer_scope" in jx.name_stack(floor)
+
+
+def test_eval_eqn_and_emitted_as_keep_source_line_and_scopes():
+    """An equation re-emitted by an interpreter keeps the user's line and scopes."""
+    closed = jx.trace(lambda x: [_user_fn(x)], [1.0])
+
+    def reemit(x):
+        env = {closed.jaxpr.invars[0]: x}
+        for eqn in closed.jaxpr.eqns:
+            outs = jx.eval_eqn(eqn, [jx.read(env, v) for v in eqn.invars])
+            env.update(zip(eqn.outvars, outs))
+        with jx.emitted_as(closed.jaxpr.eqns[0]):
+            extra = jnp.ceil(x)
+        return [env[closed.jaxpr.outvars[0]], extra]
+
+    again = jax.make_jaxpr(reemit)(1.0)
+    by_name = {e.primitive.name: e for e in again.jaxpr.eqns}
+    for name in ("floor", "ceil"):
+        assert "_user_fn" in jx.source_line(by_name[name])
+        assert "outer_scope" in jx.name_stack(by_name[name])
+
+
+def test_is_float_aval():
+    assert jx.is_float_aval(jax.core.ShapedArray((), jnp.float32))
+    assert not jx.is_float_aval(jax.core.ShapedArray((2,), jnp.int32))
+    assert not jx.is_float_aval(jax.core.ShapedArray((), jnp.bool_))

@@ -21,8 +21,11 @@ from jax.custom_derivatives import SymbolicZero
 
 from genvi.adev.dual import Dual
 from genvi.adev import dual as d
+from genvi.adev import smoothness
 from genvi.adev.interpreter import estimate_jvp
+from genvi.core.mistakes import arg_names, check_key
 from genvi.core.tracing import IN_OBJECTIVE, merge_args, split_args, trace_cached
+from genvi.validation import entry_point
 
 
 class Expectation:
@@ -47,30 +50,58 @@ class Expectation:
         raise NotImplementedError
 
     # -- public API -------------------------------------------------------------
+    @entry_point
     def jvp_estimate(self, key: jax.Array, primals: tuple, tangents: tuple) -> tuple:
         """Forward-mode estimator: `(value, directional derivative)` estimates.
 
         `tangents` has the structure of `primals`; use `None` for no tangent.
         """
+        check_key(key, f"{self._label}.jvp_estimate")
         out = self._jvp(key, tuple(primals), tuple(tangents))
         t = out.tangent if out.tangent is not None else jnp.zeros_like(out.primal)
         return out.primal, t
 
+    @entry_point
     def estimate(self, key: jax.Array, *args: Any) -> jax.Array:
-        """An unbiased estimate of the expected value."""
+        """An unbiased estimate of the expected value.
+
+        `jax.grad`, `jax.jvp` and `jax.vjp` of it are genvi's unbiased estimators (its
+        derivative rule is the ADEV estimator), so `jax.grad(obj.estimate, 1)(key, p)`
+        equals `obj.grad_estimate(key, p)`; prefer the latter, which also returns
+        gradients for every pytree argument you name in `argnums`."""
+        check_key(key, f"{self._label}.estimate")
         return self._compiled("estimate", None)(key, *args)
 
+    @entry_point
     def grad_estimate(self, key: jax.Array, *args: Any, argnums: int | Sequence[int] = 0) -> Any:
         """An unbiased estimate of the gradient with respect to `args[argnums]`
         (a pytree like that argument; a tuple of them when `argnums` is a tuple)."""
+        check_key(key, f"{self._label}.grad_estimate")
         return self.value_and_grad_estimate(key, *args, argnums=argnums)[1]
 
+    @entry_point
     def value_and_grad_estimate(self, key: jax.Array, *args: Any,
                                 argnums: int | Sequence[int] = 0) -> tuple:
         """`(estimate, gradient estimate)` from one run of the estimator."""
+        check_key(key, f"{self._label}.value_and_grad_estimate")
         nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
-        value, grads = self._compiled("grad", nums)(key, *args)
+        try:
+            value, grads = self._compiled("grad", nums)(key, *args)
+        except TypeError:
+            # JAX's dtype error names no leaf; look only once it failed (no cost otherwise)
+            bad = [(f"args[{i}]{path}", dt) for i in nums for path, dt in non_float_leaves(args[i])]
+            if not bad:
+                raise
+            raise TypeError(
+                "value_and_grad_estimate differentiates only floating-point leaves; these are "
+                f"not: {', '.join(f'{p} ({dt})' for p, dt in bad)}. Use floats (e.g. 0.0 "
+                "instead of 0), or pass integer values in an argument outside argnums"
+            ) from None
         return value, grads[0] if isinstance(argnums, int) else grads
+
+    @property
+    def _label(self) -> str:  # for error messages
+        return getattr(self, "name", "objective")
 
     # -- composition --------------------------------------------------------------
     def __add__(self, other: "Expectation") -> "Expectation":
@@ -118,8 +149,10 @@ class Expectation:
         fn = self._jitted.get(cache_key)
         if fn is None:
             if what == "estimate":
+                # the same custom_jvp as the gradient's: `jax.grad` / `jax.jvp` of
+                # `estimate` differentiate by the ADEV estimator, never pathwise
                 def fn(key, *args):
-                    return self._jvp(key, args, None).primal
+                    return self._value_fn(key, args)(split_args(args)[0])
             else:
                 def fn(key, *args):
                     diff = tuple(args[i] for i in argnums)
@@ -138,16 +171,22 @@ class Expectation:
 class ProgramExpectation(Expectation):
     """An expectation defined by a Python function (see `gv.expectation`)."""
 
-    def __init__(self, fn: Callable, name: str | None = None):
+    def __init__(self, fn: Callable, name: str | None = None,
+                 requires: Callable[..., None] | None = None):
         super().__init__()
         self.fn = fn
+        # `requires(*args)` raises when the strategies it is given make the objective's
+        # gradient estimator biased (checked when differentiating, like smoothness)
+        self.requires = requires
         self.name = name or getattr(fn, "__name__", "expectation")
         self._traces: dict = {}
+        self._checked: set = set()  # (trace, differentiated inputs) that passed the check
         functools.update_wrapper(self, fn, updated=())
 
     def trace(self, *args: Any):
         """The traced objective: `(closed jaxpr, dynamic argument leaves)`."""
-        traced, dyn = trace_cached(self._traces, self.fn, args, IN_OBJECTIVE.set)
+        traced, dyn = trace_cached(self._traces, self.fn, args, IN_OBJECTIVE.set,
+                                   name=("objective", self.name, self.fn))
         out = traced.closed.jaxpr.outvars
         if len(out) != 1 or out[0].aval.shape != () or not jnp.issubdtype(out[0].aval.dtype, jnp.floating):
             raise TypeError(f"the objective {self.name!r} must return one float scalar; "
@@ -184,6 +223,12 @@ class ProgramExpectation(Expectation):
             tdyn = [t for t, m in zip(tleaves, mask) if m]
             tdyn = [None if (t is None or not jnp.issubdtype(jnp.result_type(p), jnp.inexact)) else t
                     for t, p in zip(tdyn, dyn)]
+            differentiated = tuple(t is not None for t in tdyn)
+            if (id(closed), differentiated) not in self._checked:  # once per trace and mask
+                if any(differentiated) and self.requires is not None:
+                    self.requires(*args)
+                smoothness.check(closed, differentiated)
+                self._checked.add((id(closed), differentiated))
         return estimate_jvp(closed, key, dyn, tdyn)
 
     def __repr__(self) -> str:
@@ -219,8 +264,7 @@ class _BatchMean(Expectation):
     def _jvp(self, key, args, targs):
         in_axes = self.in_axes if isinstance(self.in_axes, (tuple, list)) else (self.in_axes,) * len(args)
         in_axes = tuple(in_axes) + (None,) * (len(args) - len(in_axes))
-        sizes = [jnp.shape(leaf)[ax] for a, ax in zip(args, in_axes) if ax is not None
-                 for leaf in jax.tree_util.tree_leaves(a)]
+        sizes = _batch_sizes(self.inner, args, in_axes)
         if not sizes:
             raise ValueError("gv.batch_mean: in_axes maps no argument")
         keys = jax.random.split(key, sizes[0])
@@ -233,6 +277,34 @@ class _BatchMean(Expectation):
 
         primal, tangent = jax.vmap(one, in_axes=(0, in_axes, t_axes))(keys, tuple(args), tuple(targs))
         return Dual(jnp.mean(primal), None if tangent is None else jnp.mean(tangent))
+
+
+def _batch_sizes(inner: Expectation, args: tuple, in_axes: tuple) -> list:
+    """The size of the mapped axis of each mapped leaf; a ValueError naming the
+    argument when a leaf has no such axis (a Python list, a scalar)."""
+    names = arg_names(getattr(inner, "fn", None)) or []
+    sizes = []
+    for i, (a, ax) in enumerate(zip(args, in_axes)):
+        if ax is None:
+            continue
+        label = f"argument {i}" + (f" ({names[i]})" if i < len(names) else "")
+        for leaf in jax.tree_util.tree_leaves(a):
+            shape = jnp.shape(leaf)
+            if not -len(shape) <= ax < len(shape):
+                what = ("a Python list" if isinstance(a, list) else
+                        f"a value of shape {shape}")
+                fix = ("convert it with jnp.asarray(...)" if isinstance(a, list) else
+                       "pass an array whose leading axis indexes the datapoints, or map "
+                       "it with None in in_axes")
+                raise ValueError(
+                    f"gv.batch_mean: {label} of the objective is mapped over axis {ax} "
+                    f"(in_axes), but it is {what}, which has no axis {ax}. A minibatch is an "
+                    f"array with a leading batch axis: {fix}.")
+            sizes.append(shape[ax])
+    if len(set(sizes)) > 1:
+        raise ValueError(f"gv.batch_mean: the mapped axes have different sizes {sizes}; "
+                         "every mapped argument needs the same batch size")
+    return sizes
 
 
 def expectation(fn: Callable) -> ProgramExpectation:
@@ -262,3 +334,17 @@ def batch_mean(obj: Expectation, in_axes: Any = (None, 0)) -> Expectation:
         >>> # gv.batch_mean(objective, in_axes=(None, 0)).grad_estimate(key, params, xs)
     """
     return _BatchMean(obj, in_axes)
+
+
+def non_float_leaves(tree: Any) -> list[tuple[str, str]]:
+    """`(pytree path, dtype)` of each leaf that is not floating point (or complex):
+    such leaves cannot be differentiated or trained.
+
+    Example:
+        >>> from genvi.adev.expectation import non_float_leaves
+        >>> non_float_leaves({"m": 0.0, "n": 1})
+        [("['n']", 'int32')]
+    """
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    dtypes = [(jax.tree_util.keystr(path), jnp.result_type(x)) for path, x in leaves]
+    return [(path, str(dt)) for path, dt in dtypes if not jnp.issubdtype(dt, jnp.inexact)]

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+import itertools
+import os
+
 import jax
 import jax.extend.core as jcore
 import numpy as np
+from jax._src import source_info_util
 from jax.interpreters import batching
 
 ClosedJaxpr = jcore.ClosedJaxpr
@@ -60,11 +64,55 @@ def is_drop(var: Any) -> bool:
 
 
 def eval_eqn(eqn: Any, invals: Sequence[Any]) -> list:
-    """Evaluate one equation on concrete or traced values (as `jax.core.eval_jaxpr`)."""
+    """Evaluate one equation on concrete or traced values (as `jax.core.eval_jaxpr`).
+
+    The equation keeps its source line and name scopes, so a program re-emitted by
+    an interpreter still points at the user's code (and genvi's scopes survive)."""
     params = eqn.primitive.get_bind_params(eqn.params)
-    with eqn.ctx.manager:
+    with emitted_as(eqn), eqn.ctx.manager:
         out = eqn.primitive.bind(*invals, **params)
     return list(out) if eqn.primitive.multiple_results else [out]
+
+
+def emitted_as(eqn: Any):
+    """A context in which new equations take `eqn`'s source line and name scopes
+    (for an interpreter that re-emits `eqn` as other equations)."""
+    names = source_info_util.current_name_stack() + eqn.source_info.name_stack
+    return source_info_util.user_context(eqn.source_info.traceback, name_stack=names)
+
+
+def name_stack(eqn: Any) -> str:
+    """The equation's name scopes (`jax.named_scope`), as one string."""
+    return str(eqn.source_info.name_stack)
+
+
+_GENVI_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def source_line(eqn: Any) -> str:
+    """'file:line (function)' of the code that emitted `eqn`: the innermost frame
+    outside JAX and genvi (the user's line), else the innermost outside JAX."""
+    frames = list(source_info_util.user_frames(eqn.source_info.traceback))
+    if not frames:
+        return "an unknown line"
+    outside = [f for f in frames if not f.file_name.startswith(_GENVI_DIR)]
+    f = (outside or frames)[0]
+    return f"{f.file_name}:{f.start_line} ({f.function_name})"
+
+
+def is_float_aval(aval: Any) -> bool:
+    """Whether an abstract value holds floating-point numbers."""
+    return jax.dtypes.issubdtype(getattr(aval, "dtype", np.int32), np.inexact)
+
+
+def quiet_callback_errors(kind: type) -> None:
+    """Keep JAX from logging a traceback when a `jax.debug.callback` raises `kind`
+    (the error itself still propagates: validation would print it twice)."""
+    import logging  # noqa: PLC0415
+    from jax._src import debugging  # noqa: PLC0415
+
+    logging.getLogger(debugging.__name__).addFilter(
+        lambda record: not (record.exc_info and isinstance(record.exc_info[1], kind)))
 
 
 def eval_eqn_with(eqn: Any, invals: Sequence[Any], params: dict) -> list:
@@ -207,15 +255,31 @@ def register_batching_by_broadcasting(prim: jcore.Primitive,
     batching.fancy_primitive_batchers[prim] = rule
 
 
+_COND_TOKENS = itertools.count()
+
+
+def cond_token() -> int:
+    """A fresh integer naming one batched `cond` (its branches' masked sites carry
+    it, so records from different branches of the same cond can be told apart).
+
+    Example:
+        >>> cond_token() != cond_token()
+        True
+    """
+    return next(_COND_TOKENS)
+
+
 def override_cond_batching(applies: Callable[[tuple], bool],
-                           run_branch: Callable[[Any, Any, list], list]) -> None:
+                           run_branch: Callable[[Any, Any, list, tuple], list]) -> None:
     """Replace how `jax.vmap` batches a `cond` whose index is batched, for the
     conds where `applies(branches)` holds.
 
     JAX evaluates every branch and selects; for branches that sample, every site
     would then be sampled *and scored* in every lane. Here each branch `b` runs as
-    `run_branch(branch, mask, ops)` under `vmap` with `mask = (index == b)` per lane,
-    so its sites can be masked, and the outputs are selected by the index.
+    `run_branch(branch, mask, ops, (token, b))` under `vmap` with `mask = (index == b)`
+    per lane, so its sites can be masked, and the outputs are selected by the index.
+    `token` (from `cond_token`) is shared by the branches of this cond: two sites of
+    one address with the same token and different `b` are never both executed.
     """
     cond_p = jcore.primitives.cond_p
     jax_rule = batching.fancy_primitive_batchers[cond_p]
@@ -228,7 +292,8 @@ def override_cond_batching(applies: Callable[[tuple], bool],
         ops = [jax.numpy.moveaxis(a, d, 0) if d is not None else a
                for a, d in zip(args[1:], dims[1:])]
         in_axes = [0 if d is not None else None for d in dims[1:]]
-        outs = [jax.vmap(lambda m, *o, br=br: run_branch(br, m, list(o)),
+        token = cond_token()
+        outs = [jax.vmap(lambda m, *o, br=br, b=b: run_branch(br, m, list(o), (token, b)),
                          in_axes=[0] + in_axes, axis_size=size)(index == b, *ops)
                 for b, br in enumerate(branches)]
         selected = [jax.lax.select_n(jax.numpy.broadcast_to(

@@ -18,12 +18,18 @@ from typing import Any
 import jax
 
 from genvi.core import jaxpr as jx
+from genvi.core.mistakes import is_shape_error, site_shape_error
 from genvi.core.tracing import GENVI_CONDS, IN_OBJECTIVE
 
 
-def _sample_aval(*avals, dist, n_params, **_):
+def _sample_aval(*avals, dist, n_params, addr=None, **_):
     params = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals[:n_params]]
-    out = jax.eval_shape(lambda *p: dist.sample(jax.random.key(0), *p), *params)
+    try:
+        out = jax.eval_shape(lambda *p: dist.sample(jax.random.key(0), *p), *params)
+    except (ValueError, TypeError) as err:  # name the site, not just the shapes
+        if not is_shape_error(err):
+            raise
+        raise site_shape_error(dist, addr, [p.shape for p in params]) from err
     return jx.shaped(out.shape, out.dtype)
 
 
@@ -73,13 +79,13 @@ def site_parts(eqn: Any, invals: list, tangents: list | None = None) -> tuple:
     """(dist, params, strategy joined with its operands, addr) of a site equation.
 
     For a masked site the distribution is wrapped in `Masked`, whose log density is
-    zero in masked-off lanes."""
+    zero in masked-off lanes (and which carries the site's `branch` path)."""
     p = eqn.params
     n = p["n_params"]
     invals = list(invals)
     dist = p["dist"]
     if p.get("masked"):
-        dist = Masked(dist, invals.pop())
+        dist = Masked(dist, invals.pop(), p.get("branch", ()))
         tangents = None if tangents is None else list(tangents)[:-1]
     strategy = p["strategy"]
     if strategy is not None:
@@ -90,12 +96,23 @@ def site_parts(eqn: Any, invals: list, tangents: list | None = None) -> tuple:
 
 class Masked:
     """A distribution whose lanes where `mask` is False contribute no density (and
-    no gradient terms): a site inside an untaken branch of a batched `cond`."""
+    no gradient terms): a site inside an untaken branch of a batched `cond`.
+
+    `path` locates the site among batched conds: ((cond token, branch index), ...),
+    outermost first. Two sites of one address whose paths part at the same cond
+    with different branch indices are never executed in the same lane.
+
+    Example:
+        >>> import jax.numpy as jnp, genvi as gv
+        >>> m = Masked(gv.normal, jnp.array([True, False]))
+        >>> round(float(m.log_prob(jnp.zeros(2), 0.0, 1.0)), 4)  # the second lane: not scored
+        -0.9189
+    """
 
     is_masked = True
 
-    def __init__(self, base: Any, mask: Any):
-        self.base, self.mask = base, mask
+    def __init__(self, base: Any, mask: Any, path: tuple = ()):
+        self.base, self.mask, self.path = base, mask, path
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.base, name)
@@ -125,9 +142,14 @@ class Masked:
         return jax.numpy.broadcast_to(m, jax.numpy.broadcast_shapes(m.shape, jax.numpy.shape(x)))
 
 
-def run_masked(closed: Any, mask: Any, args: list) -> list:
+def run_masked(closed: Any, mask: Any, args: list, path: tuple = ()) -> list:
     """Evaluate a branch jaxpr with its sites masked by `mask` (see
-    `jx.override_cond_batching`); nested conds, scans and calls are followed."""
+    `jx.override_cond_batching`); nested conds, scans and calls are followed.
+
+    Each site's static `branch` parameter becomes `path` (the (cond token, branch
+    index) pairs of the batched conds around it, outermost first) followed by the
+    path it already had, so the interpreters can merge records of one address made
+    in different branches of one cond (`Handler.record`) and refuse any other reuse."""
     env = dict(zip(closed.jaxpr.constvars, closed.consts))
     env.update(zip(closed.jaxpr.invars, args))
     for eqn in closed.jaxpr.eqns:
@@ -139,23 +161,26 @@ def run_masked(closed: Any, mask: Any, args: list) -> list:
             else:
                 mask_here = mask
             p["masked"] = True
+            p["branch"] = path + p.get("branch", ())
             outs = jx.eval_eqn_with(eqn, ins + [mask_here], p)
         elif any(jx.contains(j, MASKABLE) for j in jx.sub_jaxprs(eqn)):
-            outs = _masked_control(eqn, mask, ins)
+            outs = _masked_control(eqn, mask, ins, path)
         else:
             outs = jx.eval_eqn(eqn, ins)
         env.update(zip(eqn.outvars, outs))
     return [jx.read(env, v) for v in closed.jaxpr.outvars]
 
 
-def _masked_control(eqn: Any, mask: Any, ins: list) -> list:
+def _masked_control(eqn: Any, mask: Any, ins: list, path: tuple) -> list:
     kind = jx.kind(eqn)
     if kind == "call":
-        return run_masked(jx.call_body(eqn), mask, ins)
+        return run_masked(jx.call_body(eqn), mask, ins, path)
     if kind == "cond":
         branches = jx.cond_branches(eqn)
         index = jax.numpy.clip(ins[0], 0, len(branches) - 1)
-        outs = [run_masked(b, jax.numpy.logical_and(mask, index == i), ins[1:])
+        token = jx.cond_token()
+        outs = [run_masked(b, jax.numpy.logical_and(mask, index == i), ins[1:],
+                           path + ((token, i),))
                 for i, b in enumerate(branches)]
         return [jax.lax.select_n(jax.numpy.broadcast_to(index, c[0].shape), *c)
                 for c in zip(*outs)]
@@ -165,7 +190,7 @@ def _masked_control(eqn: Any, mask: Any, ins: list) -> list:
         consts, init, xs = ins[:nc], ins[nc:nc + ncar], ins[nc + ncar:]
 
         def step(carry, x):
-            outs = run_masked(sp["body"], mask, list(consts) + list(carry) + list(x))
+            outs = run_masked(sp["body"], mask, list(consts) + list(carry) + list(x), path)
             return tuple(outs[:ncar]), tuple(outs[ncar:])
 
         carry, ys = jax.lax.scan(step, tuple(init), tuple(xs), length=sp["length"],
@@ -184,4 +209,5 @@ def _own_batching(branches: Any) -> bool:
     return bool(IN_OBJECTIVE) or bool(GENVI_CONDS) or any(jx.contains(b, MASKABLE) for b in branches)
 
 
-jx.override_cond_batching(_own_batching, run_masked)
+jx.override_cond_batching(_own_batching,
+                          lambda branch, mask, ops, label: run_masked(branch, mask, ops, (label,)))

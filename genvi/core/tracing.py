@@ -15,6 +15,8 @@ import jax
 import numpy as np
 
 from genvi.core import jaxpr as jx
+from genvi.validation import enabled as validating
+from genvi.core import mistakes
 
 _ARRAY_TYPES = (jax.Array, np.ndarray, np.generic, float, int, bool, complex)
 
@@ -51,10 +53,16 @@ class TracedFn:
 
 
 def trace_cached(cache: dict, fn: Callable, args: tuple,
-                 context: Callable[[], Any] = contextlib.nullcontext) -> tuple[TracedFn, list]:
-    """Trace `fn(*args)`; returns the cached `TracedFn` and the dynamic leaves."""
+                 context: Callable[[], Any] = contextlib.nullcontext,
+                 name: tuple | None = None) -> tuple[TracedFn, list]:
+    """Trace `fn(*args)`; returns the cached `TracedFn` and the dynamic leaves.
+
+    `name` = (kind, name, the user's function) words errors: a key missing from a
+    dict argument, a distribution returned without `@ "addr"`."""
     dyn, static, treedef, mask = split_args(args)
-    key = (treedef, mask, tuple(_aval_key(x) for x in dyn), tuple(map(_static_key, static)))
+    # validation adds run-time checks to what is traced: a trace is valid in one state
+    key = (treedef, mask, tuple(_aval_key(x) for x in dyn), tuple(map(_static_key, static)),
+           validating())
     hit = cache.get(key)
     if hit is None:
         out_tree_box = []
@@ -63,10 +71,19 @@ def trace_cached(cache: dict, fn: Callable, args: tuple,
             out = fn(*merge_args(list(flat), static, treedef, mask))
             leaves, tree = jax.tree_util.tree_flatten(out)
             out_tree_box.append(tree)
+            if name is not None:
+                mistakes.check_returned(leaves, *name[:2])
             return leaves
 
-        with context():
-            closed = jx.trace(flat_fn, dyn)
+        try:
+            with context():
+                closed = jx.trace(flat_fn, dyn)
+        except KeyError as err:
+            better = None if name is None else mistakes.missing_key_error(
+                err, f"the {name[0]} {name[1]!r}", name[1], args, mistakes.arg_names(name[2]))
+            if better is None:
+                raise
+            raise better from err
         hit = cache[key] = TracedFn(closed, out_tree_box[0])
     return hit, dyn
 

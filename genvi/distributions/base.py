@@ -55,11 +55,27 @@ class Distribution:
 
     def log_prob(self, value: jax.Array, *params: Any) -> jax.Array:
         """Log density of `value`: the sum over independent components."""
-        return jnp.sum(self.lane_log_prob(value, *params))
+        # A density of a value is not a use of it for the smoothness check (its support
+        # tests are not discontinuities of the objective), also when called directly.
+        from genvi.adev.smoothness import density_scope  # noqa: PLC0415 - import cycle
+        with density_scope():
+            return jnp.sum(self.lane_log_prob(value, *params))
 
     def check_params(self, *params: Any) -> list[tuple[jax.Array, str]]:
         """(condition that must hold, what it means) pairs for validation mode."""
         return []
+
+    def check_value(self, value: jax.Array, *params: Any) -> list[tuple[jax.Array, str]]:
+        """(condition per component of `value`, what it means) pairs for validation
+        mode: is an observed or scored value inside the support? Default: not NaN.
+        A condition may be elementwise; "the value " + meaning must read as a sentence.
+
+        Example:
+            >>> import genvi as gv
+            >>> [(bool(ok), m) for ok, m in gv.gamma.check_value(-1.0, 2.0, 1.0)]
+            [(False, 'must be >= 0 and finite')]
+        """
+        return [(~jnp.isnan(value), "must not be NaN")]
 
     def value_shape(self, *params: Any) -> tuple:
         return jax.eval_shape(lambda *p: self.sample(jax.random.key(0), *p), *params).shape
@@ -109,3 +125,18 @@ class DistCall:
 
     def __repr__(self) -> str:
         return f"{self.dist!r}(...{', grad=' + repr(self.strategy) if self.strategy else ''})"
+
+    # Used as a value (arithmetic, jnp, a program's return value) a distribution call
+    # is a forgotten `@ "addr"`: say so, instead of JAX's "not a valid JAX type".
+    def _not_a_value(self, *_: Any, kind: type = TypeError) -> Any:
+        from genvi.core.mistakes import not_a_value
+        name = f"gv.{self.dist.name}(...)"
+        raise not_a_value(name, name, f"gv.sample({name})", kind)
+
+    # JAX looks `__jax_array__` up before anything else (jnp functions, jnp.asarray):
+    # a property raising here keeps JAX's own message from replacing ours.
+    __jax_array__ = property(lambda self: self._not_a_value(kind=ValueError))
+    __array__ = __float__ = __bool__ = _not_a_value
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _not_a_value
+    __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __rmatmul__ = _not_a_value
+    __neg__ = __abs__ = __lt__ = __le__ = __gt__ = __ge__ = __getitem__ = _not_a_value

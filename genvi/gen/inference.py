@@ -24,10 +24,12 @@ from jax.scipy.special import logsumexp
 from genvi.adev.interpreter import sample_outputs
 from genvi.adev.strategies import ENUM, Strategy
 from genvi.core.choices import ChoiceMap, choices as to_choices
+from genvi.core.mistakes import check_key
 from genvi.core.tracing import IN_OBJECTIVE, PLAIN, trace_cached
 from genvi.distributions.discrete import Categorical
 from genvi.gen.language import GenFn, Trace
 from genvi.sample import sample
+from genvi.validation import entry_point
 
 
 @dataclass(frozen=True)
@@ -80,19 +82,28 @@ def _plain(fn, key: jax.Array, args: tuple, cache: dict) -> Any:
 class _Estimated(GenFn):
     """Shared behaviour of programs whose densities are estimated."""
 
+    estimated_density = True
+
     def body(self, *args):
         raise TypeError(f"{self.name} has an estimated density: use it as a model or guide "
                         "(its sim / log_density), not as a sub-program call.")
 
+    @entry_point
     def simulate(self, key: jax.Array, *args: Any) -> Trace:
         """A sample and, as `log_density`, the log of `sim`'s density estimate."""
+        check_key(key, f"{self.name}.simulate")
         chosen, log_w = _plain(lambda *a: self.sim(*a), key, args, self._traces)
         return Trace(chosen, log_w, None)
 
+    @entry_point
     def estimate_log_density(self, key: jax.Array, choices: Any, *args: Any) -> jax.Array:
         """Outside objectives: the log of an unbiased density estimate."""
+        check_key(key, f"{self.name}.estimate_log_density")
         return _plain(lambda c, *a: self.log_density(c, *a), key, (to_choices(choices),) + args,
                       self._traces)
+
+    def require_normalized(self, role: str, *args: Any) -> None:
+        """Estimated programs are normalized by construction (see `GenFn`)."""
 
     def _require_objective(self, what: str) -> None:
         if not IN_OBJECTIVE:

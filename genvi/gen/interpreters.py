@@ -12,7 +12,10 @@ the sites their meaning:
 
 Choices made inside a `scan` are stacked on a leading axis; the choices of `cond`
 branches are the union of the branches' addresses (untaken branches' addresses hold
-zeros).
+zeros). Under `gv.vmap` a cond with a per-lane index becomes masked sites (see
+`genvi.core.primitives.run_masked`); records of one address made in different
+branches of it merge lane by lane (`Handler.record`), as the unbatched program would
+record them in each lane.
 """
 
 from __future__ import annotations
@@ -23,16 +26,36 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from genvi.adev.smoothness import density_scope
 from genvi.adev.strategies import missing_strategy_error
 from genvi.core import jaxpr as jx
+from genvi.core.mistakes import is_shape_error, site_shape_error
 from genvi.core.tracing import PLAIN
 from genvi.core.primitives import (SITES, Masked, bind_site, observe_p, sample_p, site_p,
                                    site_parts)
-from genvi.validation import check_site
+from genvi.validation import check_read_value, check_site, control as validation_control
+
+
+def _log_prob(dist: Any, value: Any, params: tuple) -> Any:
+    """`dist`'s log density at `value`, under the scope that tells the smoothness
+    check its support tests are not uses of the value."""
+    with density_scope():
+        return dist.log_prob(value, *params)
 
 
 def _name(addr: tuple) -> str:
     return "/".join(map(str, addr))
+
+
+class MissingChoice(KeyError):
+    """`log_density`'s choices lack an address the program samples (`.addr`)."""
+
+    def __init__(self, message: str, addr: tuple):
+        super().__init__(message)
+        self.addr = addr
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0])
 
 
 @dataclass
@@ -42,6 +65,44 @@ class State:
     choices: dict = field(default_factory=dict)
     reads: dict = field(default_factory=dict)  # Assess: the values to score
     visited: set = field(default_factory=set)  # Assess: addresses read (static)
+    # addresses recorded by masked sites (batched cond branches): (mask, branch paths)
+    masks: dict = field(default_factory=dict)
+
+
+def _exclusive(a: tuple, b: tuple) -> bool:
+    """Whether two branch paths part at one batched cond, in different branches."""
+    for (token_a, branch_a), (token_b, branch_b) in zip(a, b):
+        if token_a != token_b:
+            return False
+        if branch_a != branch_b:
+            return True
+    return False
+
+
+def _lanes(mask: Any, ndim: int) -> Any:
+    """`mask` with trailing axes, to broadcast against a value of `ndim` axes."""
+    return jnp.reshape(mask, jnp.shape(mask) + (1,) * max(0, ndim - jnp.ndim(mask)))
+
+
+def _join(state: State, addr: tuple, value: Any, log_p: Any, masked: tuple | None) -> State:
+    """Record `addr` again: allowed only for a masked site in another branch of a
+    batched cond than every earlier record of `addr` (each lane then executes one
+    of them, as the unbatched program does), whose value fills its lanes."""
+    prev = state.masks.get(addr)
+    if masked is None or prev is None or not all(
+            _exclusive(p, q) for p in masked[1] for q in prev[1]):
+        raise ValueError(f"address {_name(addr)!r} is used twice in one execution; "
+                         "give each sampling site its own address")
+    old = state.choices[addr]
+    if (jnp.shape(old), jnp.result_type(old)) != (jnp.shape(value), jnp.result_type(value)):
+        raise ValueError(f"address {_name(addr)!r} has different shapes in the "
+                         "branches of a cond; use one shape or different addresses")
+    mask, ndim = masked[0], jnp.ndim(value)
+    joined = jnp.logical_or(_lanes(prev[0], max(ndim, jnp.ndim(mask))), _lanes(mask, ndim))
+    merged = jnp.where(_lanes(mask, ndim), value, old)
+    return replace(state, choices={**state.choices, addr: merged},
+                   log_density=state.log_density + log_p,
+                   masks={**state.masks, addr: (joined, prev[1] + masked[1])})
 
 
 class Handler:
@@ -52,22 +113,33 @@ class Handler:
 
     def observe(self, eqn: Any, ins: list, state: State) -> State:
         dist, params, _, _ = site_parts(eqn, ins[1:])
-        return replace(state, log_density=state.log_density + dist.log_prob(ins[0], *params))
+        try:
+            log_p = _log_prob(dist, ins[0], params)
+        except (ValueError, TypeError) as err:
+            if not is_shape_error(err):
+                raise
+            raise site_shape_error(dist, None, [jnp.shape(p) for p in params],
+                                   jnp.shape(ins[0]), observation=True) from err
+        return replace(state, log_density=state.log_density + log_p)
 
-    def record(self, state: State, addr: tuple, value: Any, log_p: Any, dist: Any = None) -> State:
+    def record(self, state: State, addr: tuple, value: Any, log_p: Any, dist: Any = None,
+               masked: tuple | None = None) -> State:
+        """Add a choice; `masked` = (mask, branch paths) of a masked record leaving a
+        scan (a `Masked` dist gives its own)."""
         if isinstance(dist, Masked):  # an untaken branch of a batched cond holds zeros
             value = dist.where(value)
+            masked = (dist.mask, (dist.path,))
         if addr in state.choices:
-            raise ValueError(f"address {_name(addr)!r} is used twice in one execution; "
-                             "give each sampling site its own address")
+            return _join(state, addr, value, log_p, masked)
         for other in state.choices:
             short, long = sorted((other, addr), key=len)
             if long[:len(short)] == short:
                 raise ValueError(
                     f"address {_name(short)!r} is used both for a choice and as the prefix of "
                     f"{_name(long)!r}; rename the site or the sub-program call")
+        masks = state.masks if masked is None else {**state.masks, addr: masked}
         return replace(state, choices={**state.choices, addr: value},
-                       log_density=state.log_density + log_p)
+                       log_density=state.log_density + log_p, masks=masks)
 
 
 class Simulate(Handler):
@@ -75,7 +147,7 @@ class Simulate(Handler):
         dist, params, _, addr = site_parts(eqn, params)
         key, sub = jax.random.split(state.key)
         value = dist.sample(sub, *params)
-        return value, replace(self.record(state, addr, value, dist.log_prob(value, *params), dist),
+        return value, replace(self.record(state, addr, value, _log_prob(dist, value, params), dist),
                               key=key)
 
 
@@ -88,10 +160,47 @@ def _objective_sample(dist: Any, params: tuple, strategy: Any, addr: tuple) -> A
 
 
 class Sim(Handler):
+    """Sample a program with its sites' strategies, as a normalized density (a guide,
+    a proposal): an observation there is an error (`UnnormalizedError`)."""
+
+    def __init__(self, program: str = "the program"):
+        self.program = program
+
     def site(self, eqn, params, state):
         dist, dparams, strategy, addr = site_parts(eqn, params)
         value = _objective_sample(dist, dparams, strategy, addr)
-        return value, self.record(state, addr, value, dist.log_prob(value, *dparams), dist)
+        return value, self.record(state, addr, value, _log_prob(dist, value, dparams), dist)
+
+    def observe(self, eqn, ins, state):
+        raise unnormalized_error(self.program, eqn, "sampled with .sim (a guide or a proposal)")
+
+
+class UnnormalizedError(ValueError):
+    """A program with `gv.observe` is used where a normalized density is needed."""
+
+
+def unnormalized_error(program: str, eqn: Any, role: str) -> UnnormalizedError:
+    return UnnormalizedError(
+        f"{program} is {role}, where a normalized density is needed, but it calls "
+        f"gv.observe(gv.{eqn.params['dist'].name}(...), ...) at {jx.source_line(eqn)}. "
+        "An observation makes its density unnormalized, so its samples and log density "
+        "would not be those of a distribution and the objective would be silently wrong. "
+        "Remove the observation from this program, or, to sample its posterior, use "
+        f"gv.normalize({program}, gv.importance(particles=K)) instead.")
+
+
+def first_observation(jaxpr: Any) -> Any:
+    """The first `gv.observe` equation of a program's jaxpr (nested bodies
+    included), or None."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is observe_p:
+            return eqn
+        for j in jx.sub_jaxprs(eqn):
+            found = first_observation(j)
+            if found is not None:
+                return found
+    return None
 
 
 class Generate(Handler):
@@ -104,7 +213,7 @@ class Generate(Handler):
         if addr in state.reads:
             value = state.reads[addr]
             state.visited.add(addr)
-            return value, self.record(state, addr, value, dist.log_prob(value, *dparams), dist)
+            return value, self.record(state, addr, value, _log_prob(dist, value, dparams), dist)
         value = _objective_sample(dist, dparams, strategy, addr)
         return value, self.record(state, addr, value, 0.0, dist)
 
@@ -120,7 +229,7 @@ class Dream(Sim):
         value = _objective_sample(dist, params, None, None)
         n = sum(1 for a in state.choices if a and a[0] == "__observation__")
         addr = ("__observation__", n)
-        return self.record(state, addr, value, dist.log_prob(value, *params), dist)
+        return self.record(state, addr, value, _log_prob(dist, value, params), dist)
 
 
 class Assess(Handler):
@@ -132,10 +241,10 @@ class Assess(Handler):
 
     def site(self, eqn, params, state):
         dist, params, _, addr = site_parts(eqn, params)
-        if addr not in state.reads:
-            raise KeyError(
+        if addr not in state.reads:  # GenFn._interpret adds a "did you mean"
+            raise MissingChoice(
                 f"log_density: the choices have no value at address {_name(addr)!r} "
-                f"(gv.{dist.name}), which the program samples; add it to the choice map")
+                f"(gv.{dist.name}), which the program samples; add it to the choice map.", addr)
         value = state.reads[addr]
         want = eqn.outvars[0].aval.shape
         if jnp.shape(value) != want:
@@ -144,7 +253,7 @@ class Assess(Handler):
                 f"shape {jnp.shape(value)} but the site's parameters give shape {want}")
         state.visited.add(addr)
         scored = self.score_only is None or addr in self.score_only
-        log_p = dist.log_prob(value, *params) if scored else 0.0
+        log_p = _log_prob(dist, value, params) if scored else 0.0
         return value, self.record(state, addr, value, log_p, dist)
 
 
@@ -159,14 +268,18 @@ def _level(jaxpr: Any, env: dict, handler: Handler, state: State) -> tuple[list,
     for eqn in jaxpr.eqns:
         ins = [jx.read(env, v) for v in eqn.invars]
         if eqn.primitive is site_p:
-            check_site(eqn, ins)
+            check_site(eqn, ins, jaxpr=jaxpr)
             value, state = handler.site(eqn, ins, state)
+            if eqn.params["addr"] in state.reads:  # a value given by the user: scored
+                check_read_value(eqn, ins, value, jaxpr)
             env[eqn.outvars[0]] = value
         elif eqn.primitive is observe_p:
-            check_site(eqn, ins, offset=1)
+            check_site(eqn, ins, offset=1, value=not isinstance(handler, Dream), jaxpr=jaxpr)
             state = handler.observe(eqn, ins, state)
         elif any(jx.contains(j, SITES) for j in jx.sub_jaxprs(eqn)):
-            outs, state = _control(eqn, ins, handler, state)
+            # the scan/cond it emits points at the user's line; validation knows the branch
+            with jx.emitted_as(eqn), validation_control(eqn, ins, jaxpr):
+                outs, state = _control(eqn, ins, handler, state)
             env.update(zip(eqn.outvars, outs))
         else:
             env.update(zip(eqn.outvars, jx.eval_eqn(eqn, ins)))
@@ -182,6 +295,18 @@ def site_addresses(jaxpr: Any) -> set:
             out.add(eqn.params["addr"])
         for j in jx.sub_jaxprs(eqn):
             out |= site_addresses(j)
+    return out
+
+
+def site_strategies(jaxpr: Any) -> dict:
+    """{address: strategy (None if none)} of every site of a program's jaxpr."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    out: dict = {}
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is site_p:
+            out[eqn.params["addr"]] = eqn.params["strategy"]
+        for j in jx.sub_jaxprs(eqn):
+            out.update(site_strategies(j))
     return out
 
 
@@ -231,9 +356,11 @@ def to_interpreter_layout(choices: dict, layouts: dict) -> dict:
     return out
 
 
-def _merge(handler: Handler, state: State, sub: State, choices: dict) -> State:
+def _merge(handler: Handler, state: State, sub: State, choices: dict,
+           masks: dict | None = None) -> State:
+    masks = masks or {}
     for addr, value in choices.items():
-        state = handler.record(state, addr, value, 0.0)
+        state = handler.record(state, addr, value, 0.0, masked=masks.get(addr))
     return replace(state, key=sub.key, log_density=state.log_density + sub.log_density)
 
 
@@ -265,20 +392,27 @@ def _scan(eqn, ins, handler, state):
                 f"length {sp['length']}, so it needs a leading axis of that length; "
                 f"got shape {jnp.shape(v)}")
     visited: set = set()
+    paths: dict = {}  # the body's masked addresses: their branch paths (static)
 
     def step(carry, x):
         c, key, logw = carry
         x_vals, x_reads = x
         sub = State(key, jnp.zeros_like(logw), {}, x_reads, visited)
         outs, sub = run(body, list(consts) + list(c) + list(x_vals), handler, sub)
-        return (tuple(outs[:ncar]), sub.key, logw + sub.log_density), (tuple(outs[ncar:]), sub.choices)
+        paths.update({a: p for a, (_, p) in sub.masks.items()})
+        masks = {a: m for a, (m, _) in sub.masks.items()}
+        return ((tuple(outs[:ncar]), sub.key, logw + sub.log_density),
+                (tuple(outs[ncar:]), sub.choices, masks))
 
     zero = jnp.zeros((), jnp.result_type(float))
-    (c, key, logw), (ys, choices) = jax.lax.scan(
+    (c, key, logw), (ys, choices, masks) = jax.lax.scan(
         step, (tuple(init), state.key, zero), (tuple(xs), reads), length=sp["length"],
         reverse=sp["reverse"], unroll=sp["unroll"])
     state.visited.update(visited)
-    state = _merge(handler, state, State(key, logw), choices)
+    # a masked record (a scan inside a batched cond's branch) may still meet its
+    # address from another branch of that cond
+    masks = {a: (m, paths[a]) for a, m in masks.items()}
+    state = _merge(handler, state, State(key, logw), choices, masks)
     return list(c) + list(ys), state
 
 

@@ -19,10 +19,12 @@ import jax.numpy as jnp
 
 from genvi.adev.strategies import check_strategy
 from genvi.core.choices import ChoiceMap, choices as to_choices
+from genvi.core.mistakes import check_key, did_you_mean, not_a_value
 from genvi.core.primitives import bind_observe, bind_site, site_p
 from genvi.core.tracing import IN_OBJECTIVE, PLAIN, trace_cached
 from genvi.distributions.base import DistCall
 from genvi.gen import interpreters as interp
+from genvi.validation import entry_point
 
 _PREFIX: contextvars.ContextVar = contextvars.ContextVar("genvi_prefix", default=None)
 # The gv.vmap / gv.scan combinators enclosing the code being traced, outermost first:
@@ -63,7 +65,10 @@ def _current_prefix(what: str) -> tuple:
 def sample_at(call: Any, addr: str) -> Any:
     """`call @ addr`: sample a distribution or inline a sub-program at `addr`."""
     if not isinstance(addr, str):
-        raise TypeError(f"addresses are strings; got {addr!r}")
+        raise TypeError(f"addresses are strings, as in `gv.normal(0, 1) @ \"x\"`; got {addr!r} "
+                        f"({type(addr).__name__}). For one site per index use f\"x{{i}}\" in a "
+                        "Python loop over a static range, or better gv.vmap / gv.scan, which "
+                        "stack the choices at one address.")
     prefix = _current_prefix(f"`... @ {addr!r}`")
     if isinstance(call, DistCall):
         if call.strategy is not None:
@@ -110,11 +115,33 @@ class GenCall(NamedTuple):
     def __matmul__(self, addr: str) -> Any:
         return sample_at(self, addr)
 
+    # Used as a value, a program call is a forgotten `@ "addr"` (as a tuple it would
+    # otherwise concatenate or repeat silently).
+    def _not_a_value(self, *_: Any, kind: type = TypeError) -> Any:
+        name = self.gen.name
+        raise not_a_value(f"the program call {name}(...)", f"{name}(...)", f"{name}.sim(...)",
+                          kind)
+
+    # JAX looks it up first (see DistCall)
+    __jax_array__ = property(lambda self: self._not_a_value(kind=ValueError))
+
+    def __getattr__(self, attr: str) -> Any:  # e.g. g(x).simulate(key): g was called
+        name = self.gen.name
+        raise AttributeError(
+            f"{name}(...) makes a program call, for `{name}(...) @ \"address\"` inside another "
+            f"program; it has no attribute {attr!r}. Call methods on the program itself, "
+            f"e.g. {name}.simulate(key, ...) or {name}.log_density(choices, ...).")
+    __array__ = __float__ = _not_a_value
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _not_a_value
+    __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __neg__ = _not_a_value
+    __lt__ = __le__ = __gt__ = __ge__ = _not_a_value
+
 
 class GenFn:
     """A generative function. Subclasses define `body(*args)`."""
 
     name = "program"
+    estimated_density = False  # True for gv.marginal / gv.normalize
 
     def __init__(self) -> None:
         self._traces: dict = {}
@@ -129,7 +156,8 @@ class GenFn:
         def at_root(*a):
             with _prefix(()):
                 return self.body(*a)
-        return trace_cached(self._traces, at_root, args)
+        return trace_cached(self._traces, at_root, args,
+                            name=("program", self.name, getattr(self, "fn", None)))
 
     @staticmethod
     def _layouts(traced: Any) -> dict:
@@ -151,10 +179,16 @@ class GenFn:
         traced, dyn = self._trace(args)
         zero = jnp.zeros((), jnp.result_type(float))
         flat = {} if reads is None else self._internal(traced, reads)
-        outs, state = interp.run(traced.closed, dyn, handler,
-                                 interp.State(key, zero, {}, flat, set()))
+        try:
+            outs, state = interp.run(traced.closed, dyn, handler,
+                                     interp.State(key, zero, {}, flat, set()))
+        except interp.MissingChoice as err:  # suggest a choice the program never reads
+            sites = interp.site_addresses(traced.closed)
+            err.args = (err.args[0] + did_you_mean(err.addr, [a for a in flat if a not in sites]),)
+            raise
         return traced, outs, state
 
+    @entry_point
     def simulate(self, key: jax.Array, *args: Any) -> Trace:
         """Sample all choices; returns a `Trace` (plain JAX, jit/vmap-able).
 
@@ -167,10 +201,12 @@ class GenFn:
             >>> bool(tr.choices["x"] == tr.retval)
             True
         """
+        check_key(key, f"{self.name}.simulate")
         traced, outs, state = self._interpret(interp.Simulate(), args, key=key)
         return Trace(self._user(traced, state.choices), state.log_density,
                      jax.tree_util.tree_unflatten(traced.out_tree, outs))
 
+    @entry_point
     def log_density(self, choices: Any, *args: Any) -> jax.Array:
         """The log density of `choices` under this program (observations included).
 
@@ -184,6 +220,7 @@ class GenFn:
         """
         return self.assess(choices, *args)[0]
 
+    @entry_point
     def assess(self, choices: Any, *args: Any) -> tuple[jax.Array, Any]:
         """`(log density of choices, return value)`: `log_density` that also returns
         what the program computes from those choices.
@@ -201,8 +238,9 @@ class GenFn:
         unvisited = set(cm.flat()) - state.visited
         if unvisited:
             names = sorted("/".join(map(str, a)) for a in unvisited)
+            hint = "".join(did_you_mean(a, state.visited) for a in sorted(unvisited, key=str))
             raise KeyError(f"log_density: the choices hold addresses the program never "
-                           f"visits: {names}. Remove them (or check the address spelling).")
+                           f"visits: {names}.{hint} Remove them (or check the address spelling).")
         return state.log_density, jax.tree_util.tree_unflatten(traced.out_tree, outs)
 
     def sim(self, *args: Any) -> tuple[ChoiceMap, jax.Array]:
@@ -224,7 +262,7 @@ class GenFn:
                 f"{self.name}.sim(...) draws samples with gradient strategies and belongs "
                 "inside an @gv.expectation objective. Outside one, use "
                 f"{self.name}.simulate(key, ...).")
-        traced, _, state = self._interpret(interp.Sim(), args)
+        traced, _, state = self._interpret(interp.Sim(repr(self.name)), args)
         return self._user(traced, state.choices), state.log_density
 
     def dream(self, *args: Any) -> tuple[ChoiceMap, list, jax.Array]:
@@ -232,12 +270,43 @@ class GenFn:
         (observed values passed in are ignored). Returns `(latent choices, sampled
         observations in program order, log joint density)`; used by wake-sleep."""
         with PLAIN.set():
-            traced, _, state = self._interpret(interp.Dream(), args)
+            traced, _, state = self._interpret(interp.Dream(repr(self.name)), args)
         latents = {a: v for a, v in state.choices.items() if a[0] != "__observation__"}
         latents = self._user(traced, latents).flat()
         observed = [v for _, v in sorted((a[1], v) for a, v in state.choices.items()
                                          if a[0] == "__observation__")]
         return ChoiceMap(latents), observed, state.log_density
+
+    def site_strategies(self, *args: Any) -> dict:
+        """`{address: gradient strategy}` of the sites this program may sample on
+        `args` (None where a site has no `grad=`); what objectives check.
+
+        Example:
+            >>> import genvi as gv
+            >>> @gv.gen
+            ... def q(m):
+            ...     gv.normal(m, 1.0, grad=gv.REPARAM) @ "z"
+            >>> q.site_strategies(0.0)
+            {'z': gv.REPARAM}
+        """
+        traced, _ = self._trace(args)
+        return {"/".join(map(str, a)): s for a, s in interp.site_strategies(traced.closed).items()}
+
+    def require_normalized(self, role: str, *args: Any) -> None:
+        """Raise `gv.UnnormalizedError` if this program, run on `args`, calls
+        `gv.observe`: `role` says where a normalized density is needed.
+
+        Example:
+            >>> import genvi as gv
+            >>> @gv.gen
+            ... def q(m):
+            ...     gv.normal(m, 1.0) @ "z"
+            >>> q.require_normalized("the guide of gv.sleep_guide", 0.0)   # no observe: fine
+        """
+        traced, _ = self._trace(args)
+        eqn = interp.first_observation(traced.closed)
+        if eqn is not None:
+            raise interp.unnormalized_error(repr(self.name), eqn, role)
 
     def generate(self, constraints: Any, *args: Any) -> tuple[ChoiceMap, jax.Array]:
         """Inside an objective: run with `constraints` fixed, sampling the other sites

@@ -18,6 +18,24 @@ from genvi.adev.expectation import Expectation, ProgramExpectation
 from genvi.gen.language import GenFn
 
 
+def require_strategies(objective: str, guide: GenFn, args: tuple, kinds: set[str],
+                       why: str) -> None:
+    """Refuse, at trace time, a guide site whose strategy is not of one of `kinds`
+    (an objective's prerequisite), naming the address and the fix."""
+    if guide.estimated_density:
+        raise TypeError(f"{objective} needs a guide with a tractable density (a @gv.gen program "
+                        f"or a combinator of one); got {guide.name}. {why}")
+    for addr, strategy in guide.site_strategies(*args).items():
+        inner = getattr(strategy, "strategies", (strategy,))
+        have = {getattr(s, "kind", None) for s in inner}
+        if not have <= kinds:
+            shown = " or ".join(f"grad=gv.{k}" for k in sorted(kinds))
+            raise ValueError(
+                f"{objective} needs {shown} at every guide site, but the site {addr!r} of "
+                f"{guide.name} has grad={strategy!r}. {why} Use {shown} at {addr!r}, or "
+                "gv.iwelbo, which is unbiased for every strategy.")
+
+
 def _zero_valued(surrogate: jax.Array) -> jax.Array:
     """Value 0, derivative that of `surrogate`."""
     return surrogate - stop_gradient(surrogate)
@@ -36,7 +54,10 @@ def vimco(model: GenFn, guide: GenFn, particles: int) -> Expectation:
     """IWELBO(K) whose score-function gradient uses VIMCO's leave-one-out control
     variates (Mnih & Rezende 2016): Σ_i ∂log q(z_i) (L − L_{−i}) + pathwise terms.
 
-    Use it with REINFORCE guide sites. Unbiased: L_{−i} does not depend on z_i.
+    Requires REINFORCE guide sites (with or without a baseline), checked when its
+    gradient is traced (its value is right for any strategy): its control variates correct the score-function term, which pathwise
+    (REPARAM) or exact (ENUM, MVD) sites do not have. Unbiased: L_{−i} does not
+    depend on z_i.
 
     Example:
         >>> import genvi as gv
@@ -45,6 +66,10 @@ def vimco(model: GenFn, guide: GenFn, particles: int) -> Expectation:
     k = int(particles)
     if k < 2:
         raise ValueError("gv.vimco needs particles >= 2 (leave-one-out baselines)")
+
+    def requires(*args):
+        require_strategies("gv.vimco", guide, args, {"REINFORCE"},
+                           "Its leave-one-out baselines correct the score-function term.")
 
     def body(*args):
         def particle(_):
@@ -56,7 +81,7 @@ def vimco(model: GenFn, guide: GenFn, particles: int) -> Expectation:
         # REINFORCE contributes L · Σ ∂log q(z_i); this term removes Σ L_{−i} ∂log q(z_i).
         return logsumexp(log_w) - math.log(k) - jnp.sum(baseline * _zero_valued(log_q))
 
-    return ProgramExpectation(body, name=f"vimco({k})")
+    return ProgramExpectation(body, name=f"vimco({k})", requires=requires)
 
 
 def dreg(model: GenFn, guide: GenFn, particles: int) -> Expectation:
@@ -64,14 +89,19 @@ def dreg(model: GenFn, guide: GenFn, particles: int) -> Expectation:
     this is sticking-the-landing (Roeder et al. 2017).
 
     Guide gradients: Σ_k w̃_k² ∂(log p(x, z_k) − log q_stop(z_k)) through z_k only
-    (q's parameters stopped); model gradients: Σ_k w̃_k ∂log p(x, z_k). Needs a
-    REPARAM guide. With the exact posterior as guide the gradient is exactly zero.
+    (q's parameters stopped); model gradients: Σ_k w̃_k ∂log p(x, z_k). Requires
+    REPARAM at every guide site, checked when its gradient is traced (the estimator differentiates
+    through z_k). With the exact posterior as guide the gradient is exactly zero.
 
     Example:
         >>> import genvi as gv
         >>> # gv.dreg(model, guide, particles=8).grad_estimate(key, params, data)
     """
     k = int(particles)
+
+    def requires(*args):
+        require_strategies("gv.dreg", guide, args, {"REPARAM"},
+                           "It differentiates through the guide's samples.")
 
     def body(*args):
         stopped = stop_gradient(args)
@@ -90,4 +120,4 @@ def dreg(model: GenFn, guide: GenFn, particles: int) -> Expectation:
         return (value + _zero_valued(jnp.sum(w ** 2 * through_z))
                 + _zero_valued(jnp.sum(w * model_term)))
 
-    return ProgramExpectation(body, name=f"dreg({k})")
+    return ProgramExpectation(body, name=f"dreg({k})", requires=requires)

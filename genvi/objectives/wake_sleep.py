@@ -77,6 +77,8 @@ def sleep_guide(model: GenFn, guide: GenFn, particles: int = 1, data_argnum: int
             data = observed[0] if len(observed) == 1 else tuple(observed)
             dreamed = list(args)
             dreamed[data_argnum] = stop_gradient(data)
+            guide.require_normalized("the guide of gv.sleep_guide (scored at dreamed data)",
+                                     *dreamed)
             return guide.log_density(stop_gradient(z), *dreamed)
 
         return jnp.mean(jax.vmap(particle)(jnp.arange(k)))

@@ -6,6 +6,12 @@ result does not depend on how it is chunked, checkpointed or resumed. The chunk'
 length is an argument of the compiled loop, not part of its shape, so chunks of every
 length (a remainder, the stretch up to an evaluation or a checkpoint) share one
 compiled program.
+
+Every step checks that its objective estimate and gradient are finite (one reduction
+per gradient leaf). The loop stops at the first step that is not, keeping the
+parameters from before it, and `gv.fit` raises `NonFiniteError` naming the step and
+the leaves; with `skip_nonfinite=True` such steps are skipped, counted and, past a
+fraction of the run, warned about.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ import optax
 
 from genvi.adev.expectation import Expectation
 from genvi.training import checkpoints
+from genvi.training.fit_checks import (NonFiniteError, as_arrays, check_float_params,
+                                       check_objective, nonfinite_message, warn_if_skipped)
+from genvi.validation import entry_point
 
 
 class FitResult(NamedTuple):
@@ -29,7 +38,12 @@ class FitResult(NamedTuple):
 
     `history` holds numpy arrays: `objective` (the estimate at every step),
     `skipped` (steps whose non-finite update was skipped), and, when evaluating,
-    `eval_step` and `eval` (held-out objective means).
+    `eval_step` and `eval` (held-out objective means); and `num_skipped`, an int.
+
+    Example:
+        >>> import genvi as gv
+        >>> gv.FitResult._fields
+        ('params', 'state', 'history')
     """
 
     params: Any
@@ -37,6 +51,7 @@ class FitResult(NamedTuple):
     history: dict
 
 
+@entry_point
 def fit(objective: Expectation, params: Any, *data: Any,
         optimizer: optax.GradientTransformation, steps: int, key: jax.Array,
         progress: bool = True, batch_size: int | None = None, skip_nonfinite: bool = False,
@@ -44,13 +59,21 @@ def fit(objective: Expectation, params: Any, *data: Any,
         eval_every: int | None = None, eval_estimates: int = 64,
         callbacks: Sequence[Callable] = (), chunk_size: int = 1000,
         checkpoint_dir: str | None = None, checkpoint_every: int | None = None,
-        resume: bool | None = None, shard: bool = False) -> FitResult:
+        resume: bool | None = None, shard: bool = False,
+        skip_warn_fraction: float | None = 0.1) -> FitResult:
     """Maximize `objective(params, *data)`; returns `FitResult(params, state, history)`.
 
     * `batch_size`: minibatch every data array along its leading axis, with a fresh
       permutation each epoch (use a `gv.batch_mean` objective).
-    * `skip_nonfinite`: keep the old parameters when an estimate or gradient is not
-      finite; counted in `history["skipped"]`.
+    * Non-finite steps: by default `gv.fit` stops at the first step whose objective
+      estimate or gradient is not finite (NaN or ±inf) and raises `gv.NonFiniteError`
+      naming the step and the parameter leaves whose gradient is not finite; its
+      `result` holds the parameters from before that step. Run the objective under
+      `with gv.validation():` to find the site that produced it.
+    * `skip_nonfinite=True`: skip such steps instead (the parameters and optimizer
+      state stay as they were), flagged in `history["skipped"]` and counted in
+      `history["num_skipped"]`; a `gv.NonFiniteWarning` is issued when more than
+      `skip_warn_fraction` of the steps were skipped (`None`: never).
     * `eval_objective` / `eval_data` / `eval_every`: a held-out objective estimated
       (mean of `eval_estimates` estimates) every `eval_every` steps.
     * `callbacks`: functions `(step, params, history)` called between chunks.
@@ -80,14 +103,18 @@ def fit(objective: Expectation, params: Any, *data: Any,
         >>> round(float(result.params["m"]), 1)   # posterior mean y / 2
         0.5
     """
+    check_objective(objective, "objective")
+    if eval_objective is not None:
+        check_objective(eval_objective, "eval_objective")
+    check_float_params(params)
     params = _strongly_typed(params)
-    data = tuple(jax.tree_util.tree_map(jnp.asarray, d) for d in data)
+    data = tuple(as_arrays(d, i) for i, d in enumerate(data))
     step_key, data_key = jax.random.split(key)
     sharding = _data_sharding(shard)
     if shard:
         params = jax.device_put(params, sharding.replicated)
     n = _dataset_size(data) if batch_size else None
-    run_chunk = _compiled_chunk(objective, optimizer, batch_size, n, skip_nonfinite, sharding)
+    chunk = _compiled_chunk(objective, optimizer, batch_size, n, skip_nonfinite, sharding)
     capacity = max(1, min(chunk_size, steps))
     state = _strongly_typed(optimizer.init(params))
     history = {"objective": np.zeros(0, np.float32), "skipped": np.zeros(0, bool),
@@ -106,11 +133,16 @@ def fit(objective: Expectation, params: Any, *data: Any,
     boundaries = _boundaries(start, steps, chunk_size, eval_every, checkpoint_every)
     try:
         for begin, end in boundaries:
-            (params, state), (values, skipped) = run_chunk(
-                (params, state), begin, end - begin, data, step_key, data_key, capacity=capacity)
-            values, skipped = np.asarray(values)[:end - begin], np.asarray(skipped)[:end - begin]
-            history["objective"] = np.concatenate([history["objective"], values])
-            history["skipped"] = np.concatenate([history["skipped"], skipped])
+            before = (params, state)
+            (params, state), (values, skipped), (done, failed) = chunk.run(
+                before, begin, end - begin, data, step_key, data_key, capacity=capacity)
+            done, values, skipped = int(done), np.asarray(values), np.asarray(skipped)
+            history["objective"] = np.concatenate([history["objective"], values[:done]])
+            history["skipped"] = np.concatenate([history["skipped"], skipped[:done]])
+            if bool(failed):   # the loop stopped at step `begin + done`
+                bar.advance(done)
+                raise _nonfinite_error(chunk, before, begin, done, data, step_key, data_key,
+                                       capacity, history)
             if evaluate and eval_every and end % eval_every == 0:
                 history["eval_step"].append(end)
                 history["eval"].append(float(evaluate(params)))
@@ -118,11 +150,18 @@ def fit(objective: Expectation, params: Any, *data: Any,
                 checkpoints.save(checkpoint_dir, end, _payload(params, state, end, key, history))
             for callback in callbacks:
                 callback(end, params, history)
-            bar.advance(end - begin, float(np.mean(values)))
+            bar.advance(end - begin, float(np.mean(values[:done])))
     finally:
         bar.close()
-    history["eval_step"] = np.asarray(history["eval_step"], np.int64)
-    history["eval"] = np.asarray(history["eval"], np.float32)
+    result = _finish(params, state, history)
+    warn_if_skipped(result.history, skip_warn_fraction)
+    return result
+
+
+def _finish(params, state, history) -> FitResult:
+    history = dict(history, eval_step=np.asarray(history["eval_step"], np.int64),
+                   eval=np.asarray(history["eval"], np.float32),
+                   num_skipped=int(np.sum(history["skipped"])))
     return FitResult(params, state, history)
 
 
@@ -131,10 +170,14 @@ _CHUNKS_KEPT = 16   # the most recent ones; each holds its objective and optimiz
 
 
 def _compiled_chunk(objective, optimizer, batch_size, n, skip_nonfinite, sharding):
-    """A jitted `(carry, begin, length, data, step_key, data_key, *, capacity) ->
-    (carry, (values, skipped))` running steps `begin .. begin + length - 1`, with
-    `length <= capacity` traced (one compile for every chunk length) and per-step
-    outputs in buffers of `capacity`. Data and keys are arguments, never baked-in
+    """`_Chunk(run, leaf_check)`. `run` is a jitted `(carry, begin, length, data,
+    step_key, data_key, *, capacity) -> (carry, (values, skipped), (done, failed))`
+    running steps `begin .. begin + length - 1`, with `length <= capacity` traced (one
+    compile for every chunk length) and per-step outputs in buffers of `capacity`.
+    Unless `skip_nonfinite`, it stops at the first non-finite step, `begin + done`
+    (`failed`; its carry is then not meaningful). `leaf_check(params, step, data,
+    step_key, data_key)` gives that step's value and per-leaf gradient finiteness (for
+    the error; compiled only when needed). Data and keys are arguments, never baked-in
     constants, so a second `gv.fit` with the same objective and optimizer objects
     reuses the compiled program."""
     cache_key = (id(objective), id(optimizer), batch_size, n, skip_nonfinite, sharding.batch)
@@ -143,29 +186,45 @@ def _compiled_chunk(objective, optimizer, batch_size, n, skip_nonfinite, shardin
         return hit[2]
 
     def run_chunk(carry, begin, length, data, step_key, data_key, *, capacity):
-        step_fn = _make_step(objective, optimizer, data, batch_size, n, step_key, data_key,
-                             skip_nonfinite, sharding)
+        step_fn, _ = _make_step(objective, optimizer, data, batch_size, n, step_key, data_key,
+                                sharding)
 
-        def body(i, loop):
-            carry, values, skipped = loop
-            carry, (value, skip) = step_fn(carry, begin + i)
-            return carry, values.at[i].set(value), skipped.at[i].set(skip)
+        def cond(loop):
+            i, failed = loop[:2]
+            return (i < length) & ~failed
 
-        # a loop with a traced trip count (XLA's while), the same loop `scan` builds
-        values = jnp.zeros(capacity, jnp.asarray(0.0).dtype)
-        carry, values, skipped = jax.lax.fori_loop(
-            0, length, body, (carry, values, jnp.zeros(capacity, bool)))
-        return carry, (values, skipped)
+        def body(loop):
+            i, failed, carry, values, skipped = loop
+            new_carry, value, ok = step_fn(carry, begin + i)
+            values = values.at[i].set(value)
+            if skip_nonfinite:
+                keep = lambda new, old: jnp.where(ok, new, old)  # noqa: E731
+                new_carry = jax.tree_util.tree_map(keep, new_carry, carry)
+                return i + 1, failed, new_carry, values, skipped.at[i].set(~ok)
+            # Stop; no select of the old carry here (it costs ~15% of a small step on
+            # CPU): gv.fit recomputes the carry from before the failed step instead.
+            return jnp.where(ok, i + 1, i), ~ok, new_carry, values, skipped
 
-    fn = jax.jit(run_chunk, static_argnames="capacity")
+        # a loop with a traced trip count (XLA's while) that can also stop early
+        loop = (jnp.zeros((), jnp.int32), jnp.zeros((), bool), carry,
+                jnp.zeros(capacity, jnp.asarray(0.0).dtype), jnp.zeros(capacity, bool))
+        done, failed, carry, values, skipped = jax.lax.while_loop(cond, body, loop)
+        return carry, (values, skipped), (done, failed)
+
+    def leaf_check(params, step, data, step_key, data_key):
+        _, grads_at = _make_step(objective, optimizer, data, batch_size, n, step_key, data_key,
+                                 sharding)
+        value, grads = grads_at(params, step)
+        return value, [jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grads)]
+
+    fn = _Chunk(jax.jit(run_chunk, static_argnames="capacity"), jax.jit(leaf_check))
     _CHUNKS[cache_key] = (objective, optimizer, fn)
     while len(_CHUNKS) > _CHUNKS_KEPT:
         _CHUNKS.pop(next(iter(_CHUNKS)))
     return fn
 
 
-def _make_step(objective, optimizer, data, batch_size, n, step_key, data_key, skip_nonfinite,
-               sharding):
+def _make_step(objective, optimizer, data, batch_size, n, step_key, data_key, sharding):
     per_epoch = n // batch_size if batch_size else None
     if batch_size and per_epoch < 1:
         raise ValueError(f"gv.fit: batch_size={batch_size} is larger than the dataset ({n})")
@@ -177,26 +236,52 @@ def _make_step(objective, optimizer, data, batch_size, n, step_key, data_key, sk
         idx = jax.lax.dynamic_slice_in_dim(perm, (step % per_epoch) * batch_size, batch_size)
         return jax.tree_util.tree_map(lambda a: a[idx], data)
 
-    def step_fn(carry, step):
-        params, state = carry
+    def grads_at(params, step):
         batch = batch_at(step)
         if sharding.batch is not None:
             batch = jax.lax.with_sharding_constraint(batch, sharding.batch)
-        value, grads = objective.value_and_grad_estimate(
+        return objective.value_and_grad_estimate(
             jax.random.fold_in(step_key, step), params, *batch)
+
+    def step_fn(carry, step):
+        params, state = carry
+        value, grads = grads_at(params, step)
         updates, new_state = optimizer.update(jax.tree_util.tree_map(jnp.negative, grads),
                                               state, params)
-        new_params = optax.apply_updates(params, updates)
-        if not skip_nonfinite:  # no finiteness checks on the hot path unless asked
-            return (new_params, new_state), (value, jnp.zeros((), bool))
-        ok = jnp.isfinite(value) & jnp.all(jnp.array(
-            [jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grads)]))
-        keep = lambda new, old: jnp.where(ok, new, old)  # noqa: E731
-        new_params = jax.tree_util.tree_map(keep, new_params, params)
-        new_state = jax.tree_util.tree_map(keep, new_state, state)
-        return (new_params, new_state), (value, ~ok)
+        return (optax.apply_updates(params, updates), new_state), value, _finite(value, grads)
 
-    return step_fn
+    return step_fn, grads_at
+
+
+def _finite(value, grads) -> jax.Array:
+    """Whether the value and every gradient entry are finite. `sum(g * 0)` is 0 exactly
+    when every entry of `g` is finite (it cannot overflow) and XLA fuses the sums of
+    all leaves into one pass: on CPU ~5-9% of a small VAE step, against 12-15% for
+    `all(isfinite(g))` per leaf (a concatenation first is slower still)."""
+    return jnp.isfinite(sum((jnp.sum(g * 0) for g in jax.tree_util.tree_leaves(grads)), value * 0))
+
+
+class _Chunk(NamedTuple):
+    run: Callable
+    leaf_check: Callable
+
+
+def _nonfinite_error(chunk, before, begin, done, data, step_key, data_key, capacity,
+                     history) -> NonFiniteError:
+    """The error for step `begin + done`, with the carry from before it: the chunk's
+    steps before it run again from `before` (the same program and inputs, so the same
+    parameters), then that step's gradient is checked leaf by leaf."""
+    step, (params, state) = begin + done, before
+    if done:
+        (params, state), _, _ = chunk.run(before, begin, done, data, step_key, data_key,
+                                          capacity=capacity)
+    value, leaf_ok = chunk.leaf_check(params, step, data, step_key, data_key)
+    value = float(value)
+    paths = [jax.tree_util.keystr(path)
+             for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+    leaves = [p for p, ok in zip(paths, leaf_ok) if not bool(ok)]
+    return NonFiniteError(nonfinite_message(step, value, leaves, data), step, value, leaves,
+                          _finish(params, state, history))
 
 
 def _strongly_typed(tree):

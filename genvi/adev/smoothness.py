@@ -1,0 +1,325 @@
+"""The smoothness check: a REPARAM value may reach only continuous uses.
+
+REPARAM differentiates the sampler pathwise, which is unbiased only when the rest of
+the objective is continuous (and a.e. differentiable) in the drawn value: the
+programmable-VI paper's λ_ADEV type system refuses a reparameterized value that
+flows into a discontinuity. `check(closed, differentiated)` is that discipline as a
+dataflow analysis of an objective's traced jaxpr, run once per trace and set of
+differentiated inputs. Each value is tracked for what it depends on:
+
+* a REPARAM draw (a `sample_p` site with a REPARAM strategy), and
+* the differentiated parameters (directly, or through a REPARAM site's parameters);
+
+a jump is biased only where it depends on both (the draw's law moves with the
+parameters, so the jump's location does): `1(x > 0) · θ` with x's law free of θ is
+fine, `1(x > 0)` with x ~ N(θ, 1), or `1(u < θ)` with u ~ U(0, 1), is not. Such a
+value reaching `floor`/`ceil`/`round`/`sign`/`rem`, an integer cast,
+`argmax`/`argmin`/`argsort`, or a comparison of it (a *step*) reaching anything that
+turns it back into a value (a `select_n` predicate, a `cond`/`switch` index, a
+`while` predicate, a float cast, an index, a distribution's parameter) is refused with
+an error that names the site, the primitive, the user's source line and the fixes.
+`estimate` (nothing differentiated) is never refused.
+
+Not uses: code inside a distribution's log density (its support checks; genvi
+computes densities under the `genvi_density` name scope), guards (`is_finite`, and
+`==` / `!=` of a continuous value, e.g. `jnp.where(s == 0, 1.0, s)` or `isnan`: their
+answer changes on a set of probability zero, which moves no mass), code
+whose result is never used, functions with a user-defined derivative (`custom_jvp`,
+`custom_vjp`: their rule is the user's statement), and code under
+`gv.assume_continuous()`, the documented opt-out.
+
+Example:
+    >>> import genvi as gv, jax, jax.numpy as jnp
+    >>> @gv.expectation
+    ... def step(mu):
+    ...     x = gv.sample(gv.normal(mu, 1.0, grad=gv.REPARAM), name="x")
+    ...     return jnp.where(x > 0, 1.0, 0.0)
+    >>> try:
+    ...     step.grad_estimate(jax.random.key(0), 0.0)
+    ... except gv.DiscontinuityError as e:
+    ...     print(str(e).splitlines()[0])  # doctest: +ELLIPSIS
+    the value drawn with REPARAM at 'x' (gv.normal) reaches a discontinuity: `select_n` (jnp.where / lax.select) chooses by a comparison of it (`gt` at ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import jax
+
+from genvi.core import jaxpr as jx
+from genvi.core.primitives import sample_p
+
+DENSITY_SCOPE = "genvi_density"
+CONTINUOUS_SCOPE = "genvi_assume_continuous"
+
+
+class DiscontinuityError(ValueError):
+    """A value drawn with REPARAM reaches a discontinuous use (see `gv.assume_continuous`)."""
+
+
+class assume_continuous(contextlib.ContextDecorator):
+    """Opt out of the smoothness check for the code inside: you assert that it is
+    continuous in the REPARAM values it reads (e.g. `jnp.where(x > 0, x, 0.0)`,
+    a hand-written relu), or that its discontinuities do not move with the
+    parameters. A context manager and a decorator; free at run time (a JAX name
+    scope).
+
+    Example:
+        >>> import genvi as gv, jax, jax.numpy as jnp
+        >>> @gv.expectation
+        ... def relu_mean(mu):
+        ...     x = gv.sample(gv.normal(mu, 1.0, grad=gv.REPARAM))
+        ...     with gv.assume_continuous():       # continuous at 0: REPARAM is unbiased
+        ...         return jnp.where(x > 0, x, 0.0)
+        >>> g = relu_mean.grad_estimate(jax.random.key(0), 0.0)
+    """
+
+    def __enter__(self):
+        self._scope = jax.named_scope(CONTINUOUS_SCOPE)
+        return self._scope.__enter__()
+
+    def __exit__(self, *exc):
+        return self._scope.__exit__(*exc)
+
+
+def density_scope():
+    """The name scope under which genvi computes log densities (not uses)."""
+    return jax.named_scope(DENSITY_SCOPE)
+
+
+# -- the rules: which primitives are discontinuous, which make steps -----------------
+
+_STEP_FUNCTIONS = {  # smooth value in, piecewise-constant value out
+    "floor": "jnp.floor", "ceil": "jnp.ceil", "round": "jnp.round", "sign": "jnp.sign",
+    "rem": "jnp.mod / %", "nextafter": "jnp.nextafter", "argmax": "jnp.argmax",
+    "argmin": "jnp.argmin",
+}
+_COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
+_EQUALITIES = frozenset({"eq", "ne"})
+_LOGIC = frozenset({"and", "or", "not", "xor"})
+_CONTINUOUS_CALLS = ("custom_jvp_call", "custom_vjp_call")
+_WHAT = {"select_n": "jnp.where / lax.select", "cond": "lax.cond / lax.switch",
+         "while": "a while loop's predicate", "convert_element_type": "a cast to float",
+         "gather": "an index", "dynamic_slice": "an index",
+         "dynamic_update_slice": "an index", "scatter": "an index",
+         "scatter-add": "an index", "genvi_sample": "a distribution's parameter"}
+
+
+@dataclass(frozen=True)
+class _Taint:
+    """What a variable depends on: a REPARAM draw (`site`, for messages), the
+    differentiated parameters (`param`), and whether it is a *step* (`step`: the
+    comparison that made it) of a value depending on both.
+
+    Only that conjunction is biased: a jump in a draw that does not move with the
+    parameters (`1(x > 0) · θ` with x's law free of θ) or a jump in the parameters
+    alone (a deterministic function, differentiable a.e.) keeps REPARAM unbiased."""
+
+    site: str | None = None
+    dist: str | None = None
+    param: bool = False
+    step: Any = None
+    step_at: Any = None  # the equation whose source line shows the step (see `_analyze`)
+
+    @property
+    def is_step(self) -> bool:
+        return self.step is not None
+
+    @property
+    def moves(self) -> bool:
+        """A function of a REPARAM draw whose law moves with the parameters."""
+        return self.site is not None and self.param
+
+    def smooth(self) -> "_Taint":
+        return _Taint(self.site, self.dist, self.param)
+
+    def stepped(self, eqn: Any, at: Any) -> "_Taint":
+        return _Taint(self.site, self.dist, self.param, eqn, at or eqn)
+
+
+def _merge(taints: list) -> "_Taint | None":
+    taints = [t for t in taints if t is not None]
+    if not taints:
+        return None
+    drawn = next((t for t in taints if t.site is not None), taints[0])
+    step = next((t for t in taints if t.is_step), None)
+    return _Taint(drawn.site, drawn.dist, any(t.param for t in taints),
+                  step and step.step, step and step.step_at)
+
+
+_PARAM = _Taint(param=True)
+
+
+def check(closed: Any, differentiated: Sequence[bool]) -> None:
+    """Raise `DiscontinuityError` if a REPARAM value whose law moves with the
+    `differentiated` inputs of the objective `closed` (a closed jaxpr; one flag per
+    input) reaches a discontinuous use; otherwise return None."""
+    jaxpr = closed.jaxpr
+    _analyze(jaxpr, [_PARAM if d else None for d in differentiated], False)
+
+
+def _analyze(jaxpr: Any, in_taints: list, trusted: bool, at: Any = None) -> list:
+    """Propagate taints through `jaxpr`; returns the outputs' taints. `trusted`: the
+    code is under a density or assume_continuous scope (no refusals). `at`: the call
+    equation whose source line messages show (a jitted helper's body, e.g.
+    `jnp.where`'s, is cached with the line of its first caller)."""
+    env: dict = dict(zip(jaxpr.invars, in_taints))
+    live = _live_equations(jaxpr)
+    for i, eqn in enumerate(jaxpr.eqns):
+        ins = [None if isinstance(v, jx.Literal) else env.get(v) for v in eqn.invars]
+        outs = _rule(eqn, ins, trusted or _scoped(eqn), live[i], at)
+        env.update((v, t) for v, t in zip(eqn.outvars, outs) if t is not None)
+    return [None if isinstance(v, jx.Literal) else env.get(v) for v in jaxpr.outvars]
+
+
+def _scoped(eqn: Any) -> bool:
+    stack = jx.name_stack(eqn)
+    return DENSITY_SCOPE in stack or CONTINUOUS_SCOPE in stack
+
+
+def _rule(eqn: Any, ins: list, trusted: bool, live: bool, at: Any) -> list:
+    name = eqn.primitive.name
+    n_out = len(eqn.outvars)
+    if eqn.primitive is sample_p:
+        return [_sample_taint(eqn, ins, trusted, live, at)]
+    merged = _merge(ins)
+    if merged is None and not jx.sub_jaxprs(eqn):
+        return [None] * n_out
+    kind = jx.kind(eqn)
+    if kind == "cond":
+        return _cond(eqn, ins, live, trusted, at)
+    if kind == "scan":
+        return _scan(eqn, ins, trusted, at)
+    if kind == "while":
+        return _while(eqn, ins, live, trusted, at)
+    if kind == "call":
+        return _analyze(jx.call_body(eqn).jaxpr, ins, trusted, at or eqn)
+    if trusted or any(name.startswith(c) for c in _CONTINUOUS_CALLS) or jx.sub_jaxprs(eqn):
+        return [None if merged is None else merged.smooth()] * n_out
+    if name == "is_finite" or (name in _EQUALITIES and not merged.is_step):
+        # a guard (x == c, isnan, isinf): its answer changes on a set of probability
+        # zero for a continuous draw, so it moves no mass with the parameters
+        return [None] * n_out
+    if name in _COMPARISONS:
+        return [merged.stepped(eqn, at) if merged.moves or merged.is_step else merged] * n_out
+    if name == "select_n":
+        if _decides(ins[0]) and live:
+            _refuse(eqn, ins[0], at)
+        cases = _merge(ins[1:])
+        return [None if cases is None else cases.smooth()]
+    if name in _STEP_FUNCTIONS or _argsort(eqn, ins) or _to_integer(eqn):
+        if merged.moves and live:
+            _refuse(eqn, merged, at)
+        return [merged] * n_out
+    if merged.is_step:
+        if name in _LOGIC or not any(jx.is_float_aval(v.aval) for v in eqn.outvars):
+            return [merged] * n_out  # still a step: logic, integer arithmetic
+        if live:
+            _refuse(eqn, merged, at)
+    return [merged.smooth()] * n_out
+
+
+def _decides(t: "_Taint | None") -> bool:
+    """Whether a predicate or index jumps with a draw that moves with the parameters."""
+    return t is not None and (t.is_step or t.moves)
+
+
+def _sample_taint(eqn: Any, ins: list, trusted: bool, live: bool, at: Any) -> "_Taint | None":
+    n = eqn.params["n_params"]
+    params = _merge(ins[:n])
+    if params is not None and params.is_step and live and not trusted:
+        _refuse(eqn, params, at)
+    strategy = eqn.params["strategy"]
+    kinds = {s.kind for s in getattr(strategy, "strategies", ())} or {getattr(strategy, "kind", None)}
+    if "REPARAM" not in kinds:
+        return None  # a fresh draw: its dependence on the parameters is a score term
+    addr = eqn.params["addr"]
+    site = repr("/".join(map(str, addr))) if addr else "an unnamed gv.sample"
+    return _Taint(site, f"gv.{eqn.params['dist'].name}", params is not None and params.param)
+
+
+def _cond(eqn: Any, ins: list, live: bool, trusted: bool, at: Any) -> list:
+    if _decides(ins[0]) and live and not trusted:
+        _refuse(eqn, ins[0], at)
+    outs = [_analyze(b.jaxpr, ins[1:], trusted, at) for b in jx.cond_branches(eqn)]
+    return [_merge([ins[0]] + list(col)) for col in zip(*outs)]
+
+
+def _scan(eqn: Any, ins: list, trusted: bool, at: Any) -> list:
+    sp = jx.scan_params(eqn)
+    nc, ncar = sp["num_consts"], sp["num_carry"]
+    carry = list(ins[nc:nc + ncar])
+    while True:  # carries only gain taint, and there are two levels: this ends
+        outs = _analyze(sp["body"].jaxpr, ins[:nc] + carry + ins[nc + ncar:], trusted, at)
+        joined = [_merge([c, o]) for c, o in zip(carry, outs[:ncar])]
+        if joined == carry:
+            return outs
+        carry = joined
+
+
+def _while(eqn: Any, ins: list, live: bool, trusted: bool, at: Any) -> list:
+    p = eqn.params
+    cn, bn = p["cond_nconsts"], p["body_nconsts"]
+    carry = list(ins[cn + bn:])
+    while True:
+        outs = _analyze(p["body_jaxpr"].jaxpr, ins[cn:cn + bn] + carry, trusted, at)
+        joined = [_merge([c, o]) for c, o in zip(carry, outs)]
+        if joined == carry:
+            break
+        carry = joined
+    (pred,) = _analyze(p["cond_jaxpr"].jaxpr, ins[:cn] + carry, trusted, at)
+    if _decides(pred) and live and not trusted:
+        _refuse(eqn, pred, at)
+    return carry
+
+
+def _argsort(eqn: Any, ins: list) -> bool:
+    """A sort that carries other operands along a sorted key: argsort's indices."""
+    if eqn.primitive.name != "sort" or len(eqn.invars) <= eqn.params.get("num_keys", 1):
+        return False
+    return True
+
+
+def _to_integer(eqn: Any) -> bool:
+    """A cast of a float to an integer or boolean type."""
+    if eqn.primitive.name != "convert_element_type":
+        return False
+    return jx.is_float_aval(eqn.invars[0].aval) and not jx.is_float_aval(eqn.outvars[0].aval)
+
+
+def _live_equations(jaxpr: Any) -> list[bool]:
+    """Whether each equation's result is used (by the outputs or by an effect)."""
+    needed = {v for v in jaxpr.outvars if not isinstance(v, jx.Literal)}
+    live = [False] * len(jaxpr.eqns)
+    for i in range(len(jaxpr.eqns) - 1, -1, -1):
+        eqn = jaxpr.eqns[i]
+        if eqn.effects or eqn.primitive is sample_p or any(v in needed for v in eqn.outvars):
+            live[i] = True
+            needed.update(v for v in eqn.invars if not isinstance(v, jx.Literal))
+    return live
+
+
+def _refuse(eqn: Any, taint: _Taint, at: Any) -> None:
+    name = eqn.primitive.name
+    what = _WHAT.get(name, _STEP_FUNCTIONS.get(name, ""))
+    shown = f"`{name}`" + (f" ({what})" if what else "")
+    if taint.is_step and taint.step is not eqn:
+        how = (f"{shown} chooses by a comparison of it (`{taint.step.primitive.name}` at "
+               f"{jx.source_line(taint.step_at)})")
+    else:
+        how = f"{shown} is a step function of it"
+    raise DiscontinuityError(
+        f"the value drawn with REPARAM at {taint.site} ({taint.dist}) reaches a discontinuity: "
+        f"{how}\n  at {jx.source_line(at or eqn)}\n"
+        "A pathwise (REPARAM) gradient misses the jump, so it would be biased (e.g. zero for "
+        "E[1(x > 0)]). Fixes:\n"
+        f"  * give the site at {taint.site} a strategy that does not differentiate through the "
+        "value: grad=gv.REINFORCE (or gv.MVD where the distribution supports it);\n"
+        "  * replace the discontinuity by a smooth relaxation (e.g. jax.nn.sigmoid(x / t) for "
+        "x > 0);\n"
+        "  * if the code is continuous in the value after all (e.g. jnp.where(x > 0, x, 0)), "
+        "or its jump does not move with the parameters, wrap it in "
+        "`with gv.assume_continuous():`.")
