@@ -157,3 +157,18 @@ def test_finite_value_with_a_nan_gradient_in_a_large_leaf():
         gv.fit(cusp, {"b": 0.0, "w": jnp.zeros(70_000)}, optimizer=ADAM, steps=5,
                key=jax.random.key(3), progress=False)
     assert np.isfinite(e.value.value) and f"estimate {e.value.value:.6g} and" in str(e.value)
+
+
+def test_grad_estimate_of_a_nan_objective_is_nan_not_finite():
+    # a negative scale: the value is NaN while the pathwise gradient alone is finite;
+    # grad_estimate, which returns no value, must not hide the NaN
+    @gv.gen
+    def negative_scale(p, y):
+        gv.normal(p["m"], -1.0, grad=gv.REPARAM) @ "z"
+
+    objective = gv.elbo(model, negative_scale)
+    value, _ = objective.value_and_grad_estimate(jax.random.key(0), {"m": 0.0}, 1.0)
+    grad = objective.grad_estimate(jax.random.key(0), {"m": 0.0}, 1.0)
+    assert np.isnan(float(value)) and np.isnan(float(grad["m"]))
+    # a finite objective keeps its gradient
+    assert np.isfinite(float(gv.elbo(model, guide).grad_estimate(jax.random.key(0), START, 1.0)["m"]))

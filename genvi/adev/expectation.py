@@ -75,18 +75,25 @@ class Expectation:
     @entry_point
     def grad_estimate(self, key: jax.Array, *args: Any, argnums: int | Sequence[int] = 0) -> Any:
         """An unbiased estimate of the gradient with respect to `args[argnums]`
-        (a pytree like that argument; a tuple of them when `argnums` is a tuple)."""
+        (a pytree like that argument; a tuple of them when `argnums` is a tuple).
+
+        Where the estimate of the value is not finite (a NaN from invalid parameters,
+        say), every entry of the gradient is NaN: a finite gradient of a NaN objective
+        is meaningless, and returning it would hide the NaN."""
         check_key(key, f"{self._label}.grad_estimate")
-        return self.value_and_grad_estimate(key, *args, argnums=argnums)[1]
+        return self._value_and_grad("poisoned grad", key, args, argnums)[1]
 
     @entry_point
     def value_and_grad_estimate(self, key: jax.Array, *args: Any,
                                 argnums: int | Sequence[int] = 0) -> tuple:
         """`(estimate, gradient estimate)` from one run of the estimator."""
         check_key(key, f"{self._label}.value_and_grad_estimate")
+        return self._value_and_grad("grad", key, args, argnums)
+
+    def _value_and_grad(self, what: str, key: Any, args: tuple, argnums: Any) -> tuple:
         nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
         try:
-            value, grads = self._compiled("grad", nums)(key, *args)
+            value, grads = self._compiled(what, nums)(key, *args)
         except TypeError:
             # JAX's dtype error names no leaf; look only once it failed (no cost otherwise)
             bad = [(f"args[{i}]{path}", dt) for i in nums for path, dt in non_float_leaves(args[i])]
@@ -163,7 +170,10 @@ class Expectation:
                             full[i] = v
                         return self._value_fn(key, tuple(full))(split_args(tuple(full))[0])
 
-                    return jax.value_and_grad(f)(diff)
+                    value, grads = jax.value_and_grad(f)(diff)
+                    if what == "poisoned grad":
+                        grads = jax.tree.map(lambda g: jnp.where(jnp.isfinite(value), g, jnp.nan), grads)
+                    return value, grads
             fn = self._jitted[cache_key] = jax.jit(fn)
         return fn
 
