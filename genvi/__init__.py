@@ -21,6 +21,7 @@ from genvi.adev.expectation import Expectation, batch_mean, expectation
 from genvi.adev.smoothness import DiscontinuityError, assume_continuous
 from genvi.adev.strategies import (ENUM, MVD_ as MVD, REINFORCE, REPARAM, Deferred,
                                    Strategy, decaying_average, switch)
+from genvi.adev.stochastic_derivatives import SD_ as SD
 from genvi.core.choices import ChoiceMap, choices
 from genvi.distributions.base import DistCall, Distribution
 from genvi.distributions.continuous import (Beta, Dirichlet, Gamma, MvNormal, MvNormalDiag,
@@ -39,6 +40,7 @@ from genvi.sample import sample
 from genvi.training.checkpoints import CheckpointError
 from genvi.training.fit import FitResult, fit
 from genvi.training.fit_checks import NonFiniteError, NonFiniteWarning
+from genvi.training.lab import EstimatorComparison, compare_estimators
 from genvi.training.plots import plot_history
 from genvi.validation import InvalidParameters, set_validation, validation
 
@@ -71,6 +73,7 @@ __all__ = [
     "DistCall",
     "Distribution",
     "ENUM",
+    "EstimatorComparison",
     "Expectation",
     "FitResult",
     "Flip",
@@ -87,6 +90,7 @@ __all__ = [
     "Poisson",
     "REINFORCE",
     "REPARAM",
+    "SD",
     "Strategy",
     "Trace",
     "Uniform",
@@ -98,6 +102,7 @@ __all__ = [
     "binomial",
     "categorical",
     "choices",
+    "compare_estimators",
     "decaying_average",
     "dirichlet",
     "dreg",

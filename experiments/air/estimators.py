@@ -11,6 +11,7 @@ strategy and the objective; the model and guide code never changes.
 | iwelbo_reinforce | IWELBO(2) | REINFORCE |
 | iwelbo_mvd | IWELBO(2) | MVD |
 | rws | reweighted wake-sleep, 10 particles | (samples are not differentiated) |
+| sd | ELBO | SD (stochastic derivatives, one pruned alternative path per estimate) |
 
 Inside `gv.scan`, genvi's ENUM for a flip enumerates each step's two values lane by
 lane, which for a binary site is the same estimator as MVD (∂p · (f(1) − f(0))),
@@ -74,6 +75,7 @@ ESTIMATORS: dict[str, Estimator] = {
     "iwelbo_mvd": Estimator(lambda m, g: gv.iwelbo(m, g, particles=2), _fixed(gv.MVD),
                             about="IWELBO(2), MVD"),
     "rws": Estimator(_rws, _fixed(gv.REINFORCE), about="reweighted wake-sleep, 10 particles"),
+    "sd": Estimator(gv.elbo, _fixed(gv.SD), about="ELBO, SD (stochastic derivatives, pruned)"),
 }
 
 

@@ -162,20 +162,48 @@ class Expectation:
                     return self._value_fn(key, args)(split_args(args)[0])
             else:
                 def fn(key, *args):
-                    diff = tuple(args[i] for i in argnums)
-
-                    def f(diff):
-                        full = list(args)
-                        for i, v in zip(argnums, diff):
-                            full[i] = v
-                        return self._value_fn(key, tuple(full))(split_args(tuple(full))[0])
-
-                    value, grads = jax.value_and_grad(f)(diff)
+                    value, grads = self._value_and_grad_uncached(key, args, argnums)
                     if what == "poisoned grad":
                         grads = jax.tree.map(lambda g: jnp.where(jnp.isfinite(value), g, jnp.nan), grads)
                     return value, grads
             fn = self._jitted[cache_key] = jax.jit(fn)
         return fn
+
+    def _value_and_grad_uncached(self, key: Any, args: tuple, argnums: tuple) -> tuple:
+        """Trace the estimator: `(value, gradients wrt args[argnums])` (a tuple)."""
+        diff = tuple(args[i] for i in argnums)
+
+        def f(diff):
+            full = list(args)
+            for i, v in zip(argnums, diff):
+                full[i] = v
+            return self._value_fn(key, tuple(full))(split_args(tuple(full))[0])
+
+        return jax.value_and_grad(f)(diff)
+
+    def _dyn_leaves(self, args: tuple) -> list:
+        return split_args(args)[0]
+
+    def explain(self, *args: Any, key: jax.Array | None = None,
+                argnums: int | Sequence[int] = 0) -> Any:
+        """What the gradient estimator does at each site and what it costs: address,
+        distribution, strategy, the plates/scans around it and its lanes, how its
+        replays are evaluated (none, lane-local, whole-objective, enumeration), and
+        the compiled value and gradient steps' FLOPs. `print` the result.
+
+        Example:
+            >>> import genvi as gv, jax
+            >>> @gv.expectation
+            ... def coin(p):
+            ...     b = gv.sample(gv.flip(p, grad=gv.MVD), name="b")
+            ...     return jax.numpy.where(b, 1.0, 3.0)
+            >>> print(coin.explain(0.25).sites[0]["replays"])
+            1 × 1 lane: whole-objective replays
+        """
+        from genvi.adev.explain import explain  # noqa: PLC0415 (a tool, loaded on use)
+
+        nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+        return explain(self, jax.random.key(0) if key is None else key, args, nums)
 
 
 class ProgramExpectation(Expectation):
@@ -249,6 +277,7 @@ class _Sum(Expectation):
     def __init__(self, a: Expectation, b: Expectation, sign: float):
         super().__init__()
         self.a, self.b, self.sign = a, b, sign
+        self.name = f"{a._label} {'+' if sign > 0 else '-'} {b._label}"
 
     def _jvp(self, key, args, targs):
         ka, kb = jax.random.split(key)
@@ -260,6 +289,7 @@ class _Scaled(Expectation):
     def __init__(self, inner: Expectation, c: float):
         super().__init__()
         self.inner, self.c = inner, c
+        self.name = f"{c} * {inner._label}"
 
     def _jvp(self, key, args, targs):
         x = self.inner._jvp(key, args, targs)
@@ -270,6 +300,7 @@ class _BatchMean(Expectation):
     def __init__(self, inner: Expectation, in_axes: Any):
         super().__init__()
         self.inner, self.in_axes = inner, in_axes
+        self.name = f"batch_mean({inner._label})"
 
     def _jvp(self, key, args, targs):
         in_axes = self.in_axes if isinstance(self.in_axes, (tuple, list)) else (self.in_axes,) * len(args)

@@ -34,7 +34,11 @@ import jax.numpy as jnp
 
 from genvi.adev import dual as d
 from genvi.adev.dual import Dual
-from genvi.adev.strategies import Deferred, Replays, missing_strategy_error, replay_sum
+from genvi.adev.explain import note_enumeration, note_path, note_replays, note_site
+from genvi.adev.lanes import lane_replay_values, lane_replay_values_at
+from genvi.adev.strategies import (Deferred, Replays, missing_strategy_error, replay_sum,
+                                    replays_total)
+from genvi.adev.stochastic_derivatives import Pruning
 from genvi.core import jaxpr as jx
 from genvi.core.primitives import SAMPLES, sample_p, site_parts
 from genvi.core.tracing import GENVI_CONDS
@@ -57,6 +61,7 @@ class _Continuation:
         self._run, self._jaxpr, self._index = run, jaxpr, index
         self._env, self._keys, self._steps = env, keys, steps
         self.can_branch = top and not run.replay
+        self._top = top
 
     def dual(self, value: Any, tangent: Any = None) -> Deferred:
         return Deferred(value, tangent)
@@ -69,8 +74,28 @@ class _Continuation:
         """`res` with its replays (if any) evaluated now and added to its offset."""
         if res.replays is None:
             return res
-        value = replay_sum(self.pure, res.value, res.replays)
+        value, path = None, "whole-objective replays"
+        if self._top and not self._run.replay and jnp.size(res.value) > 1:
+            # a batched site at top level: every lane's replays in one lane-tracked
+            # evaluation of the rest of the objective, O(lanes) (genvi.adev.lanes)
+            got = lane_replay_values(self._run, self._jaxpr, self._index, self._env,
+                                     self._keys, self._steps, res.value, res.replays.alternatives)
+            if got is not None:
+                value = replays_total(got[0], res.replays)
+                path = "lane-local" + (f" (lanes coupled at {', '.join(sorted(set(got[1])))})"
+                                       if got[1] else "")
+        if value is None:
+            value = replay_sum(self.pure, res.value, res.replays)
+        note_replays(self._jaxpr.eqns[self._index], res.replays.alternatives, path)
         return Deferred(res.value, res.tangent, res.score, d.add(res.offset, value))
+
+    def prune(self, key: Any, alternatives: Any, weights: Any, magnitudes: Any) -> None:
+        """Offer this site's SD candidate (one lane, chosen ∝ `magnitudes`) to the
+        run's pruning pool (see `genvi.adev.stochastic_derivatives`)."""
+        eqn = self._jaxpr.eqns[self._index]
+        self._run.sd.offer_site(key, self._steps + (eqn,), alternatives, weights, magnitudes)
+        note_path(eqn, "one lane's alternative offered to the pruning pool: one replay per "
+                       "estimate, shared by every SD site")
 
     def dual_map(self, values: Any) -> Dual:
         if not self.can_branch:
@@ -86,6 +111,7 @@ class _Continuation:
                             keys=self._keys)
             return out.primal, out.tangent
 
+        note_enumeration(eqn, jnp.shape(values)[0])
         primal, tangent = jax.vmap(branch)(values)
         return Dual(primal, tangent)
 
@@ -99,6 +125,7 @@ class _Run:
         self.primals, self.tangents = list(primals), list(tangents)
         self.overrides, self.replay = overrides, replay
         self.dual = any(t is not None for t in self.tangents)
+        self.sd = Pruning()  # gv.SD sites' candidates: one replay per run, at `_finish`
         outs = closed.jaxpr.outvars
         self.out_dtype = outs[0].aval.dtype if outs else jnp.float32
 
@@ -149,11 +176,14 @@ class _Run:
                     env[eqn.outvars[0]] = Dual(self._replay_site(eqn, ins, site_key, steps))
                     continue
                 k = _Continuation(self, jaxpr, i, env, keys, steps, top)
+                note_site(eqn, dist, strategy, eqn.outvars[0].aval, steps)
                 res = strategy.jvp(dist, site_key, params, [x.tangent for x in ins[:len(params)]], k)
                 if isinstance(res, Dual):  # the rule evaluated the rest of the program
                     return self._finish(res, score, offset)
                 if res.replays is not None and pending is not None:
                     pending.add(steps + (eqn,), res)
+                    note_replays(eqn, res.replays.alternatives,
+                                 "whole-objective replays, after the scan")
                 else:
                     res = k.resolved(res)
                 env[eqn.outvars[0]] = Dual(res.value, res.tangent if jx.is_float(res.value) else None)
@@ -177,10 +207,36 @@ class _Run:
         return outs, (score, offset)
 
     def _finish(self, out: Dual, score: Any, offset: Any) -> Dual:
+        offset = d.add(offset, self.sd.term(self._replay_overrides, out.primal))
         tangent = d.add(d.add(out.tangent, d.mul(out.primal, score)), offset)
         if tangent is not None:
             tangent = jax.lax.convert_element_type(tangent, jnp.result_type(out.primal))
         return Dual(out.primal, tangent)
+
+    def replay_control(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
+        """A control-flow equation holding sites, evaluated as in a replay (values
+        only, this run's overrides): for `genvi.adev.lanes`."""
+        run = _Run(self.closed, self.key, self.primals, [None] * len(self.primals),
+                   self.overrides, replay=True)
+        outs, _ = run._control(eqn, [Dual(x) for x in ins], key, steps)
+        return [x.primal for x in outs]
+
+    @staticmethod
+    def split_keys(jaxpr: Any, key: Any) -> dict:
+        return _split_for(jaxpr, key)
+
+    @staticmethod
+    def same_site(a: tuple, b: tuple) -> Any:
+        return _same_site(a, b)
+
+    def replay_site(self, eqn: Any, ins: list, site_key: Any, steps: tuple) -> Any:
+        """A site's value in a replay: sampled with its key, then this run's overrides."""
+        return self._replay_site(eqn, ins, site_key, steps)
+
+    def _replay_overrides(self, overrides: tuple) -> Any:
+        """The objective's value (primal only) with several more sites overridden."""
+        return _Run(self.closed, self.key, self.primals, [None] * len(self.primals),
+                    self.overrides + overrides, replay=True).run().primal
 
     def _replay_site(self, eqn: Any, ins: list, site_key: Any, steps: tuple) -> Any:
         dist, params, _, _ = site_parts(eqn, [x.primal for x in ins])
@@ -189,6 +245,8 @@ class _Run:
         for where, ov_value in self.overrides:
             match = _same_site(here, where)
             if match is not False:
+                if callable(ov_value):  # a function of the draw (gv.SD: one lane set)
+                    ov_value = ov_value(value)
                 value = jnp.where(match, ov_value, value)
         return value
 
@@ -232,24 +290,27 @@ class _Run:
                            + [Dual(p, t) for p, t in zip(x_p, x_t)]))
             if pending is not None:
                 pending.start()
+            saved = self.sd.enter()  # SD candidates of this step leave as outputs
             outs, (ds, do) = self.level(body.jaxpr, 0, env, key, steps + (eqn, i), False,
                                         pending=pending)
+            sd = self.sd.leave(saved)
             new_c = outs[:ncar]
             s, o = (None, None) if not dual else (d.add(s, ds), d.add(o, do))
             ys = outs[ncar:]
             deferred = () if pending is None else pending.arrays(i)
             return ((tuple(x.primal for x in new_c), tuple(tangents_of(new_c)), i + 1,
-                     s, o), (tuple(y.primal for y in ys), tuple(y.tangent for y in ys), deferred))
+                     s, o), (tuple(y.primal for y in ys), tuple(y.tangent for y in ys), deferred, sd))
 
         init_carry = (tuple(x.primal for x in init), tuple(tangents_of(init)),
                       jnp.zeros((), jnp.int32), self._acc_zero(), self._acc_zero())
         xs_in = (tuple(x.primal for x in xs), tuple(x.tangent if dual else None for x in xs),
                  None if key is None else jax.random.split(key, sp["length"]))
-        (c_p, c_t, _, s, o), (y_p, y_t, deferred) = jax.lax.scan(
+        (c_p, c_t, _, s, o), (y_p, y_t, deferred, sd) = jax.lax.scan(
             step, init_carry, xs_in, length=sp["length"], reverse=sp["reverse"],
             unroll=sp["unroll"])
         if pending is not None:
             o = d.add(o, pending.resolve(self, steps + (eqn,), deferred))
+        self.sd.offer_steps(key, sd)  # one step's candidate, chosen ∝ the steps' masses
         outs = [Dual(p, t) for p, t in zip(c_p, c_t)] + [Dual(p, t) for p, t in zip(y_p, y_t)]
         return outs, (s, o)
 
@@ -262,11 +323,13 @@ class _Run:
                 env = {v: Dual(c) for v, c in zip(branch.jaxpr.constvars, branch.consts)}
                 env.update(zip(branch.jaxpr.invars,
                                [Dual(p, t) for p, t in zip(ops_p, ops_t)]))
+                saved = self.sd.enter()
                 outs, (s, o) = self.level(branch.jaxpr, 0, env, key, steps + (eqn,), False)
+                sd = self.sd.leave(saved)  # the branch's SD candidate (dual runs only)
                 o_t = [_instantiate(x.tangent, x.primal) if dual else None for x in outs]
                 zero = self._acc_zero()
                 return ([x.primal for x in outs], o_t,
-                        d.add(zero, s) if dual else None, d.add(zero, o) if dual else None)
+                        d.add(zero, s) if dual else None, d.add(zero, o) if dual else None, sd)
             return f
 
         branches = [make(b) for b in jx.cond_branches(eqn)]
@@ -277,10 +340,12 @@ class _Run:
             # Evaluate every branch and select (what vmap of a cond does anyway).
             which = jnp.clip(index, 0, len(branches) - 1).astype(jnp.int32)
             results = [f(ops_p, ops_t, key) for f in branches]
+            self.sd.offer_branches(key, which, [r[4] for r in results])
             o_p, o_t, s, o = jax.tree_util.tree_map(
-                lambda *xs: _select(which, xs), *results, is_leaf=lambda x: x is None)
+                lambda *xs: _select(which, xs), *[r[:4] for r in results],
+                is_leaf=lambda x: x is None)
         else:
-            o_p, o_t, s, o = jax.lax.switch(index, branches, ops_p, ops_t, key)
+            o_p, o_t, s, o, _ = jax.lax.switch(index, branches, ops_p, ops_t, key)
         return [Dual(p, t) for p, t in zip(o_p, o_t)], (s, o)
 
 
@@ -310,15 +375,27 @@ class _Pending:
     def resolve(self, run: "_Run", at: tuple, deferred: tuple) -> Any:
         total = None
         for below, arrays in zip(self.sites, deferred):
-            def at_step(arrays, below=below):
+            coupled: list = []
+
+            def at_step(arrays, below=below, coupled=coupled):
                 i, x, *replays = arrays
-                return replay_sum(lambda v: run.replay_with((at + (i,) + below, v)), x,
-                                  Replays(*replays))
-            steps, per_step = arrays[0].shape[0], math.prod(arrays[2].shape[1:])
+                replays = Replays(*replays)
+                if jnp.size(x) > 1:  # a batched site: lane-local replays, O(lanes)
+                    got = lane_replay_values_at(run, at + (i,) + below, x, replays.alternatives)
+                    if got is not None:
+                        coupled.append(got[1])
+                        return replays_total(got[0], replays)
+                return replay_sum(lambda v: run.replay_with((at + (i,) + below, v)), x, replays)
+            lanes = math.prod(arrays[1].shape[1:])
+            steps, per_step = arrays[0].shape[0], arrays[2].shape[1] * (1 if lanes > 1 else lanes)
             group = max(1, _replay_width() // per_step)  # steps per vmap
             values = (jax.vmap(at_step)(arrays) if group >= steps
                       else jax.lax.map(at_step, arrays, batch_size=group))
             total = d.add(total, jnp.sum(values))
+            if coupled:
+                named = sorted({p for c in coupled for p in c})
+                note_replays(below[-1], arrays[2][0], "lane-local, after the scan" + (
+                    f" (lanes coupled at {', '.join(named)})" if named else ""))
         return total
 
 

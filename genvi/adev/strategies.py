@@ -128,9 +128,14 @@ def lane_replacements(pure: Any, x: jax.Array, alternatives: jax.Array) -> jax.A
 
 def replay_sum(pure: Any, x: jax.Array, replays: Replays) -> jax.Array:
     """The value of `replays` (see `Replays`) for the continuation `pure` at `x`."""
-    values = lane_replacements(pure, x, replays.alternatives).reshape(replays.weights.shape)
-    values = jnp.where(replays.live, values, 0.0)  # before the product: 0 × inf is NaN
-    return jnp.sum(replays.weights * values)
+    return replays_total(lane_replacements(pure, x, replays.alternatives), replays)
+
+
+def replays_total(values: jax.Array, replays: Replays) -> jax.Array:
+    """Σ `weights × values` over the live replays, `values[j, lane]` being the
+    continuation's value at `alternatives[j, lane]`."""
+    values = jnp.where(replays.live, values.reshape(replays.weights.shape), 0.0)
+    return jnp.sum(replays.weights * values)  # dead ones zeroed first: 0 × inf is NaN
 
 
 class Reparam(Strategy):
@@ -399,6 +404,9 @@ def switch(index: Any, strategies: Any) -> Strategy:
     strategies = tuple(strategies)
     if not strategies or not all(isinstance(s, Strategy) for s in strategies):
         raise TypeError(f"gv.switch needs a non-empty list of gradient strategies, got {strategies!r}")
+    if any(s.kind == "SD" for s in strategies):  # its pruning pool spans the whole run
+        raise TypeError("gv.switch cannot hold gv.SD: SD prunes across the whole objective; "
+                        "give the site gv.SD directly, or switch between other strategies")
     return SwitchStrategy(strategies, index, tuple(len(s.split()[1]) for s in strategies))
 
 
@@ -408,6 +416,8 @@ MVD_ = MVD()
 ENUM = Enum()
 
 STRATEGIES = {"REPARAM": REPARAM, "REINFORCE": REINFORCE, "MVD": MVD_, "ENUM": ENUM}
+from genvi.adev.stochastic_derivatives import SD_ as SD  # noqa: E402 - subclasses Strategy
+STRATEGIES["SD"] = SD
 
 
 def check_strategy(dist: Any, strategy: Any, addr: Any) -> None:

@@ -132,6 +132,13 @@ class Masked:
         return [(alt, jax.numpy.where(self._mask_like(w), w, 0.0))
                 for alt, w in self.base.mvd_terms(key, value, params, tangents)]
 
+    def sd_terms(self, value, params, tangents):
+        terms = self.base.sd_terms(value, params, tangents)
+        if terms is None:
+            return None
+        alt, w, m = terms  # masked-off lanes: weight and magnitude 0 (never chosen)
+        return alt, jax.numpy.where(self._mask_like(w), w, 0.0), jax.numpy.where(self._mask_like(m), m, 0.0)
+
     def where(self, value):
         """The value in executed lanes, zeros elsewhere (what choice maps record)."""
         return jax.numpy.where(self._mask_like(value), value, jax.numpy.zeros_like(value))

@@ -8,6 +8,7 @@ summed. Optional capabilities enable strategies:
 * `reparameterized = True`: `sample` is differentiable in the parameters (REPARAM).
 * `support(*params)`: the finite support of one lane (ENUM).
 * `mvd_terms(key, value, params, tangents)`: measure-valued derivative terms (MVD).
+* `sd_terms(value, params, tangents)`: stochastic derivative terms (SD).
 
 Example: a new distribution in one small class (see docs/extending.md)::
 

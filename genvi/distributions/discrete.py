@@ -5,6 +5,13 @@ derivative terms (MVD): flip, bernoulli, categorical, geometric, poisson, binomi
 array shaped like the sampled value (one entry per independent lane): the derivative
 estimate is Σ weight · f(value with that lane replaced by the alternative). Weights
 are linear in the parameter tangents.
+
+`sd_terms(x, params, tangents)` returns `(alternative, weight, magnitude)` for
+stochastic derivatives (SD), each shaped like `x`: the derivative estimate is
+Σ_lanes weight · (f(x with that lane set to its alternative) − f(x)). Weights are
+linear in the tangents (one one-sided rule for every tangent sign, so JAX can
+transpose them); the magnitude is a tangent-free number ≥ 0, positive wherever
+the weight can be nonzero (SD prunes lanes in proportion to it).
 """
 
 from __future__ import annotations
@@ -54,6 +61,15 @@ def _flip_terms(x, dp):
     return [(~x if x.dtype == jnp.bool_ else 1 - x, sign * dp), (x, -sign * dp)]
 
 
+def _flip_sd(x, p, dp, m):
+    """x = 0 → 1 with w = ∂p / (1 − p) (E[w (f(1) − f(0))] = ∂p (f(1) − f(0))); the
+    magnitude `m` is w per unit of tangent. A lane at p = 0 is dropped: its
+    alternative has probability 0 (as MVD's)."""
+    off = ~jnp.asarray(x).astype(bool) & (p > 0) & (p < 1)
+    q = jnp.where(off, 1 - p, 1.0)
+    return (jnp.ones_like(x), jnp.where(off, dp / q, 0.0), jnp.where(off, m / q, 0.0))
+
+
 @jax.custom_jvp
 def _bernoulli_log_prob(logits, x):
     """x·l − softplus(l), one `exp` per lane and no logits-sized temporaries: the
@@ -82,7 +98,7 @@ class Flip(Distribution):
     """
 
     name = "flip"
-    strategies = ("ENUM", "REINFORCE", "MVD")
+    strategies = ("ENUM", "REINFORCE", "MVD", "SD")
     param_names = ("p",)
 
     def sample(self, key, p):
@@ -116,6 +132,14 @@ class Flip(Distribution):
         (t,) = tangents
         return [] if t is None else _flip_terms(x, _bcast(t, x.shape))
 
+    def sd_terms(self, x, params, tangents):
+        """x = 0 → 1, weight ∂p / (1 − p)."""
+        (t,) = tangents
+        if t is None:
+            return None
+        p = jnp.broadcast_to(params[0], x.shape)
+        return _flip_sd(x, p, _bcast(t, x.shape), jnp.ones_like(p))
+
 
 class Bernoulli(Distribution):
     """Bernoulli parameterized by logits (any shape: pixels are a product).
@@ -127,7 +151,7 @@ class Bernoulli(Distribution):
     """
 
     name = "bernoulli"
-    strategies = ("ENUM", "REINFORCE", "MVD")
+    strategies = ("ENUM", "REINFORCE", "MVD", "SD")
     param_names = ("logits",)
 
     def sample(self, key, logits):
@@ -153,6 +177,15 @@ class Bernoulli(Distribution):
         p = jax.nn.sigmoid(jnp.broadcast_to(params[0], x.shape))
         return _flip_terms(x, p * (1 - p) * _bcast(t, x.shape))
 
+    def sd_terms(self, x, params, tangents):
+        """The flip's rule with ∂p = σ(l)(1 − σ(l)) ∂l: weight σ(l) ∂l at x = 0."""
+        (t,) = tangents
+        if t is None:
+            return None
+        p = jax.nn.sigmoid(jnp.broadcast_to(params[0], x.shape))
+        s = p * (1 - p)
+        return _flip_sd(x, p, s * _bcast(t, x.shape), s)
+
 
 class Categorical(Distribution):
     """Categorical over `0..K-1` parameterized by logits (last axis).
@@ -164,7 +197,7 @@ class Categorical(Distribution):
     """
 
     name = "categorical"
-    strategies = ("ENUM", "REINFORCE", "MVD")
+    strategies = ("ENUM", "REINFORCE", "MVD", "SD")
     param_names = ("logits",)
     param_event_ndims = (1,)
 
@@ -199,6 +232,33 @@ class Categorical(Distribution):
         terms = [(jnp.full_like(x, j), w[..., j]) for j in range(k)]
         return terms + [(x, -jnp.sum(w, -1))]
 
+    def sd_terms(self, x, params, tangents):
+        """From the inversion sampler (x = k iff F_{k−1} < U ≤ F_k):
+        ∂E f = Σ_k ∂F_k (f(k) − f(next(k))), next(k) the next class of positive
+        probability; so x = k → next(k) with weight −∂F_k / p_k. With
+        ∂F_k = S_k A_k − F_k B_k (A_k = Σ_{j≤k} p_j ∂l_j, B_k = Σ_{j>k} p_j ∂l_j,
+        S_k = 1 − F_k), the magnitude is F_k S_k / p_k."""
+        (t,) = tangents
+        if t is None:
+            return None
+        logits = params[0]
+        k = logits.shape[-1]
+        p = jnp.broadcast_to(jax.nn.softmax(logits, -1), x.shape + (k,))
+        t = jnp.broadcast_to(t, x.shape + (k,))
+        xi = jnp.asarray(x, jnp.int32)[..., None]
+        below = jnp.arange(k) <= xi                      # classes j ≤ x
+        f_k = jnp.sum(jnp.where(below, p, 0.0), -1)      # F_x
+        s_k = jnp.sum(jnp.where(below, 0.0, p), -1)      # S_x = 1 − F_x, accurately
+        a_k = jnp.sum(jnp.where(below, p * t, 0.0), -1)
+        b_k = jnp.sum(jnp.where(below, 0.0, p * t), -1)
+        later = ~below & (p > 0)
+        alt = jnp.argmax(later, -1).astype(x.dtype)     # next class of positive probability
+        p_x = jnp.take_along_axis(p, xi, -1)[..., 0]
+        live = jnp.any(later, -1) & (p_x > 0)
+        q = jnp.where(live, p_x, 1.0)
+        w = jnp.where(live, -(s_k * a_k - f_k * b_k) / q, 0.0)
+        return alt, w, jnp.where(live, f_k * s_k / q, 0.0)
+
 
 class Geometric(Distribution):
     """Number of failures before the first success (support 0, 1, ...), as TFP.
@@ -210,7 +270,7 @@ class Geometric(Distribution):
     """
 
     name = "geometric"
-    strategies = ("REINFORCE", "MVD")
+    strategies = ("REINFORCE", "MVD", "SD")
     param_names = ("p",)
 
     def sample(self, key, p):
@@ -236,6 +296,16 @@ class Geometric(Distribution):
         c = _bcast(t, x.shape) / p
         return [(x, c), (1 + x + x2, -c)]
 
+    def sd_terms(self, x, params, tangents):
+        """x > 0 → x − 1 with weight ∂p x / (p (1 − p))."""
+        (t,) = tangents
+        if t is None:
+            return None
+        p = jnp.broadcast_to(params[0], x.shape)
+        live = (x > 0) & (p < 1)
+        m = jnp.where(live, x / jnp.where(live, p * (1 - p), 1.0), 0.0)
+        return x - 1, m * _bcast(t, x.shape), m
+
 
 class Poisson(Distribution):
     """Poisson(rate).
@@ -247,7 +317,7 @@ class Poisson(Distribution):
     """
 
     name = "poisson"
-    strategies = ("REINFORCE", "MVD")
+    strategies = ("REINFORCE", "MVD", "SD")
     param_names = ("rate",)
 
     def sample(self, key, rate):
@@ -271,6 +341,13 @@ class Poisson(Distribution):
         c = _bcast(t, x.shape)
         return [(x + 1, c), (x, -c)]
 
+    def sd_terms(self, x, params, tangents):
+        """x → x + 1 with weight ∂λ (every lane, magnitude 1)."""
+        (t,) = tangents
+        if t is None:
+            return None
+        return x + 1, _bcast(t, x.shape), jnp.ones(x.shape, jnp.result_type(float, params[0]))
+
 
 class Binomial(Distribution):
     """Binomial(n, p): successes in `n` trials.
@@ -282,7 +359,7 @@ class Binomial(Distribution):
     """
 
     name = "binomial"
-    strategies = ("REINFORCE", "MVD")
+    strategies = ("REINFORCE", "MVD", "SD")
     param_names = ("n", "p")
 
     def sample(self, key, n, p):
@@ -312,3 +389,13 @@ class Binomial(Distribution):
         y = self.sample(key, n - 1, p)
         c = jnp.asarray(n, p.dtype) * _bcast(t, x.shape)
         return [(y + 1, c), (y, -c)]
+
+    def sd_terms(self, x, params, tangents):
+        """x < n → x + 1 with weight ∂p (n − x) / (1 − p) (∂n is not differentiated)."""
+        _, t = tangents
+        if t is None:
+            return None
+        n, p = (jnp.broadcast_to(q, x.shape) for q in params)
+        live = (x < n) & (p > 0) & (p < 1)
+        m = jnp.where(live, (n - x) / jnp.where(live, 1 - p, 1.0), 0.0)
+        return x + 1, m * _bcast(t, x.shape), m

@@ -1,0 +1,262 @@
+"""Lane-tracking rules, one per primitive, registered in `RULES` (read like JAX's
+batching rules). Each takes the equation and its operands (`Local`, or plain arrays
+for lane-free ones) and returns the outputs, or None where the lanes couple (the
+evaluator in `genvi.adev.lanes` then expands to one copy per replay).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from genvi.adev.values import Local, Perturbed
+from genvi.core import jaxpr as jx
+
+# Primitives that act elementwise (operands of one shape, or scalars).
+ELEMENTWISE = frozenset("""
+abs acos acosh add and asin asinh atan atan2 atanh cbrt ceil clamp convert_element_type
+copy copy_p cos cosh digamma div eq erf erf_inv erfc exp exp2 expm1 floor ge gt igamma
+igammac imag integer_pow is_finite le lgamma log log1p logistic lt max min mul ne neg
+nextafter not or polygamma pow real reduce_precision rem round rsqrt select_n sign sin
+sinh sqrt square stop_gradient sub tan tanh xor zeta random_gamma_grad bessel_i0e
+bessel_i1e shift_left shift_right_arithmetic shift_right_logical population_count
+""".split())
+# Reductions with an `axes` parameter; and ops acting along one `axis`/`dimension`.
+REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod",
+                        "reduce_and", "reduce_or", "argmax", "argmin"})
+ALONG_AXIS = frozenset({"cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp", "sort"})
+
+# -- rules: each returns the outputs, or None where the lanes couple ------------------
+
+def elementwise(eqn: Any, ins: list) -> list | None:
+    locals_ = [x for x in ins if isinstance(x, Local)]
+    out_shape = eqn.outvars[0].aval.shape
+    axes = locals_[0].axes
+    if any(x.axes != axes for x in locals_):
+        return None
+    # operands broadcast (size-1 axes, scalars); a lane axis must not be broadcast
+    if any(jnp.ndim(x.base) != len(out_shape)
+           or any(jnp.shape(x.base)[a] != out_shape[a] for a in axes) for x in locals_):
+        return None
+    if any(not isinstance(x, Local) and jnp.ndim(x) not in (0, len(out_shape)) for x in ins):
+        return None
+    base = jx.eval_eqn(eqn, [x.base if isinstance(x, Local) else x for x in ins])
+    alt = jx.eval_eqn(eqn, [x.alt if isinstance(x, Local) else x for x in ins])
+    return [Local(b, a, locals_[0].axes) for b, a in zip(base, alt)]
+
+
+def _only_local(ins: list) -> Local | None:
+    """The single (first) operand when it is the only lane-tracked one."""
+    if len(ins) >= 1 and isinstance(ins[0], Local) and not any(
+            isinstance(x, (Local, Perturbed)) for x in ins[1:]):
+        return ins[0]
+    return None
+
+
+def _remap(axes: tuple, kept: Sequence[int]) -> tuple:
+    """Lane axes after keeping the value axes `kept` (in order), or () if one is lost."""
+    kept = list(kept)
+    return tuple(kept.index(a) for a in axes) if all(a in kept for a in axes) else ()
+
+
+def _same_structure(eqn: Any, v: Local, new_axes: tuple, ins: list) -> list:
+    base = jx.eval_eqn(eqn, [v.base] + list(ins[1:]))
+    alt = jx.eval_eqn(eqn, [v.alt] + list(ins[1:]))
+    return [Local(b, a, new_axes) for b, a in zip(base, alt)]
+
+
+def _reduce(eqn: Any, ins: list) -> list | None:
+    v = _only_local(ins)
+    if v is None:
+        return None
+    axes = tuple(eqn.params["axes"])
+    nd = jnp.ndim(v.base)
+    if not set(axes) & set(v.axes):
+        kept = [a for a in range(nd) if a not in axes]
+        return _same_structure(eqn, v, _remap(v.axes, kept), ins)
+    if eqn.primitive.name != "reduce_sum" or not set(v.axes) <= set(axes):
+        return None  # a max/min/product across lanes, or a partial sum over them
+    return [Perturbed(_swap_sums(eqn, v, axes))]
+
+
+def _swap_sums(eqn: Any, v: Local, axes: tuple) -> Any:
+    """Σ over `axes` with lane l's slice swapped for its alternative, for every l:
+    the full sum plus (alt − base) summed over the non-lane reduced axes. Infinite
+    parts are handled exactly (−inf base, finite alternative: the sum without it)."""
+    other = tuple(a for a in axes if a not in v.axes)
+    nd = jnp.ndim(v.base)
+    base, alt = v.base, v.alt
+    finite = jnp.isfinite(base)
+    total_finite = jnp.sum(jnp.where(finite, base, 0.0), axis=axes)
+    n_neg = jnp.sum(base == -jnp.inf, axis=axes)
+    n_pos = jnp.sum(base == jnp.inf, axis=axes)
+    n_nan = jnp.sum(jnp.isnan(base), axis=axes)
+    # per lane: the lane's own contributions (finite part and counts), summed over `other`
+    lane_first = list(v.axes) + [a for a in range(nd) if a not in v.axes]
+    def per_lane(x):
+        x = jnp.sum(x, axis=other) if other else x
+        keep = [a for a in range(nd) if a not in other]
+        order = [keep.index(a) for a in lane_first if a in keep]
+        x = jnp.transpose(x, order)
+        return x.reshape((-1,) + x.shape[len(v.axes):])
+    own_finite = per_lane(jnp.where(finite, base, 0.0))
+    alt_finite = per_lane(jnp.where(jnp.isfinite(alt), alt, 0.0))
+    neg = n_neg[None] - per_lane((base == -jnp.inf).astype(n_neg.dtype)) + per_lane(
+        (alt == -jnp.inf).astype(n_neg.dtype))
+    pos = n_pos[None] - per_lane((base == jnp.inf).astype(n_pos.dtype)) + per_lane(
+        (alt == jnp.inf).astype(n_pos.dtype))
+    nan = n_nan[None] - per_lane(jnp.isnan(base).astype(n_nan.dtype)) + per_lane(
+        jnp.isnan(alt).astype(n_nan.dtype))
+    value = total_finite[None] - own_finite + alt_finite
+    value = jnp.where(neg > 0, -jnp.inf, value)
+    value = jnp.where(pos > 0, jnp.where(neg > 0, jnp.nan, jnp.inf), value)
+    value = jnp.where(nan > 0, jnp.nan, value)
+    return value.astype(eqn.outvars[0].aval.dtype)
+
+
+def _along_axis(eqn: Any, ins: list) -> list | None:
+    v = _only_local(ins) if eqn.primitive.name != "sort" or len(ins) == 1 else None
+    if v is None:
+        return None
+    axis = eqn.params.get("axis", eqn.params.get("dimension"))
+    if axis in v.axes:
+        return None
+    return _same_structure(eqn, v, v.axes, ins)
+
+
+def _broadcast_in_dim(eqn: Any, ins: list) -> list | None:
+    v = _only_local(ins)
+    if v is None or len(ins) > 1:
+        return None
+    dims = tuple(eqn.params["broadcast_dimensions"])
+    shape = tuple(eqn.params["shape"])
+    if any(shape[dims[a]] != jnp.shape(v.base)[a] for a in v.axes):
+        return None  # a lane axis of size 1 broadcast: not lane-wise
+    return _same_structure(eqn, v, tuple(dims[a] for a in v.axes), ins)
+
+
+def _transpose(eqn: Any, ins: list) -> list | None:
+    v = _only_local(ins)
+    perm = list(eqn.params["permutation"])
+    return None if v is None else _same_structure(eqn, v, tuple(perm.index(a) for a in v.axes), ins)
+
+
+def _squeeze(eqn: Any, ins: list) -> list | None:
+    v = _only_local(ins)
+    if v is None:
+        return None
+    dims = set(eqn.params["dimensions"])
+    kept = [a for a in range(jnp.ndim(v.base)) if a not in dims]
+    axes = _remap(v.axes, kept)
+    return None if len(axes) != len(v.axes) else _same_structure(eqn, v, axes, ins)
+
+
+def _reshape(eqn: Any, ins: list) -> list | None:
+    """A reshape that keeps each lane axis as one axis of the same size, with the same
+    number of elements before it (so the flat layout of lanes is unchanged)."""
+    v = _only_local(ins)
+    if v is None or eqn.params.get("dimensions") is not None:
+        return None
+    old, new = jnp.shape(v.base), tuple(eqn.params["new_sizes"])
+    new_axes = []
+    for a in v.axes:
+        before = math.prod(old[:a])
+        hits = [b for b in range(len(new)) if new[b] == old[a] and math.prod(new[:b]) == before]
+        if not hits:
+            return None
+        new_axes.append(hits[0])
+    return _same_structure(eqn, v, tuple(new_axes), ins)
+
+
+def _slice(eqn: Any, ins: list) -> list | None:
+    v = _only_local(ins)
+    if v is None:
+        return None
+    p = eqn.params
+    shape = jnp.shape(v.base)
+    strides = p.get("strides") or (1,) * len(shape)
+    if any(p["start_indices"][a] != 0 or p["limit_indices"][a] != shape[a] or strides[a] != 1
+           for a in v.axes):
+        return None
+    return _same_structure(eqn, v, v.axes, ins)
+
+
+def _dot_general(eqn: Any, ins: list) -> list | None:
+    lhs, rhs = ins
+    if isinstance(lhs, Local) == isinstance(rhs, Local):
+        return None  # both lane-tracked (or neither): general
+    swap = isinstance(rhs, Local)
+    v, other = (rhs, lhs) if swap else (lhs, rhs)
+    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+    vc, oc, vb, ob = (rc, lc, rb, lb) if swap else (lc, rc, lb, rb)
+    nd_v, nd_o = jnp.ndim(v.base), jnp.ndim(other)
+    if len(v.axes) != 1:
+        return None
+    (a,) = v.axes
+    if a in vb:  # a batch dimension: output axis = its position among batch dims
+        return _dot_local(eqn, ins, v, swap, vb.index(a))
+    if a not in vc:  # a free dimension of v
+        v_free = [d for d in range(nd_v) if d not in vc and d not in vb]
+        o_free = [d for d in range(nd_o) if d not in oc and d not in ob]
+        pos = len(vb) + (len(o_free) + v_free.index(a) if swap else v_free.index(a))
+        return _dot_local(eqn, ins, v, swap, pos)
+    # contracted over the lanes: base product plus each lane's own change
+    j = list(vc).index(a)
+    b = oc[j]
+    vc2, oc2 = tuple(c for c in vc if c != a), tuple(c for c in oc if c != b)
+    dims = ((vc2, oc2), (tuple(vb) + (a,), tuple(ob) + (b,)))
+    diff = v.alt - v.base
+    delta = jax.lax.dot_general(diff, other, dims, preferred_element_type=eqn.outvars[0].aval.dtype)
+    delta = jnp.moveaxis(delta, len(vb), 0)  # the lane axis first
+    base = jx.eval_eqn(eqn, [other, v.base] if swap else [v.base, other])[0]
+    if swap:  # output order: batch, lhs (other) free, rhs (v) free — same as v-first
+        o_free = [d for d in range(nd_o) if d not in oc and d not in ob]
+        v_free = [d for d in range(nd_v) if d not in vc and d not in vb]
+        nb = len(vb)
+        order = list(range(nb)) + list(range(nb + len(v_free), nb + len(v_free) + len(o_free))) \
+            + list(range(nb, nb + len(v_free)))
+        delta = jnp.transpose(delta, [0] + [1 + i for i in order])
+    return [Perturbed(base[None] + delta.astype(base.dtype))]
+
+
+def _dot_local(eqn: Any, ins: list, v: Local, swap: bool, pos: int) -> list:
+    other = ins[0] if swap else ins[1]
+    base = jx.eval_eqn(eqn, [other, v.base] if swap else [v.base, other])
+    alt = jx.eval_eqn(eqn, [other, v.alt] if swap else [v.alt, other])
+    return [Local(base[0], alt[0], (pos,))]
+
+
+def _gather(eqn: Any, ins: list) -> list | None:
+    """Indexing a lane-free table by lane-local indices (`means[z]`, take_along_axis):
+    output position b reads indices at b only, so the lane axes carry over."""
+    operand, indices = ins
+    if isinstance(operand, (Local, Perturbed)) or not isinstance(indices, Local):
+        return None
+    last = jnp.ndim(indices.base) - 1  # the index vector dimension
+    if last in indices.axes:
+        return None
+    out_ndim = len(eqn.outvars[0].aval.shape)
+    offset = set(eqn.params["dimension_numbers"].offset_dims)
+    batch_positions = [d for d in range(out_ndim) if d not in offset]
+    axes = tuple(batch_positions[a] for a in indices.axes)
+    base = jx.eval_eqn(eqn, [operand, indices.base])[0]
+    alt = jx.eval_eqn(eqn, [operand, indices.alt])[0]
+    return [Local(base, alt, axes)]
+
+
+RULES = {
+    "gather": _gather,
+    **{name: _reduce for name in REDUCTIONS},
+    **{name: _along_axis for name in ALONG_AXIS},
+    "broadcast_in_dim": _broadcast_in_dim,
+    "transpose": _transpose,
+    "squeeze": _squeeze,
+    "reshape": _reshape,
+    "slice": _slice,
+    "dot_general": _dot_general,
+}
+
+

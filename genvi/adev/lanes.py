@@ -1,0 +1,268 @@
+"""Lane-local replays: the rest of an objective at every lane's alternative, in O(B).
+
+ENUM and MVD at a batched discrete site (B lanes: a plate of datapoints, particles)
+need, for each lane l and alternative value a_l, the objective's value with lane l of
+the site set to a_l and every other lane kept (`strategies.Replays`). Replaying the
+whole objective per lane costs O(B) each, O(B²) in all. But the rest of the objective
+usually touches lane l only through values computed lane by lane that are then summed
+(a plate's log densities, an amortized guide over a batch). Then one evaluation of the
+rest of the objective with *every* lane set to its alternative gives every lane's
+replay at once: lane l's replay is the base value with lane l's part of each sum
+swapped for its alternative.
+
+This module evaluates the rest of the objective (after the site) on three kinds of
+values, the way JAX's batching rules track a batch axis:
+
+* `Same`: does not depend on the site (a plain array);
+* `Local(base, alt, axes)`: slice l along `axes` (the site's lane axes) depends only on
+  lane l of the site; `base` at the sampled values, `alt` with every lane at its
+  alternative;
+* `Perturbed(values)`: an arbitrary value, one copy per lane's replay (`[lanes, ...]`).
+
+Elementwise operations, broadcasts, transposes, reshapes that keep the lane axes,
+reductions and matrix products along other axes keep `Local`. A sum or contraction
+over the lane axes turns `Local` into `Perturbed` at O(size) cost. Anything that
+couples lanes (a max or sort across the batch, a gather, a non-additive use) turns its
+`Local` operands into `Perturbed` ones (`materialize`, O(B × size)) and runs per
+replay under `vmap`: the general path, correct for any program, taken only where the
+lanes couple. Control flow holding sampling sites falls back to whole-objective
+replays (`lane_replay_values` returns None).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from genvi.adev.dual import Dual
+from genvi.adev.lane_rules import ELEMENTWISE, RULES, elementwise
+from genvi.adev.lane_scan import lane_scan
+from genvi.adev.values import Coupled, Local, Perturbed
+from genvi.core import jaxpr as jx
+from genvi.core.primitives import SAMPLES, sample_p, site_parts
+
+_ENABLED = contextvars.ContextVar("genvi_lane_local_replays", default=True)
+
+
+@contextlib.contextmanager
+def whole_objective_replays():
+    """Inside this block, objectives *traced* here replay the whole objective per lane
+    (the O(B²) general path) instead of lane-local replays: for comparisons and tests.
+
+    Example:
+        >>> from genvi.adev.lanes import whole_objective_replays
+        >>> with whole_objective_replays():
+        ...     pass   # build and run a fresh objective here
+    """
+    token = _ENABLED.set(False)
+    try:
+        yield
+    finally:
+        _ENABLED.reset(token)
+
+
+
+
+# Distributions whose sampler maps each lane's parameters to that lane's value (with
+# the same random numbers), so a sample with lane-local parameters is lane-local.
+LANEWISE_SAMPLERS = frozenset({"normal", "flip", "bernoulli", "poisson", "geometric",
+                               "binomial", "uniform", "gamma", "beta", "laplace",
+                               "exponential", "lognormal", "cauchy", "student_t"})
+
+
+class LaneEval:
+    """Evaluates the rest of one objective (after one site) on lane-tracked values."""
+
+    def __init__(self, run: Any, site_shape: tuple, target: tuple | None = None):
+        self.run = run  # the `_Run` whose keys, overrides and replay rules apply
+        # (location, alternative): the site made lane-tracked where it is sampled (a
+        # site inside `scan`, at a traced step); None when the caller sets its value
+        self.target = target
+        self.site_shape = tuple(site_shape)
+        self.lanes = math.prod(self.site_shape)
+        self.coupled: list[str] = []  # primitives where lanes coupled (for `explain`)
+
+    # -- values -----------------------------------------------------------------------
+    def materialize(self, v: Any) -> Perturbed:
+        """Any value as one copy per lane's replay."""
+        if isinstance(v, Perturbed):
+            return v
+        if not isinstance(v, Local):
+            return Perturbed(jnp.broadcast_to(v, (self.lanes,) + jnp.shape(v)))
+        shape = jnp.shape(v.base)
+        lane_index = np.unravel_index(np.arange(self.lanes), self.site_shape)
+        mask = np.ones((self.lanes,) + (1,) * len(shape), bool)
+        for coord, axis in zip(lane_index, v.axes):
+            at = np.arange(shape[axis]).reshape([-1 if a == axis else 1 for a in range(len(shape))])
+            mask = mask & (coord.reshape((-1,) + (1,) * len(shape)) == at[None])
+        return Perturbed(jnp.where(mask, v.alt[None], v.base[None]))
+
+    def _general(self, eqn: Any, ins: list) -> list:
+        """Evaluate `eqn` once per lane's replay (lanes coupled here)."""
+        if any(isinstance(x, Local) for x in ins):
+            self.coupled.append(eqn.primitive.name)
+        ins = [self.materialize(x) if isinstance(x, Local) else x for x in ins]
+        axes = [0 if isinstance(x, Perturbed) else None for x in ins]
+        vals = [x.values if isinstance(x, Perturbed) else x for x in ins]
+        outs = jax.vmap(lambda *a: jx.eval_eqn(eqn, a), in_axes=axes)(*vals)
+        return [Perturbed(o) for o in outs]
+
+    # -- evaluation -----------------------------------------------------------------
+    def level(self, jaxpr: Any, start: int, env: dict, keys: dict, steps: tuple) -> list:
+        for i in range(start, len(jaxpr.eqns)):
+            eqn = jaxpr.eqns[i]
+            ins = [_read(env, v) for v in eqn.invars]
+            same = all(not isinstance(x, (Local, Perturbed)) for x in ins)
+            if eqn.primitive is sample_p:
+                outs = [self._sample(eqn, ins, keys.get(i), steps)]
+            elif jx.kind(eqn) not in ("call", "custom") and any(
+                    jx.contains(j, SAMPLES) for j in jx.sub_jaxprs(eqn)):
+                if jx.kind(eqn) == "scan" and (not same or self._holds_target(eqn, steps)):
+                    outs = lane_scan(self, eqn, ins, keys.get(i), steps)
+                elif not same:
+                    raise Coupled(eqn.primitive.name)  # sites in a cond: replays
+                else:
+                    outs = self.run.replay_control(eqn, ins, keys.get(i), steps)
+            elif same:
+                outs = jx.eval_eqn(eqn, ins)
+            else:
+                outs = self._eqn(eqn, ins, keys.get(i), steps)
+            for v, x in zip(eqn.outvars, outs):
+                env[v] = x
+        return [_read(env, v) for v in jaxpr.outvars]
+
+    def _holds_target(self, eqn: Any, steps: tuple) -> bool:
+        loc = () if self.target is None else self.target[0]
+        return len(loc) > len(steps) and loc[len(steps)] is eqn
+
+    def _sample(self, eqn: Any, ins: list, key: Any, steps: tuple) -> Any:
+        value = self._draw(eqn, ins, key, steps)
+        if self.target is None or len(self.target[0]) != len(steps) + 1:
+            return value
+        match = self.run.same_site(steps + (eqn,), self.target[0])
+        if match is False:
+            return value
+        # the site itself (at the traced step, if any): every lane at its alternative
+        lanes = tuple(range(len(eqn.outvars[0].aval.shape)))
+        if isinstance(value, Perturbed) or (isinstance(value, Local) and value.axes != lanes):
+            raise Coupled("the site's own parameters")
+        base, alt = (value.base, value.alt) if isinstance(value, Local) else (value, value)
+        return Local(base, jnp.where(match, self.target[1].astype(base.dtype), alt), lanes)
+
+    def _draw(self, eqn: Any, ins: list, key: Any, steps: tuple) -> Any:
+        """A site's value in the replays, as a replay draws it (same key, overrides)."""
+        replay_site = self.run.replay_site
+        if all(not isinstance(x, (Local, Perturbed)) for x in ins):
+            return replay_site(eqn, [Dual(x) for x in ins], key, steps)
+        dist = site_parts(eqn, [_shape_of(x) for x in ins])[0]
+        locals_ = [x for x in ins if isinstance(x, Local)]
+        value_shape = eqn.outvars[0].aval.shape
+        if (not any(isinstance(x, Perturbed) for x in ins)
+                and getattr(dist, "name", None) in LANEWISE_SAMPLERS
+                and all(jnp.shape(x.base) == value_shape and x.axes == locals_[0].axes
+                        for x in locals_)):
+            base = replay_site(eqn, [Dual(x.base if isinstance(x, Local) else x) for x in ins],
+                               key, steps)
+            alt = replay_site(eqn, [Dual(x.alt if isinstance(x, Local) else x) for x in ins],
+                              key, steps)
+            return Local(base, alt, locals_[0].axes)
+        self.coupled.append(f"gv.{getattr(dist, 'name', '?')} sample")
+        ins = [self.materialize(x) if isinstance(x, Local) else x for x in ins]
+        axes = [0 if isinstance(x, Perturbed) else None for x in ins]
+        vals = [x.values if isinstance(x, Perturbed) else x for x in ins]
+        return Perturbed(jax.vmap(lambda *a: replay_site(eqn, [Dual(x) for x in a], key, steps),
+                                  in_axes=axes)(*vals))
+
+    def _eqn(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
+        name = eqn.primitive.name
+        kind = jx.kind(eqn)
+        if kind in ("call", "custom"):
+            body = jx.call_body(eqn)
+            if body is not None and len(body.jaxpr.invars) == len(ins):
+                env = dict(zip(body.jaxpr.constvars, body.consts))
+                env.update(zip(body.jaxpr.invars, ins))
+                sub_keys = self.run.split_keys(body.jaxpr, key)
+                return self.level(body.jaxpr, 0, env, sub_keys, steps + (eqn,))
+        if kind == "scan":
+            return lane_scan(self, eqn, ins, key, steps)
+        if any(isinstance(x, Perturbed) for x in ins) or kind != "other":
+            return self._general(eqn, ins)
+        rule = RULES.get(name)
+        if rule is None and name in ELEMENTWISE:
+            rule = elementwise
+        out = None if rule is None else rule(eqn, ins)
+        return self._general(eqn, ins) if out is None else out
+
+
+def _shape_of(x: Any) -> Any:
+    if isinstance(x, Local):
+        return x.base
+    if isinstance(x, Perturbed):
+        return x.values[0]
+    return x
+
+
+def _read(env: dict, var: Any) -> Any:
+    if isinstance(var, jx.Literal):
+        return var.val
+    return env[var]
+
+
+def lane_replay_values(run: Any, jaxpr: Any, index: int, env: dict, keys: dict,
+                       steps: tuple, x: Any, alternatives: Any) -> tuple[Any, list] | None:
+    """The objective's value with lane l of the site `jaxpr.eqns[index]` set to
+    `alternatives[j, l]` (others kept), for every (j, l): `[J, *x.shape]`, and the
+    primitives where lanes coupled; None where this evaluation cannot be lane by lane
+    (sites inside control flow after the site): use whole-objective replays then.
+
+    `env` holds the values (`Dual`s) before the site; `keys` the level's site keys."""
+    if not _ENABLED.get():
+        return None
+    site = jaxpr.eqns[index]
+    (outvar,) = site.outvars
+    start = {v: d.primal for v, d in env.items()}
+    evaluator = LaneEval(run, jnp.shape(x))
+
+    def one(alt):
+        local = dict(start)
+        local[outvar] = Local(x, alt.astype(x.dtype), tuple(range(jnp.ndim(x))))
+        (out,) = evaluator.level(jaxpr, index + 1, local, keys, steps)
+        return evaluator.materialize(out).values.reshape(x.shape)
+
+    try:
+        values = jax.vmap(one)(alternatives)
+    except Coupled:
+        return None
+    return values, evaluator.coupled
+
+
+def lane_replay_values_at(run: Any, location: tuple, x: Any,
+                          alternatives: Any) -> tuple[Any, list] | None:
+    """As `lane_replay_values`, for the site at `location` (its enclosing equations
+    and traced scan steps): the whole objective is evaluated lane-tracked from the
+    start, the site becoming lane-tracked where (and at the step) it is sampled."""
+    if not _ENABLED.get():
+        return None
+    closed = run.closed
+    start = dict(zip(closed.jaxpr.constvars, closed.consts))
+    start.update(zip(closed.jaxpr.invars, run.primals))
+    keys = run.split_keys(closed.jaxpr, run.key)
+    coupled: list = []
+
+    def one(alt):
+        evaluator = LaneEval(run, jnp.shape(x), target=(location, alt))
+        (out,) = evaluator.level(closed.jaxpr, 0, dict(start), keys, ())
+        coupled.extend(evaluator.coupled)
+        return evaluator.materialize(out).values.reshape(jnp.shape(x))
+
+    try:
+        values = jax.vmap(one)(alternatives)
+    except Coupled:
+        return None
+    return values, coupled

@@ -1,0 +1,28 @@
+"""The values of lane-local replays (see `genvi.adev.lanes`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class Local:
+    """A value whose slice l along `axes` depends only on lane l of the site: at the
+    sampled values (`base`) and with every lane at its alternative (`alt`)."""
+
+    base: Any
+    alt: Any
+    axes: tuple  # the value's axes that index the site's lanes, in the site's order
+
+
+@dataclass
+class Perturbed:
+    """A value in each lane's replay, stacked on a leading axis."""
+
+    values: Any  # [lanes, *shape]: the value in each lane's replay
+
+
+class Coupled(Exception):
+    """The rest of the objective cannot be evaluated lane by lane here (sites inside a
+    `cond` on lane-tracked values): whole-objective replays are used instead."""

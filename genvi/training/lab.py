@@ -1,0 +1,418 @@
+"""`gv.compare_estimators`: an estimator lab.
+
+Given one objective built with several gradient-strategy choices, measure for each
+parameter leaf: the variance of the gradient estimator (over many independent keys,
+one jitted `lax.scan` over `vmap`ped chunks of keys, so memory stays at one chunk of
+gradients), the seconds per estimate (warm, jitted `grad_estimate`, interleaved across
+estimators, median), their product (work-normalized variance: the variance of an
+average of estimates computed in one second, up to a constant) and whether the means
+agree (z-scores against an exact gradient, or between the estimators).
+
+It lives beside `gv.fit` because it is a tool one runs on compiled estimators before
+training (to pick strategies), using only the public `Expectation` API and the
+package's timing helpers.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from genvi.adev.expectation import Expectation
+from genvi.core.mistakes import arg_names, check_key
+from genvi.core.tracing import merge_args, split_args
+from genvi.training.plots import _pyplot
+from genvi.training.timing import interleaved_samples, median
+
+Z_LEVEL = 5.0  # the |z| a single scalar must exceed to be flagged
+
+
+def z_threshold(entries: int, level: float = Z_LEVEL) -> float:
+    """The |z| above which a leaf with `entries` entries is flagged: the largest of
+    `entries` independent standard-normal |z| exceeds it with the probability that
+    one exceeds `level` (5σ, family-wise over the leaf).
+
+    Example:
+        >>> from genvi.training.lab import z_threshold
+        >>> z_threshold(1), round(z_threshold(10**6), 1)
+        (5.0, 7.2)
+    """
+    if entries <= 1:
+        return level
+    tail = math.erfc(level / math.sqrt(2)) / entries
+    lo, hi = level, 50.0
+    for _ in range(80):  # bisection on the two-sided normal tail
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if math.erfc(mid / math.sqrt(2)) > tail else (lo, mid)
+    return hi
+
+
+@dataclass(frozen=True)
+class EstimatorComparison:
+    """What `gv.compare_estimators` measured. Per estimator label and leaf name:
+
+    * `mean[label][leaf]`, `stderr[label][leaf]`: per-entry mean gradient and its
+      standard error (arrays shaped like the leaf);
+    * `variance[label][leaf]`: the leaf's total variance (sum over its entries, the
+      trace of the estimator's covariance);
+    * `seconds[label]`: median seconds per gradient estimate;
+    * `work_variance[label][leaf]`: variance × seconds (lower is better: the
+      variance of the average of one second's worth of estimates, times 1 s²);
+    * `max_z[label][leaf]`: the largest |z| of the mean over the leaf's entries,
+      against `exact` when it was given, else against the other estimators (the
+      lower median over the others, so an estimator is flagged only when it
+      disagrees with more than half of them);
+    * `biased[label][leaf]`: `max_z` above `threshold[leaf]` (see `z_threshold`).
+
+    `print(result)` prints `result.table()`; `result.plot(path)` saves a figure.
+
+    Example:
+        >>> import genvi as gv, jax
+        >>> @gv.expectation
+        ... def e(mu):
+        ...     x = gv.sample(gv.normal(mu, 1.0, grad=gv.REPARAM))
+        ...     return x * x
+        >>> lab = gv.compare_estimators({"pathwise": e}, jax.random.key(0), 0.5, samples=2000,
+        ...                             rounds=1, exact=1.0)
+        >>> lab
+        <EstimatorComparison of pathwise on 1 leaf (mu), 2000 samples, 0 flagged>
+        >>> round(lab.variance["pathwise"]["mu"])   # Var[2 (mu + eps)] = 4
+        4
+    """
+
+    labels: tuple[str, ...]
+    leaves: tuple[str, ...]
+    samples: int
+    mean: dict
+    stderr: dict
+    variance: dict
+    seconds: dict
+    max_z: dict
+    threshold: dict
+    against: str  # "exact" or "others"
+    exact: dict | None = field(default=None, repr=False)
+
+    def __repr__(self) -> str:
+        n = len(self.leaves)
+        shown = ", ".join(self.leaves[:4]) + (", ..." if n > 4 else "")
+        return (f"<EstimatorComparison of {', '.join(self.labels)} on {n} "
+                f"lea{'f' if n == 1 else 'ves'} ({shown}), {self.samples} samples, "
+                f"{len(self.flagged)} flagged>")
+
+    @property
+    def work_variance(self) -> dict:
+        return {a: {f: self.variance[a][f] * self.seconds[a] for f in self.leaves}
+                for a in self.labels}
+
+    @property
+    def biased(self) -> dict:
+        # a NaN (non-finite gradients) is flagged too
+        return {a: {f: not self.max_z[a][f] <= self.threshold[f] for f in self.leaves}
+                for a in self.labels}
+
+    @property
+    def flagged(self) -> list[tuple[str, str]]:
+        """`(label, leaf)` pairs whose mean disagrees (see `biased`)."""
+        return [(a, f) for a in self.labels for f in self.leaves if self.biased[a][f]]
+
+    def _rows(self, leaves: Sequence[str] | None) -> tuple[list[str], list[str]]:
+        shown = list(self.leaves if leaves is None else
+                     [f for f in self.leaves if any(f.startswith(p) for p in leaves)])
+        return shown + (["(all)"] if len(self.leaves) > 1 else []), list(self.leaves)
+
+    def _total(self, label: str, names: list[str]) -> tuple[float, float, bool]:
+        var = sum(self.variance[label][f] for f in names)
+        ratio = max(self.max_z[label][f] / self.threshold[f] for f in names)
+        return var, ratio, any(self.biased[label][f] for f in names)
+
+    def table(self, leaves: Sequence[str] | None = None) -> str:
+        """A markdown table, one row per (leaf, estimator); `leaves` keeps the leaves
+        whose names start with one of the given prefixes. "relative" is the
+        work-normalized variance over the smallest among estimators (1.00: the most
+        efficient); "(all)" sums the variance over every measured leaf.
+
+        Example: see `gv.compare_estimators`.
+        """
+        rows, names = self._rows(leaves)
+        ref = "the exact gradient" if self.against == "exact" else "the other estimators"
+        header = ("| leaf | estimator | mean ± s.e. | variance | time / estimate | "
+                  "variance × time | relative | max abs z | bias? |")
+        intro = (f"{self.samples} gradient estimates per estimator; means checked against "
+                 f"{ref} (flagged: |z| > 5, family-wise over a leaf's entries).")
+        lines = [intro, "", header, "|---|---|---|---|---|---|---|---|---|"]
+        for row in rows:
+            stats = {}
+            for a in self.labels:
+                if row == "(all)":
+                    var, ratio, flag = self._total(a, names)
+                    z = f"{ratio:.2f} × limit"
+                    mean = "–"
+                else:
+                    var, flag = self.variance[a][row], self.biased[a][row]
+                    z = f"{self.max_z[a][row]:.1f}"
+                    m, s = self.mean[a][row], self.stderr[a][row]
+                    mean = f"{float(m.reshape(-1)[0]):.4g} ± {float(s.reshape(-1)[0]):.2g}" \
+                        if m.size == 1 else "–"
+                stats[a] = (mean, var, var * self.seconds[a], z, flag)
+            finite = [w for *_, w, _, _ in stats.values() if np.isfinite(w)]
+            best = min(finite) if finite else float("nan")
+            for a, (mean, var, work, z, flag) in stats.items():
+                rel = work / best if best > 0 else (1.0 if work == 0 else float("inf"))
+                lines.append(f"| {row} | {a} | {mean} | {var:.3g} | {_time(self.seconds[a])} | "
+                             f"{work:.3g} | {rel:.2f} | {z} | {_flag(flag, z)} |")
+        return "\n".join(lines)
+
+    def plot(self, path: str, leaves: Sequence[str] | None = None, title: str = "") -> str:
+        """Save a PNG: per leaf, grouped bars of variance, variance × time and
+        max |z| over its flag threshold (above 1: flagged), one bar per estimator.
+
+        Example: see `gv.compare_estimators`.
+        """
+        import os
+
+        plt = _pyplot()
+        rows, names = self._rows(leaves)
+
+        def value(panel: int, a: str, f: str) -> float:
+            var, ratio = (self._total(a, names)[:2] if f == "(all)" else
+                          (self.variance[a][f], self.max_z[a][f] / self.threshold[f]))
+            return (var, var * self.seconds[a], ratio)[panel]
+
+        titles = ("variance", "variance × seconds", "max |z| / flag threshold")
+        fig, axes = plt.subplots(1, 3, figsize=(min(18.0, max(9.0, 3.0 * len(rows))), 3.4))
+        width = 0.8 / len(self.labels)
+        x = np.arange(len(rows))
+        for panel, (ax, what) in enumerate(zip(axes, titles)):
+            for i, a in enumerate(self.labels):
+                ax.bar(x + (i - (len(self.labels) - 1) / 2) * width,
+                       [value(panel, a, f) for f in rows], width, label=a)
+            if panel < 2:
+                ax.set_yscale("log")
+            else:
+                ax.axhline(1.0, color="k", lw=0.8, ls="--")
+            ax.set_xticks(x, rows, rotation=30, ha="right", fontsize=7)
+            ax.set_title(what, fontsize=9)
+        axes[0].legend(fontsize=7)
+        if title:
+            fig.suptitle(title, fontsize=10)
+        fig.tight_layout()
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _flag(flag: bool, z: str) -> str:
+    return "" if not flag else "**non-finite**" if "nan" in z else "**biased**"
+
+
+def _time(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def _leaf_names(tree: Any, argnums: Any, names: list | None) -> list[str]:
+    """"guide/rnn/kernel"-style names of the gradient's leaves."""
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    out = []
+    for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        keys = [str(getattr(k, "key", getattr(k, "idx", getattr(k, "name", k)))) for k in path]
+        if not isinstance(argnums, int):  # the first key indexes argnums
+            keys[0] = _arg_label(nums[int(keys[0])], names)
+        elif not keys:
+            keys = [_arg_label(argnums, names)]
+        out.append("/".join(keys))
+    return out
+
+
+def _arg_label(i: int, names: list | None) -> str:
+    return names[i] if names and i < len(names) else f"args[{i}]"
+
+
+def _moments(grad: Callable, keys: jax.Array, samples: int, batch: int) -> Callable:
+    """`dyn -> (mean, variance)` lists per leaf of `grad(key, dyn)` over `keys`: a
+    `lax.scan` over chunks of `batch` keys, each `vmap`ped (one copy of the estimator
+    in the program), merging each chunk's mean and centred sum of squares into the
+    running ones (Chan et al.'s pairwise update: no float32 cancellation)."""
+    chunks = -(-samples // batch)
+    pad = chunks * batch - samples
+    keys = jnp.concatenate([keys, keys[:pad]]) if pad else keys
+    keys = keys.reshape((chunks, batch) + keys.shape[1:])
+    weights = (jnp.arange(chunks * batch) < samples).astype(jnp.float32).reshape(chunks, batch)
+
+    def run(dyn):
+        many = jax.vmap(lambda k: grad(k, dyn))
+
+        def step(carry, xs):
+            n, means, m2s = carry
+            w = xs[1]
+            nb = jnp.sum(w)
+            total = n + nb
+            out_means, out_m2s = [], []
+            for g, mean, m2 in zip(many(xs[0]), means, m2s):
+                wb = w.reshape((-1,) + (1,) * (g.ndim - 1))
+                mb = jnp.sum(wb * g, 0) / nb
+                m2b = jnp.sum(wb * jnp.square(g - mb), 0)
+                delta = mb - mean
+                out_means.append(mean + delta * (nb / total))
+                out_m2s.append(m2 + m2b + jnp.square(delta) * (n * nb / total))
+            return (total, out_means, out_m2s), None
+
+        shapes = jax.eval_shape(lambda k: grad(k, dyn), keys[0, 0])
+        zeros = [jnp.zeros(x.shape, x.dtype) for x in shapes]
+        (_, mean, m2), _ = jax.lax.scan(step, (jnp.zeros(()), zeros, zeros), (keys, weights))
+        return mean, [v / (samples - 1) for v in m2]
+
+    return run
+
+
+def _z(m1, s1, m2, s2) -> float:
+    """max over entries of |m1 − m2| / sqrt(s1² + s2²), with a float32 rounding floor
+    so that two exact (zero-variance) estimators that agree give 0, not 0/0."""
+    m1, m2 = np.asarray(m1, np.float64), np.asarray(m2, np.float64)
+    floor = 1e-5 * (np.abs(m1) + np.abs(m2)) + 1e-30
+    z = np.abs(m1 - m2) / np.sqrt(np.square(s1) + np.square(s2) + np.square(floor))
+    return float(np.max(z)) if z.size else 0.0
+
+
+def compare_estimators(estimators: Mapping[str, Any], key: jax.Array, *args: Any,
+                       make: Callable[[Any], Expectation] | None = None,
+                       argnums: int | Sequence[int] = 0, samples: int = 1000,
+                       rounds: int = 20, exact: Any = None,
+                       leaves: Sequence[str] | None = None, batch: int | None = None,
+                       figure: str | None = None) -> EstimatorComparison:
+    """Measure the gradient estimators of one objective built several ways.
+
+    `estimators` maps a label to an objective (`gv.Expectation`), or, with `make`,
+    to a strategy choice that `make(choice)` turns into one (a strategy such as
+    `gv.MVD`, a dict of address → strategy: `make` decides). Every objective is
+    differentiated with respect to `args[argnums]` at the same `args`.
+
+    For each estimator and gradient leaf: mean and variance over `samples`
+    independent estimates (keys `jax.random.split(key, samples)`, `batch` per
+    `vmap`, by default as many as keep about 2²² gradient entries in memory, all
+    under one `jax.jit`); median seconds per jitted `grad_estimate`
+    (warm, interleaved across estimators over `rounds` rounds); variance × seconds;
+    and a bias check: z-scores of the means against `exact` (a pytree like the
+    gradient, e.g. a gradient known in closed form or by enumeration) or, without
+    it, between the estimators. `leaves` keeps only leaves whose "a/b/c" names start
+    with one of the given prefixes. With `figure`, the plot is saved there too.
+
+    Example:
+        >>> import genvi as gv, jax, jax.numpy as jnp
+        >>> def make(strategy):
+        ...     @gv.expectation
+        ...     def e(p):                       # d/dp E[(b - 0.2)²] = 0.64 - 0.04 = 0.6
+        ...         b = gv.sample(gv.flip(p, grad=strategy))
+        ...         return (jnp.where(b, 1.0, 0.0) - 0.2) ** 2
+        ...     return e
+        >>> lab = gv.compare_estimators({"REINFORCE": gv.REINFORCE, "MVD": gv.MVD}, jax.random.key(0),
+        ...                             0.3, make=make, samples=2000, rounds=3, exact=0.6)
+        >>> lab.flagged, lab.variance["MVD"]["p"] < lab.variance["REINFORCE"]["p"]
+        ([], True)
+    """
+    check_key(key, "gv.compare_estimators")
+    if not isinstance(estimators, Mapping) or not estimators:
+        raise TypeError("gv.compare_estimators needs a non-empty mapping {label: objective} "
+                        f"(or {{label: choice}} with make=); got {estimators!r}")
+    objectives = {str(a): (make(c) if make is not None else c) for a, c in estimators.items()}
+    for a, obj in objectives.items():
+        if not isinstance(obj, Expectation):
+            fix = "make(choice) must return one" if make is not None else \
+                "pass objectives, or strategy choices with make=..."
+            raise TypeError(f"gv.compare_estimators: estimator {a!r} is {obj!r}, not a "
+                            f"gv.Expectation; {fix}")
+    if samples < 2:
+        raise ValueError(f"gv.compare_estimators: samples={samples}; a variance needs at least 2")
+    dyn, static, treedef, mask = split_args(args)
+    first = next(iter(objectives.values()))
+    names = arg_names(getattr(first, "fn", None))
+
+    def full_grad(obj: Expectation) -> Callable:
+        return lambda k, d: obj.grad_estimate(k, *merge_args(list(d), static, treedef, mask),
+                                              argnums=argnums)
+
+    shape = jax.eval_shape(full_grad(first), key, dyn)
+    all_names = _leaf_names(shape, argnums, names)
+    keep = [i for i, f in enumerate(all_names)
+            if leaves is None or any(f.startswith(p) for p in leaves)]
+    if not keep:
+        raise ValueError(f"gv.compare_estimators: no gradient leaf starts with {list(leaves)}; "
+                         f"the leaves are {all_names}")
+    kept = [all_names[i] for i in keep]
+    keys = jax.random.split(key, samples)
+    if batch is None:  # about 2**22 gradient entries (16 MB of float32) per chunk
+        flat_shapes = jax.tree_util.tree_leaves(shape)
+        batch = 2 ** 22 // max(1, sum(math.prod(flat_shapes[i].shape) for i in keep))
+    batch = max(1, min(batch, samples))
+
+    mean, stderr, variance, timed = {}, {}, {}, {}
+    for a, obj in objectives.items():
+        g = full_grad(obj)
+        flat = jax.eval_shape(g, key, dyn)
+        if _leaf_names(flat, argnums, names) != all_names:
+            raise ValueError(f"gv.compare_estimators: estimator {a!r}'s gradient has leaves "
+                             f"{_leaf_names(flat, argnums, names)}, the first one's "
+                             f"{all_names}; every objective must take the same arguments")
+        m, v = jax.jit(_moments(_picked(g, keep), keys, samples, batch))(dyn)
+        mean[a] = {f: np.asarray(x) for f, x in zip(kept, m)}
+        stderr[a] = {f: np.sqrt(np.asarray(x) / samples) for f, x in zip(kept, v)}
+        variance[a] = {f: float(np.sum(x)) for f, x in zip(kept, v)}
+        timed[a] = functools.partial(jax.jit(g), key, dyn)
+
+    seconds = _seconds(timed, rounds)
+    threshold = {f: z_threshold(mean[next(iter(mean))][f].size) for f in kept}
+    exact_leaves = None
+    if exact is not None:
+        ex = jax.tree_util.tree_leaves(exact)
+        if len(ex) != len(all_names):
+            raise ValueError(f"gv.compare_estimators: exact has {len(ex)} leaves; the gradient "
+                             f"has {len(all_names)} ({all_names}); give it the gradient's structure")
+        exact_leaves = {all_names[i]: np.asarray(ex[i], np.float64) for i in keep}
+        max_z = {a: {f: _z(mean[a][f], stderr[a][f], exact_leaves[f], 0.0) for f in kept}
+                 for a in objectives}
+    else:
+        max_z = {a: {f: _agreement(a, f, mean, stderr) for f in kept} for a in objectives}
+    result = EstimatorComparison(tuple(objectives), tuple(kept), samples, mean, stderr, variance,
+                                 seconds, max_z, threshold,
+                                 "exact" if exact is not None else "others", exact_leaves)
+    if figure is not None:
+        result.plot(figure)
+    return result
+
+
+def _picked(grad: Callable, keep: list[int]) -> Callable:
+    """`grad` returning only the leaves at the indices `keep`, as a list."""
+    def picked(k, d):
+        leaves = jax.tree_util.tree_leaves(grad(k, d))
+        return [leaves[i] for i in keep]
+    return picked
+
+
+def _agreement(a: str, f: str, mean: dict, stderr: dict) -> float:
+    """The lower median over the other estimators of the max |z| between a's mean and
+    theirs: above the threshold only when a disagrees with more than half of them."""
+    zs = sorted(_z(mean[a][f], stderr[a][f], mean[b][f], stderr[b][f]) for b in mean if b != a)
+    return zs[(len(zs) - 1) // 2] if zs else 0.0
+
+
+def _seconds(timed: dict, rounds: int) -> dict:
+    """Median seconds per call, interleaved; each timed block lasts about 20 ms."""
+    once = {}
+    for a, fn in timed.items():
+        jax.block_until_ready(fn())  # compile
+        once[a] = median(interleaved_samples({a: fn}, rounds=3, reps=1)[a])
+    reps = max(1, min(50, int(0.02 / max(min(once.values()), 1e-7))))
+    samples = interleaved_samples(timed, rounds=max(rounds, 1), reps=reps, warmup=1)
+    return {a: median(s) for a, s in samples.items()}
