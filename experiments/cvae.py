@@ -24,7 +24,8 @@ import numpy as np
 import optax
 
 import genvi as gv
-from experiments.common.data import Images, add_experiment_arguments, binarize, images_from_args
+from experiments.common.data import (Images, add_experiment_arguments, binarize, images_from_args,
+                                    positive_int)
 from experiments.common.figures import save_grid
 from experiments.common.nets import MLP, apply, gaussian_head, init_params
 from experiments.common.training import chunked_mean
@@ -152,7 +153,7 @@ def completions(run: dict, images: np.ndarray, key: jax.Array, samples: int = 3)
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_experiment_arguments(ap, latent=4)
-    ap.add_argument("--eval-particles", type=int, default=100)
+    ap.add_argument("--eval-particles", type=positive_int, default=100)
     ap.add_argument("--out", default="out/cvae")
     args = ap.parse_args(argv)
     data = images_from_args(args)

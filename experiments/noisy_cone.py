@@ -23,6 +23,7 @@ import numpy as np
 import optax
 
 import genvi as gv
+from experiments.common.data import positive_int
 from experiments.common.figures import pyplot, save_figure
 from experiments.common.training import ascend, mean_estimate
 
@@ -101,9 +102,9 @@ def plot(name: str, samples: np.ndarray, path: str) -> None:
 
 def main(argv=None) -> dict[str, float]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=5000)
-    ap.add_argument("--estimates-per-step", type=int, default=64)
-    ap.add_argument("--eval", type=int, default=5000)
+    ap.add_argument("--steps", type=positive_int, default=5000)
+    ap.add_argument("--estimates-per-step", type=positive_int, default=64)
+    ap.add_argument("--eval", type=positive_int, default=5000)
     ap.add_argument("--out", default="out/noisy_cone")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)

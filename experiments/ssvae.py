@@ -23,7 +23,8 @@ import numpy as np
 import optax
 
 import genvi as gv
-from experiments.common.data import Images, add_experiment_arguments, binarize, images_from_args
+from experiments.common.data import (Images, add_experiment_arguments, binarize, images_from_args,
+                                    positive_int)
 from experiments.common.figures import save_curves, save_grid
 from experiments.common.nets import MLP, apply, gaussian_head, init_params
 from experiments.common.training import chunked_mean
@@ -181,7 +182,7 @@ def main(argv: list[str] | None = None) -> dict:
     add_experiment_arguments(ap)
     ap.add_argument("--labelled", type=float, default=0.1, help="labelled fraction")
     ap.add_argument("--alpha", type=float, default=10.0, help="classifier weight")
-    ap.add_argument("--eval-every", type=int, default=5)
+    ap.add_argument("--eval-every", type=positive_int, default=5)
     ap.add_argument("--out", default="out/ssvae")
     args = ap.parse_args(argv)
     data = images_from_args(args)

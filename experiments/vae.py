@@ -21,7 +21,8 @@ import numpy as np
 import optax
 
 import genvi as gv
-from experiments.common.data import Images, add_experiment_arguments, binarize, binarized, images_from_args
+from experiments.common.data import (Images, add_experiment_arguments, binarize, binarized,
+                                    images_from_args, positive_int)
 from experiments.common.figures import save_curves, save_grid
 from experiments.common.nets import VAENets
 from experiments.common.training import chunked_mean
@@ -129,9 +130,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_experiment_arguments(ap)
     ap.add_argument("--objective", choices=["elbo", "iwelbo"], default="elbo")
-    ap.add_argument("--particles", type=int, default=5, help="K of IWELBO(K) training")
-    ap.add_argument("--eval-particles", type=int, default=1000)
-    ap.add_argument("--eval-every", type=int, default=1, help="epochs between evaluations")
+    ap.add_argument("--particles", type=positive_int, default=5, help="K of IWELBO(K) training")
+    ap.add_argument("--eval-particles", type=positive_int, default=1000)
+    ap.add_argument("--eval-every", type=positive_int, default=1, help="epochs between evaluations")
     ap.add_argument("--out", default="out/vae")
     args = ap.parse_args(argv)
     data = images_from_args(args)

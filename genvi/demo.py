@@ -83,7 +83,9 @@ def main(argv: list[str] | None = None) -> dict:
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "results.md"), "w") as f:
             f.write("| quantity | learned | exact |\n|---|---|---|\n")
-            f.writelines(f"| {n} | {g:.3f} | {w:.3f} |\n" for n, g, w in rows)
+            # a "|" inside a cell would split it: markdown's escape is "\|"
+            f.writelines(f"| {n.replace('|', chr(92) + '|')} | {g:.3f} | {w:.3f} |\n"
+                         for n, g, w in rows)
         gv.plot_history(result.history, os.path.join(args.out, "objective.png"), "demo: ELBO")
         print(f"wrote {args.out}/results.md and objective.png")
     return {"learned": learned, "exact": (mean, sd, p_loaded), "elbo": elbo,

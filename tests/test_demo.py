@@ -3,9 +3,13 @@
 from genvi import demo
 
 
-def test_demo_reaches_exact_posterior(capsys):
-    out = demo.main(["--steps", "1500"])
+def test_demo_reaches_exact_posterior(capsys, tmp_path):
+    out = demo.main(["--steps", "1500", "--out", str(tmp_path)])
     (m, s, p), (m0, s0, p0) = out["learned"], out["exact"][:3]
     assert abs(m - m0) < 0.05 and abs(s - s0) < 0.03 and abs(p - p0) < 0.02
     assert abs(out["elbo"] - out["log_evidence"]) < 0.05
     assert "posterior mean of mu" in capsys.readouterr().out
+    # results.md is a well-formed table: every row has the header's three cells
+    rows = (tmp_path / "results.md").read_text().splitlines()
+    cells = [len(r.replace("\\|", "").strip("|").split("|")) for r in rows]
+    assert cells == [3] * len(rows), rows

@@ -3,6 +3,8 @@
 import math
 import os
 
+import pytest
+
 from experiments import noisy_cone
 
 
@@ -105,3 +107,10 @@ def test_vae_roofline_counts_the_steps_products():
     assert row["flops"] == 2 * 8 * (2 * (16 * 8 + 8 * 4 + 2 * 8 + 8 * 16) + (8 * 4 + 2 * 8 + 8 * 16))
     assert row["xla_flops"] >= row["flops"]     # XLA also counts the elementwise work
     assert row["floor"] > 0 and row["genvi"] > 0 and row["peak_gflops"]["xla"] > 0
+
+
+def test_experiment_sizes_must_be_positive(capsys):
+    from experiments import vae
+    with pytest.raises(SystemExit):
+        vae.main(["--epochs", "0"])
+    assert "--epochs: must be at least 1, got 0" in capsys.readouterr().err

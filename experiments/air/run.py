@@ -24,6 +24,7 @@ from experiments.air.data import make_canvases
 from experiments.air.estimators import ESTIMATORS
 from experiments.air.figures import save_reconstructions, save_training_curves
 from experiments.air.train import train_air
+from experiments.common.data import positive_int
 
 DEFAULT_ESTIMATORS = [e for e in ESTIMATORS if e != "sd"]  # the paper's eight; SD on request
 
@@ -50,20 +51,20 @@ def main(argv: list[str] | None = None) -> dict:
                     choices=sorted(ESTIMATORS))
     ap.add_argument("--minutes", type=float, default=None,
                     help="training wall-clock budget per estimator (compile excluded)")
-    ap.add_argument("--steps", type=int, default=None, help="step budget per estimator")
-    ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--steps", type=positive_int, default=None, help="step budget per estimator")
+    ap.add_argument("--batch-size", type=positive_int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--chunk", type=int, default=200, help="steps between evaluations")
+    ap.add_argument("--chunk", type=positive_int, default=200, help="steps between evaluations")
     ap.add_argument("--pres-prior", type=float, default=AIRConfig.pres_prior,
                     help="ratio k of the truncated geometric prior on the count")
-    ap.add_argument("--rnn-hidden", type=int, default=AIRConfig.rnn_hidden)
-    ap.add_argument("--hidden", type=int, default=AIRConfig.encoder_hidden,
+    ap.add_argument("--rnn-hidden", type=positive_int, default=AIRConfig.rnn_hidden)
+    ap.add_argument("--hidden", type=positive_int, default=AIRConfig.encoder_hidden,
                     help="hidden size of the predict, encoder, decoder and baseline MLPs")
-    ap.add_argument("--z-what", type=int, default=AIRConfig.z_what)
+    ap.add_argument("--z-what", type=positive_int, default=AIRConfig.z_what)
     ap.add_argument("--data", default=None, metavar="PATH",
                     help="local MNIST .npz or IDX folder (default: scikit-learn's digits)")
-    ap.add_argument("--train-size", type=int, default=20000)
-    ap.add_argument("--test-size", type=int, default=1000)
+    ap.add_argument("--train-size", type=positive_int, default=20000)
+    ap.add_argument("--test-size", type=positive_int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="out/air")
     args = ap.parse_args(argv)

@@ -64,17 +64,35 @@ def load_images(path: str | None = None, test_fraction: float = 0.2, seed: int =
                   arrays["y_test"].astype(np.int32), (side, side), os.path.basename(path))
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: an integer ≥ 1, with a clear message otherwise.
+
+    Example:
+        >>> positive_int("3")
+        3
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def add_experiment_arguments(ap: argparse.ArgumentParser, latent: int = 10) -> None:
     """The options every image experiment takes: data, sizes, optimizer, seed."""
     ap.add_argument("--data", default=None, metavar="PATH",
                     help="local MNIST .npz or IDX folder (default: scikit-learn's digits)")
-    ap.add_argument("--epochs", type=int, default=100)
-    ap.add_argument("--batch-size", type=int, default=100)
+    ap.add_argument("--epochs", type=positive_int, default=100)
+    ap.add_argument("--batch-size", type=positive_int, default=100)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--latent", type=int, default=latent)
-    ap.add_argument("--hidden", type=int, default=200)
-    ap.add_argument("--train-size", type=int, default=None, help="use the first N training images")
-    ap.add_argument("--test-size", type=int, default=None, help="use the first N test images")
+    ap.add_argument("--latent", type=positive_int, default=latent)
+    ap.add_argument("--hidden", type=positive_int, default=200)
+    ap.add_argument("--train-size", type=positive_int, default=None,
+                    help="use the first N training images")
+    ap.add_argument("--test-size", type=positive_int, default=None,
+                    help="use the first N test images")
     ap.add_argument("--seed", type=int, default=0)
 
 
