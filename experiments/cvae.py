@@ -24,6 +24,7 @@ import numpy as np
 import optax
 
 import genvi as gv
+from genvi.cli import ShowDefaults
 from experiments.common.data import (Images, add_experiment_arguments, binarize, images_from_args,
                                     positive_int)
 from experiments.common.figures import save_grid
@@ -151,7 +152,8 @@ def completions(run: dict, images: np.ndarray, key: jax.Array, samples: int = 3)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="genvi run cvae", description=__doc__.splitlines()[0],
+                                 formatter_class=ShowDefaults)
     add_experiment_arguments(ap, latent=4)
     ap.add_argument("--eval-particles", type=positive_int, default=100)
     ap.add_argument("--out", default="out/cvae")

@@ -23,6 +23,7 @@ import numpy as np
 import optax
 
 import genvi as gv
+from genvi.cli import ShowDefaults
 from experiments.common.data import positive_int
 from experiments.common.figures import pyplot, save_figure
 from experiments.common.training import ascend, mean_estimate
@@ -101,7 +102,8 @@ def plot(name: str, samples: np.ndarray, path: str) -> None:
 
 
 def main(argv=None) -> dict[str, float]:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="genvi run noisy_cone", description=__doc__.splitlines()[0],
+                                 formatter_class=ShowDefaults)
     ap.add_argument("--steps", type=positive_int, default=5000)
     ap.add_argument("--estimates-per-step", type=positive_int, default=64)
     ap.add_argument("--eval", type=positive_int, default=5000)

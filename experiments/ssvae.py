@@ -23,6 +23,7 @@ import numpy as np
 import optax
 
 import genvi as gv
+from genvi.cli import ShowDefaults
 from experiments.common.data import (Images, add_experiment_arguments, binarize, images_from_args,
                                     positive_int)
 from experiments.common.figures import save_curves, save_grid
@@ -178,7 +179,8 @@ def save_figures(out: str, run: dict, data: Images, key: jax.Array) -> list[str]
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="genvi run ssvae", description=__doc__.splitlines()[0],
+                                 formatter_class=ShowDefaults)
     add_experiment_arguments(ap)
     ap.add_argument("--labelled", type=float, default=0.1, help="labelled fraction")
     ap.add_argument("--alpha", type=float, default=10.0, help="classifier weight")

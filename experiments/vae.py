@@ -21,6 +21,7 @@ import numpy as np
 import optax
 
 import genvi as gv
+from genvi.cli import ShowDefaults
 from experiments.common.data import (Images, add_experiment_arguments, binarize, binarized,
                                     images_from_args, positive_int)
 from experiments.common.figures import save_curves, save_grid
@@ -127,7 +128,8 @@ def write_table(path: str, title: str, log: list[dict], notes: list[str] = ()) -
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="genvi run vae", description=__doc__.splitlines()[0],
+                                 formatter_class=ShowDefaults)
     add_experiment_arguments(ap)
     ap.add_argument("--objective", choices=["elbo", "iwelbo"], default="elbo")
     ap.add_argument("--particles", type=positive_int, default=5, help="K of IWELBO(K) training")

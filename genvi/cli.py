@@ -7,8 +7,31 @@ Each experiment writes its table (`results.md`) and figures (PNG) to `--out`
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import sys
+
+class ShowDefaults(argparse.HelpFormatter):
+    """Help that shows every option's default (also options without help text), for
+    `genvi run NAME --help`.
+
+    Example:
+        >>> import argparse
+        >>> from genvi.cli import ShowDefaults
+        >>> ap = argparse.ArgumentParser(formatter_class=ShowDefaults)
+        >>> _ = ap.add_argument("--steps", type=int, default=5)
+        >>> "(default: 5)" in ap.format_help()
+        True
+    """
+
+    def _format_action(self, action: argparse.Action) -> str:
+        shown = action.option_strings and action.default not in (None, argparse.SUPPRESS) \
+            and not isinstance(action, argparse._StoreConstAction)
+        if shown and "%(default)" not in (action.help or ""):
+            action = copy.copy(action)  # argparse prints no help line for help=None
+            action.help = ((action.help or "") + " (default: %(default)s)").strip()
+        return super()._format_action(action)
+
 
 EXPERIMENTS = {
     "demo": ("genvi.demo", "a short VI run checked against the exact posterior"),
@@ -33,9 +56,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="genvi", description="genvi experiments")
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="show the experiments")
-    run = sub.add_parser("run", help="run an experiment")
-    run.add_argument("name", choices=sorted(EXPERIMENTS))
+    # `genvi run NAME --help` is the experiment's own help (its options and defaults),
+    # so the run command leaves -h/--help to the experiment once a name is given
+    run = sub.add_parser("run", help="run an experiment", add_help=False,
+                         usage="genvi run NAME [options]  (genvi run NAME --help: NAME's options)")
+    run.add_argument("name", nargs="?", choices=sorted(EXPERIMENTS))
     args, rest = ap.parse_known_args(argv)
+    if args.command == "run" and args.name is None:
+        run.print_usage()
+        print("experiments: " + ", ".join(EXPERIMENTS))
+        return 0 if any(a in ("-h", "--help") for a in rest) else 2
     if args.command == "list":
         width = max(map(len, EXPERIMENTS))
         for name, (_, about) in EXPERIMENTS.items():

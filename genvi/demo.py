@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import optax
 
 import genvi as gv
+from genvi.cli import ShowDefaults
 
 Y = jnp.array([1.2, 0.7, 1.9, 1.4, 0.8])
 NOISE = 0.5
@@ -55,7 +56,8 @@ def exact_posterior(y, heads):
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="genvi run demo", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="genvi run demo", description=__doc__.splitlines()[0],
+                                 formatter_class=ShowDefaults)
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--out", default=None, help="folder for results.md and the curve PNG")
     args = ap.parse_args(argv)

@@ -114,3 +114,14 @@ def test_experiment_sizes_must_be_positive(capsys):
     with pytest.raises(SystemExit):
         vae.main(["--epochs", "0"])
     assert "--epochs: must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_run_help_shows_the_experiments_options_with_defaults(capsys):
+    from genvi.cli import main
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "vae", "--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert "genvi run vae" in out and "--epochs" in out and "(default: 100)" in out
+    assert main(["run", "--help"]) == 0
+    assert "experiments: demo" in capsys.readouterr().out

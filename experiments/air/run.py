@@ -25,6 +25,7 @@ from experiments.air.estimators import ESTIMATORS
 from experiments.air.figures import save_reconstructions, save_training_curves
 from experiments.air.train import train_air
 from experiments.common.data import positive_int
+from genvi.cli import ShowDefaults
 
 DEFAULT_ESTIMATORS = [e for e in ESTIMATORS if e != "sd"]  # the paper's eight; SD on request
 
@@ -46,7 +47,8 @@ def write_table(path: str, runs: dict[str, dict], notes: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="genvi run air", description=__doc__.splitlines()[0],
+                                 formatter_class=ShowDefaults)
     ap.add_argument("--estimators", nargs="+", default=DEFAULT_ESTIMATORS,
                     choices=sorted(ESTIMATORS))
     ap.add_argument("--minutes", type=float, default=None,
