@@ -259,7 +259,7 @@ def check_site(eqn: Any, ins: list, offset: int = 0, value: bool = True,
     observed = offset == 1
     line = jx.source_line(eqn) if observed else None
     where = f"the observation {line}" if observed else _address(eqn)
-    within = f" in {_PROGRAM.get()}" if _PROGRAM.get() else ""
+    within = _within()
     gate = _gate(jaxpr)
     with _support_scope():
         checks = [(ok, m, None) for ok, m in dist.check_params(*params)]
@@ -281,10 +281,15 @@ def check_read_value(eqn: Any, ins: list, value: Any, jaxpr: Any = None) -> None
         return
     p = eqn.params
     dist = p["dist"]
-    within = f" in {_PROGRAM.get()}" if _PROGRAM.get() else ""
+    within = _within()
     with _support_scope():
         _check_value(dist, value, tuple(ins[:p["n_params"]]), _gate(jaxpr),
                      f"invalid value for gv.{dist.name} at {_address(eqn)}{within}", _FIX_READ)
+
+
+def _within() -> str:
+    """" in program 'g'" for the entry point being validated, or ""."""
+    return f" in {_PROGRAM.get()}" if _PROGRAM.get() else ""
 
 
 def _address(eqn: Any) -> str:

@@ -181,9 +181,6 @@ class Expectation:
 
         return jax.value_and_grad(f)(diff)
 
-    def _dyn_leaves(self, args: tuple) -> list:
-        return split_args(args)[0]
-
     def explain(self, *args: Any, key: jax.Array | None = None,
                 argnums: int | Sequence[int] = 0) -> Any:
         """What the gradient estimator does at each site and what it costs: address,

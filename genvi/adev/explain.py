@@ -21,6 +21,7 @@ from typing import Any
 import jax
 
 from genvi.core import jaxpr as jx
+from genvi.core.tracing import split_args
 
 _LOG: contextvars.ContextVar = contextvars.ContextVar("genvi_estimator_log", default=None)
 
@@ -47,14 +48,9 @@ def note_site(eqn: Any, dist: Any, strategy: Any, value: Any, steps: tuple) -> N
 
 def note_replays(eqn: Any, alternatives: Any, path: str) -> None:
     """Record how a site's replays are evaluated (`alternatives`: `[J, *lanes]`)."""
-    log = _LOG.get()
-    if log is None:
-        return
     shape = getattr(alternatives, "shape", (1,))
-    entry = log.setdefault(id(eqn), dict(addr=str(eqn.params.get("addr")), dist="?",
-                                         strategy="?", shape=(), within=[], replays=""))
     lanes = math.prod(shape[1:])
-    entry["replays"] = f"{shape[0]} × {lanes} lane{'s' if lanes != 1 else ''}: {path}"
+    note_path(eqn, f"{shape[0]} × {lanes} lane{'s' if lanes != 1 else ''}: {path}")
 
 
 def note_path(eqn: Any, text: str) -> None:
@@ -117,6 +113,6 @@ def explain(objective: Any, key: Any, args: tuple, argnums: tuple) -> Explanatio
     finally:
         _LOG.reset(token)
     value = jax.jit(lambda key, *a: objective._value_fn(key, a)(
-        objective._dyn_leaves(a))).lower(key, *args).compile()
+        split_args(a)[0])).lower(key, *args).compile()
     return Explanation(objective._label, list(log.values()),
                        _flops(value), _flops(gradient))

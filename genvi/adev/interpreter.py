@@ -26,7 +26,6 @@ grow with batch, particle or step counts.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import jax
@@ -386,8 +385,8 @@ class _Pending:
                         coupled.append(got[1])
                         return replays_total(got[0], replays)
                 return replay_sum(lambda v: run.replay_with((at + (i,) + below, v)), x, replays)
-            lanes = math.prod(arrays[1].shape[1:])
-            steps, per_step = arrays[0].shape[0], arrays[2].shape[1] * (1 if lanes > 1 else lanes)
+            # lane-local replays cost one evaluation per alternative, whatever the lanes
+            steps, per_step = arrays[0].shape[0], arrays[2].shape[1]
             group = max(1, _replay_width() // per_step)  # steps per vmap
             values = (jax.vmap(at_step)(arrays) if group >= steps
                       else jax.lax.map(at_step, arrays, batch_size=group))

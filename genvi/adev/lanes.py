@@ -117,7 +117,7 @@ class LaneEval:
     def level(self, jaxpr: Any, start: int, env: dict, keys: dict, steps: tuple) -> list:
         for i in range(start, len(jaxpr.eqns)):
             eqn = jaxpr.eqns[i]
-            ins = [_read(env, v) for v in eqn.invars]
+            ins = [jx.read(env, v) for v in eqn.invars]
             same = all(not isinstance(x, (Local, Perturbed)) for x in ins)
             if eqn.primitive is sample_p:
                 outs = [self._sample(eqn, ins, keys.get(i), steps)]
@@ -135,7 +135,7 @@ class LaneEval:
                 outs = self._eqn(eqn, ins, keys.get(i), steps)
             for v, x in zip(eqn.outvars, outs):
                 env[v] = x
-        return [_read(env, v) for v in jaxpr.outvars]
+        return [jx.read(env, v) for v in jaxpr.outvars]
 
     def _holds_target(self, eqn: Any, steps: tuple) -> bool:
         loc = () if self.target is None else self.target[0]
@@ -206,12 +206,6 @@ def _shape_of(x: Any) -> Any:
     if isinstance(x, Perturbed):
         return x.values[0]
     return x
-
-
-def _read(env: dict, var: Any) -> Any:
-    if isinstance(var, jx.Literal):
-        return var.val
-    return env[var]
 
 
 def lane_replay_values(run: Any, jaxpr: Any, index: int, env: dict, keys: dict,

@@ -86,7 +86,7 @@ def name_stack(eqn: Any) -> str:
     return str(eqn.source_info.name_stack)
 
 
-_GENVI_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GENVI_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def source_line(eqn: Any) -> str:
@@ -95,7 +95,7 @@ def source_line(eqn: Any) -> str:
     frames = list(source_info_util.user_frames(eqn.source_info.traceback))
     if not frames:
         return "an unknown line"
-    outside = [f for f in frames if not f.file_name.startswith(_GENVI_DIR)]
+    outside = [f for f in frames if not f.file_name.startswith(GENVI_DIR)]
     f = (outside or frames)[0]
     return f"{f.file_name}:{f.start_line} ({f.function_name})"
 

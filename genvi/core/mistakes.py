@@ -20,7 +20,8 @@ from typing import Any, Callable, Iterable, Mapping
 import jax
 import numpy as np
 
-_GENVI_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from genvi.core.jaxpr import GENVI_DIR
+
 
 
 def addr_name(addr: Any) -> str:
@@ -153,7 +154,7 @@ def _raised_in_genvi(err: BaseException) -> bool:
     while tb is not None:
         last = tb
         tb = tb.tb_next
-    return last is not None and os.path.abspath(last.tb_frame.f_code.co_filename).startswith(_GENVI_DIR)
+    return last is not None and os.path.abspath(last.tb_frame.f_code.co_filename).startswith(GENVI_DIR)
 
 
 def _dicts(x: Any, path: str) -> Iterable[tuple[str, Mapping]]:
