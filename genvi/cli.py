@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
+import os
 import sys
 
 class ShowDefaults(argparse.HelpFormatter):
@@ -33,15 +34,46 @@ class ShowDefaults(argparse.HelpFormatter):
         return super()._format_action(action)
 
 
+# name -> (module, what it does, wall time at its defaults on 2 CPU cores, measured
+# 2026-11-23 with `genvi run NAME`, compile included)
 EXPERIMENTS = {
-    "demo": ("genvi.demo", "a short VI run checked against the exact posterior"),
+    "demo": ("genvi.demo", "a short VI run checked against the exact posterior", "10 s"),
     "noisy_cone": ("experiments.noisy_cone",
-                   "the paper's noisy cone: ELBO, IWELBO, HVI, IWHVI, DIWHVI (Table 4)"),
-    "vae": ("experiments.vae", "VAE on digits (ELBO or IWELBO training; test ELBO and log-likelihood)"),
-    "ssvae": ("experiments.ssvae", "semi-supervised VAE (M2), enumerated labels, 10% labelled"),
-    "cvae": ("experiments.cvae", "conditional VAE completing digits from one quadrant, with a baseline"),
-    "air": ("experiments.air.run", "Attend-Infer-Repeat on multi-digit canvases, every estimator side by side"),
+                   "the paper's noisy cone: ELBO, IWELBO, HVI, IWHVI, DIWHVI (Table 4)", "20 s"),
+    "vae": ("experiments.vae", "VAE on digits (ELBO or IWELBO training; test ELBO and log-likelihood)",
+            "2.5 min"),
+    "ssvae": ("experiments.ssvae", "semi-supervised VAE (M2), enumerated labels, 10% labelled", "35 s"),
+    "cvae": ("experiments.cvae", "conditional VAE completing digits from one quadrant, with a baseline",
+             "45 s"),
+    "air": ("experiments.air.run",
+            "Attend-Infer-Repeat on multi-digit canvases: REINFORCE, MVD, IWELBO+MVD "
+            "(--quick: one estimator, under a minute; --all: the paper's eight, 2 h 50 min)", "8 min"),
 }
+
+
+def use_compilation_cache() -> str | None:
+    """Keep compiled steps on disk between runs, so a second `genvi run` of an
+    experiment skips XLA's compile (AIR's steps take seconds each to compile on a CPU).
+    The folder is `$GENVI_CACHE`, default `~/.cache/genvi/xla`; `GENVI_CACHE=off`
+    turns it off, and a JAX cache configured already (JAX_COMPILATION_CACHE_DIR) wins.
+
+    Example:
+        >>> import os
+        >>> from unittest import mock
+        >>> from genvi.cli import use_compilation_cache
+        >>> with mock.patch.dict(os.environ, GENVI_CACHE="off"):
+        ...     print(use_compilation_cache())
+        None
+    """
+    import jax  # noqa: PLC0415 - `genvi list` stays instant
+
+    folder = os.environ.get("GENVI_CACHE", os.path.join("~", ".cache", "genvi", "xla"))
+    if folder.lower() in ("off", "0", "") or jax.config.jax_compilation_cache_dir:
+        return None
+    folder = os.path.expanduser(folder)
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    return folder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     Example:
         >>> from genvi.cli import main
         >>> main(["list"])  # doctest: +ELLIPSIS
-        demo ...
+        name ...
+        demo ...10 s  a short VI run ...
         0
     """
     ap = argparse.ArgumentParser(prog="genvi", description="genvi experiments")
@@ -68,9 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if any(a in ("-h", "--help") for a in rest) else 2
     if args.command == "list":
         width = max(map(len, EXPERIMENTS))
-        for name, (_, about) in EXPERIMENTS.items():
-            print(f"{name:<{width}}  {about}")
+        print(f"{'name':<{width}}  {'time':>7}  what (time: at the defaults, 2 CPU cores)")
+        for name, (_, about, seconds) in EXPERIMENTS.items():
+            print(f"{name:<{width}}  {seconds:>7}  {about}")
+        print("genvi run NAME --help shows NAME's options and their defaults")
         return 0
+    use_compilation_cache()
     module = importlib.import_module(EXPERIMENTS[args.name][0])
     if not any(a == "--out" or a.startswith("--out=") for a in rest):
         rest = rest + ["--out", f"out/{args.name}"]

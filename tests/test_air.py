@@ -204,3 +204,32 @@ def test_pyro_air_runs_and_its_hoisted_lstm_equals_torch_lstm_cell():
         step = pyro_air_step(TINY, name)
         assert np.isfinite(step(data.train))
     assert pyro_air_counts(step.air, data.test).shape == (4,)
+
+
+def test_canvas_digits_are_enlarged_as_jax_resizes_them_and_overlap_little():
+    from experiments.air.data import _overlap, bilinear_matrix
+    img = np.random.default_rng(0).random((8, 8)).astype(np.float32)
+    for size in (8, 12, 20):
+        w = bilinear_matrix(8, size)
+        np.testing.assert_allclose(w @ img @ w.T, jax.image.resize(jnp.asarray(img), (size, size),
+                                                                   "bilinear"), atol=1e-5)
+    # two digits of one canvas: vectorized rejection keeps their boxes' overlap small
+    rng = np.random.default_rng(1)
+    from experiments.air.data import _positions
+    owner, sizes = np.arange(500), rng.integers(12, 21, 500)
+    first = _positions(rng, owner, sizes, 50, 0.1, [])
+    second_sizes = rng.integers(12, 21, 500)
+    second = _positions(rng, owner, second_sizes, 50, 0.1, [(owner, sizes, *first)])
+    assert np.all(_overlap(*second, second_sizes, *first, sizes) <= 0.1)
+
+
+def test_air_presets_fill_only_what_was_not_given():
+    from experiments.air.run import DEFAULT_ESTIMATORS, PAPER_ESTIMATORS, parse_args
+    default, quick, full = parse_args([]), parse_args(["--quick"]), parse_args(["--all"])
+    assert (default.estimators, default.minutes, default.steps) == (DEFAULT_ESTIMATORS, 2.0, None)
+    assert (quick.estimators, quick.steps, quick.chunk, quick.train_size) == (["mvd"], 300, 100, 2000)
+    assert (full.estimators, full.minutes) == (PAPER_ESTIMATORS, 20.0) and len(PAPER_ESTIMATORS) == 8
+    mine = parse_args(["--quick", "--estimators", "iwelbo_mvd", "--steps", "500"])
+    assert (mine.estimators, mine.steps, mine.minutes) == (["iwelbo_mvd"], 500, None)
+    with pytest.raises(SystemExit):
+        parse_args(["--quick", "--all"])

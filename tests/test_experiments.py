@@ -2,6 +2,7 @@
 
 import math
 import os
+import re
 
 import pytest
 
@@ -21,7 +22,11 @@ def test_noisy_cone_tiny(tmp_path):
 def test_cli_lists_and_runs_an_experiment(tmp_path, capsys):
     from genvi.cli import main
     assert main(["list"]) == 0
-    assert "noisy_cone" in capsys.readouterr().out
+    listing = capsys.readouterr().out
+    assert "noisy_cone" in listing and "--quick" in listing
+    # every experiment shows its expected time at the defaults
+    assert all(re.search(rf"^{name}\s+[0-9.]+ (s|min)\s", listing, re.M)
+               for name in ("demo", "noisy_cone", "vae", "ssvae", "cvae", "air")), listing
     out = tmp_path / "demo"
     assert main(["run", "demo", "--steps", "200", "--out", str(out)]) == 0
     assert (out / "results.md").exists() and (out / "objective.png").exists()

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from experiments.common.data import load_images
@@ -66,41 +64,75 @@ def make_canvases(train: int = 20000, test: int = 1000, seed: int = 0, canvas: i
 def _compose(rng: np.random.Generator, digits: np.ndarray, shape: tuple[int, int], n: int,
              canvas: int, max_objects: int, lo: int, hi: int,
              overlap: float) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorized over canvases: one pass per object slot (the k-th digit of every
+    canvas holding more than k), never a loop over canvases or digits."""
     counts = rng.integers(0, max_objects + 1, size=n)
-    owner = np.repeat(np.arange(n), counts)  # canvas of each placed digit
-    m = len(owner)
-    which = rng.integers(0, len(digits), size=m)
-    sizes = rng.integers(lo, hi + 1, size=m)
-    rows, cols = _positions(rng, owner, sizes, canvas, overlap)
-    out = np.zeros((n, canvas, canvas), np.float32)
-    square = digits.reshape(len(digits), *shape)
-    for size in np.unique(sizes):  # one batched resize per digit size
+    out = np.zeros((n, canvas + hi, canvas + hi), np.float32)  # padded: a hi×hi block fits anywhere
+    square = digits.reshape(len(digits), *shape).astype(np.float32)
+    placed: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    for slot in range(max_objects):
+        owner = np.flatnonzero(counts > slot)  # canvases with a digit in this slot
+        which = rng.integers(0, len(digits), size=len(owner))
+        sizes = rng.integers(lo, hi + 1, size=len(owner))
+        rows, cols = _positions(rng, owner, sizes, canvas, overlap, placed)
+        placed.append((owner, sizes, rows, cols))
+        # each canvas appears once per slot, so fancy-index += adds without collisions
+        patches = _resize_padded(square[which], sizes, hi)
+        ii = owner[:, None, None]
+        rr = rows[:, None, None] + np.arange(hi)[None, :, None]
+        cc = cols[:, None, None] + np.arange(hi)[None, None, :]
+        out[ii, rr, cc] += patches
+    return np.clip(out[:, :canvas, :canvas], 0.0, 1.0), counts.astype(np.int32)
+
+
+def bilinear_matrix(size_in: int, size_out: int) -> np.ndarray:
+    """The (size_out, size_in) matrix of bilinear upsampling with half-pixel centres
+    (what `jax.image.resize(..., "bilinear")` computes along one axis when enlarging).
+
+    Example:
+        >>> import numpy as np
+        >>> from experiments.air.data import bilinear_matrix
+        >>> w = bilinear_matrix(8, 12)
+        >>> w.shape, bool(np.allclose(w.sum(1), 1.0))
+        ((12, 8), True)
+    """
+    if size_out < size_in:
+        raise ValueError(f"bilinear_matrix enlarges only (got {size_in} -> {size_out})")
+    x = (np.arange(size_out) + 0.5) * size_in / size_out - 0.5  # sample positions in input pixels
+    w = np.maximum(0.0, 1.0 - np.abs(x[:, None] - np.arange(size_in)[None, :]))
+    return (w / w.sum(1, keepdims=True)).astype(np.float32)  # edges renormalize, like jax
+
+
+def _resize_padded(images: np.ndarray, sizes: np.ndarray, pad: int) -> np.ndarray:
+    """Each image enlarged to its size, zero-padded to pad×pad (one product per size)."""
+    out = np.zeros((len(images), pad, pad), np.float32)
+    for size in np.unique(sizes):  # at most hi - lo + 1 sizes
         picked = np.flatnonzero(sizes == size)
-        patches = np.asarray(jax.image.resize(jnp.asarray(square[which[picked]]),
-                                              (len(picked), size, size), "bilinear"))
-        for patch, i, r, c in zip(patches, owner[picked], rows[picked], cols[picked]):
-            out[i, r:r + size, c:c + size] += patch
-    return np.clip(out, 0.0, 1.0), counts.astype(np.int32)
+        w = bilinear_matrix(images.shape[1], int(size))
+        out[picked, :size, :size] = np.einsum("ij,njk,lk->nil", w, images[picked], w)
+    return out
 
 
 def _positions(rng: np.random.Generator, owner: np.ndarray, sizes: np.ndarray, canvas: int,
-               overlap: float) -> tuple[np.ndarray, np.ndarray]:
+               overlap: float, placed: list) -> tuple[np.ndarray, np.ndarray]:
     """Top-left corners, uniform over the canvas; a digit whose box overlaps an
     earlier digit of its canvas by more than `overlap` of the smaller box's area is
-    placed again (so the true count stays visible)."""
-    rows, cols = np.zeros(len(owner), int), np.zeros(len(owner), int)
-    first = np.searchsorted(owner, owner)  # owner is sorted: a canvas's digits are adjacent
-    for j in range(len(owner)):
-        earlier = range(first[j], j)
-        for _ in range(100):
-            r, c = rng.integers(0, canvas - sizes[j] + 1, size=2)
-            if all(_overlap(r, c, sizes[j], rows[m], cols[m], sizes[m]) <= overlap for m in earlier):
-                break
-        rows[j], cols[j] = r, c
+    drawn again (up to 100 times, all such digits at once), so the count stays visible."""
+    rows = rng.integers(0, canvas - sizes + 1)
+    cols = rng.integers(0, canvas - sizes + 1)
+    for _ in range(100):
+        bad = np.zeros(len(owner), bool)
+        for o, s, r, c in placed:  # earlier slots; owner arrays are sorted
+            at = np.searchsorted(o, owner)  # every canvas here also had a digit in that slot
+            bad |= _overlap(rows, cols, sizes, r[at], c[at], s[at]) > overlap
+        if not bad.any():
+            break
+        rows[bad] = rng.integers(0, canvas - sizes[bad] + 1)
+        cols[bad] = rng.integers(0, canvas - sizes[bad] + 1)
     return rows, cols
 
 
-def _overlap(r1: int, c1: int, s1: int, r2: int, c2: int, s2: int) -> float:
-    h = max(0, min(r1 + s1, r2 + s2) - max(r1, r2))
-    w = max(0, min(c1 + s1, c2 + s2) - max(c1, c2))
-    return h * w / min(s1, s2) ** 2
+def _overlap(r1, c1, s1, r2, c2, s2) -> np.ndarray:
+    h = np.maximum(0, np.minimum(r1 + s1, r2 + s2) - np.maximum(r1, r2))
+    w = np.maximum(0, np.minimum(c1 + s1, c2 + s2) - np.maximum(c1, c2))
+    return h * w / np.minimum(s1, s2) ** 2
