@@ -1,0 +1,39 @@
+#!/usr/bin/env sh
+# Install genvi with its pinned dependencies into the current Python environment.
+# The Dockerfile runs this script, .ci/run runs it, and tests/test_install.py runs it
+# (resolving the CUDA variant with --dry-run), so the install steps live only here.
+#
+#   scripts/install.sh                     # CPU (the default)
+#   GENVI_DEVICE=cuda scripts/install.sh   # NVIDIA GPU: the pinned JAX's CUDA 12 plugin
+#   GENVI_EXTRAS=test scripts/install.sh   # also the test tools (pytest, nbclient, ...)
+#
+# Other settings: GENVI_EDITABLE=1 installs in development mode (pip -e);
+# GENVI_PIP_ARGS passes options to pip (for example --dry-run).
+set -eu
+cd "$(dirname "$0")/.."
+
+device="${GENVI_DEVICE:-cpu}"
+extras="${GENVI_EXTRAS:-}"
+case "$device" in
+  cpu) ;;
+  cuda) extras="${extras:+$extras,}cuda" ;;
+  *) echo "install.sh: GENVI_DEVICE=$device is not a device; use cpu or cuda" >&2; exit 2 ;;
+esac
+target="."
+if [ -n "$extras" ]; then target=".[$extras]"; fi
+if [ "${GENVI_EDITABLE:-0}" = "1" ]; then target="-e $target"; fi
+
+case " ${GENVI_PIP_ARGS:-} " in
+  *" --dry-run "*) dry_run=1 ;;
+  *) dry_run=0 ;;
+esac
+if [ "$dry_run" = 0 ]; then python -m pip install --quiet --upgrade pip; fi
+# a dry run prints what it would install; a real one stays quiet
+if [ "$dry_run" = 1 ]; then quiet=""; else quiet="--quiet"; fi
+# shellcheck disable=SC2086 # target, quiet and GENVI_PIP_ARGS are lists of words on purpose
+python -m pip install $quiet --no-cache-dir ${GENVI_PIP_ARGS:-} $target
+if [ "$dry_run" = 1 ]; then
+  echo "install.sh: resolved genvi for $device (dry run)"
+else
+  python -c "import jax, genvi; print('genvi', genvi.__version__, 'on JAX', jax.__version__, 'devices:', jax.devices())"
+fi
