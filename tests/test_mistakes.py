@@ -13,6 +13,7 @@ import re
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import genvi as gv
@@ -143,6 +144,25 @@ def test_batch_mean_of_a_python_list():
 def test_batch_mean_of_a_scalar():
     with pytest.raises(ValueError, match=r"argument 1 \(x\).*axis 0.*shape \(\).*leading"):
         gv.batch_mean(per_point).grad_estimate(KEY, 0.5, 2.0)
+
+
+def test_batch_mean_maps_part_of_an_argument_like_vmap():
+    # in_axes may be a pytree prefix of an argument, as in jax.vmap: a shared mean and
+    # one offset per datapoint
+    @gv.expectation
+    def sq(p, x):
+        return (p["shared"] + p["local"] - x) ** 2
+
+    p = {"shared": jnp.array(0.5), "local": jnp.array([0.0, 1.0, -1.0])}
+    x = jnp.array([1.0, 2.0, 3.0])
+    obj = gv.batch_mean(sq, in_axes=({"shared": None, "local": 0}, 0))
+    value, g = obj.value_and_grad_estimate(KEY, p, x)
+    r = p["shared"] + p["local"] - x
+    np.testing.assert_allclose(value, jnp.mean(r ** 2), rtol=1e-6)
+    np.testing.assert_allclose(g["shared"], jnp.mean(2 * r), rtol=1e-6)
+    np.testing.assert_allclose(g["local"], 2 * r / 3, rtol=1e-6)
+    with pytest.raises(ValueError, match=r"in_axes for argument 0 \(p\).*not a prefix"):
+        gv.batch_mean(sq, in_axes=({"other": 0}, 0)).estimate(KEY, p, x)
 
 
 # --------------------------------------------------------------------------- a distribution as a value

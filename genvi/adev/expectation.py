@@ -319,14 +319,15 @@ class _BatchMean(Expectation):
 
 def _batch_sizes(inner: Expectation, args: tuple, in_axes: tuple) -> list:
     """The size of the mapped axis of each mapped leaf; a ValueError naming the
-    argument when a leaf has no such axis (a Python list, a scalar)."""
+    argument when a leaf has no such axis (a Python list, a scalar). An argument's
+    axis may be a pytree prefix of it, as in `jax.vmap` (`{"w": None, "b": 0}`)."""
     names = arg_names(getattr(inner, "fn", None)) or []
     sizes = []
-    for i, (a, ax) in enumerate(zip(args, in_axes)):
+
+    def check(ax, part, label, a):
         if ax is None:
-            continue
-        label = f"argument {i}" + (f" ({names[i]})" if i < len(names) else "")
-        for leaf in jax.tree_util.tree_leaves(a):
+            return
+        for leaf in jax.tree_util.tree_leaves(part):
             shape = jnp.shape(leaf)
             if not -len(shape) <= ax < len(shape):
                 what = ("a Python list" if isinstance(a, list) else
@@ -339,6 +340,19 @@ def _batch_sizes(inner: Expectation, args: tuple, in_axes: tuple) -> list:
                     f"(in_axes), but it is {what}, which has no axis {ax}. A minibatch is an "
                     f"array with a leading batch axis: {fix}.")
             sizes.append(shape[ax])
+
+    for i, (a, ax) in enumerate(zip(args, in_axes)):
+        label = f"argument {i}" + (f" ({names[i]})" if i < len(names) else "")
+        try:
+            jax.tree_util.tree_map(lambda x, part: check(x, part, label, a), ax, a,
+                                   is_leaf=lambda x: x is None)
+        except ValueError as err:
+            if str(err).startswith("gv.batch_mean"):
+                raise
+            raise ValueError(f"gv.batch_mean: in_axes for {label} is {ax!r}, which is not a "
+                             f"prefix of the argument's structure "
+                             f"{jax.tree_util.tree_structure(a)}: give one axis (or None) "
+                             "for the whole argument, or a tree of axes shaped like it") from None
     if len(set(sizes)) > 1:
         raise ValueError(f"gv.batch_mean: the mapped axes have different sizes {sizes}; "
                          "every mapped argument needs the same batch size")
