@@ -209,7 +209,7 @@ def test_pyro_air_runs_and_its_hoisted_lstm_equals_torch_lstm_cell():
 def test_canvas_digits_are_enlarged_as_jax_resizes_them_and_overlap_little():
     from experiments.air.data import _overlap, bilinear_matrix
     img = np.random.default_rng(0).random((8, 8)).astype(np.float32)
-    for size in (8, 12, 20):
+    for size in (5, 6, 7, 8, 12, 20):
         w = bilinear_matrix(8, size)
         np.testing.assert_allclose(w @ img @ w.T, jax.image.resize(jnp.asarray(img), (size, size),
                                                                    "bilinear"), atol=1e-5)

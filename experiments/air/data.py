@@ -86,8 +86,9 @@ def _compose(rng: np.random.Generator, digits: np.ndarray, shape: tuple[int, int
 
 
 def bilinear_matrix(size_in: int, size_out: int) -> np.ndarray:
-    """The (size_out, size_in) matrix of bilinear upsampling with half-pixel centres
-    (what `jax.image.resize(..., "bilinear")` computes along one axis when enlarging).
+    """The (size_out, size_in) matrix of bilinear resizing with half-pixel centres, what
+    `jax.image.resize(..., "bilinear")` computes along one axis (when shrinking, its
+    triangle kernel widens by the shrink factor: antialiasing).
 
     Example:
         >>> import numpy as np
@@ -96,10 +97,10 @@ def bilinear_matrix(size_in: int, size_out: int) -> np.ndarray:
         >>> w.shape, bool(np.allclose(w.sum(1), 1.0))
         ((12, 8), True)
     """
-    if size_out < size_in:
-        raise ValueError(f"bilinear_matrix enlarges only (got {size_in} -> {size_out})")
-    x = (np.arange(size_out) + 0.5) * size_in / size_out - 0.5  # sample positions in input pixels
-    w = np.maximum(0.0, 1.0 - np.abs(x[:, None] - np.arange(size_in)[None, :]))
+    scale = size_out / size_in
+    width = max(1.0, 1.0 / scale)  # kernel radius in input pixels
+    x = (np.arange(size_out) + 0.5) / scale - 0.5  # sample positions in input pixels
+    w = np.maximum(0.0, 1.0 - np.abs(x[:, None] - np.arange(size_in)[None, :]) / width)
     return (w / w.sum(1, keepdims=True)).astype(np.float32)  # edges renormalize, like jax
 
 
