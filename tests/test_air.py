@@ -227,7 +227,7 @@ def test_air_presets_fill_only_what_was_not_given():
     from experiments.air.run import DEFAULT_ESTIMATORS, PAPER_ESTIMATORS, parse_args
     default, quick, full = parse_args([]), parse_args(["--quick"]), parse_args(["--all"])
     assert (default.estimators, default.minutes, default.steps) == (DEFAULT_ESTIMATORS, 2.0, None)
-    assert (quick.estimators, quick.steps, quick.chunk, quick.train_size) == (["mvd"], 300, 100, 2000)
+    assert (quick.estimators, quick.steps, quick.chunk, quick.test_size) == (["mvd"], 600, 200, 200)
     assert (full.estimators, full.minutes) == (PAPER_ESTIMATORS, 20.0) and len(PAPER_ESTIMATORS) == 8
     mine = parse_args(["--quick", "--estimators", "iwelbo_mvd", "--steps", "500"])
     assert (mine.estimators, mine.steps, mine.minutes) == (["iwelbo_mvd"], 500, None)
