@@ -28,6 +28,7 @@ import optax
 
 from genvi.adev.expectation import Expectation
 from genvi.training import checkpoints
+from genvi.training.minibatch import shuffled_indices
 from genvi.training.fit_checks import (NonFiniteError, as_arrays, check_float_params,
                                        check_objective, nonfinite_message, warn_if_skipped)
 from genvi.validation import entry_point
@@ -232,8 +233,10 @@ def _make_step(objective, optimizer, data, batch_size, n, step_key, data_key, sh
     def batch_at(step):
         if not batch_size:
             return data
-        perm = jax.random.permutation(jax.random.fold_in(data_key, step // per_epoch), n)
-        idx = jax.lax.dynamic_slice_in_dim(perm, (step % per_epoch) * batch_size, batch_size)
+        # positions of this step in its epoch's permutation, computed index by index:
+        # O(batch_size) whatever n (genvi/training/minibatch.py)
+        positions = (step % per_epoch) * batch_size + jnp.arange(batch_size)
+        idx = shuffled_indices(jax.random.fold_in(data_key, step // per_epoch), positions, n)
         return jax.tree_util.tree_map(lambda a: a[idx], data)
 
     def grads_at(params, step):
