@@ -32,6 +32,13 @@ from genvi.distributions.tfp import from_tfp
 from genvi.gen.inference import importance, marginal, normalize
 from genvi.gen.interpreters import UnnormalizedError
 from genvi.gen.language import GenFn, Trace, gen, observe, repeat, scan, vmap
+from genvi.gen.plate import plate
+from genvi.gen.predictive import predictive
+from genvi.guides.auto import AutoGuide
+from genvi.guides.flow import auto_flow
+from genvi.guides.gaussian import auto_delta, auto_low_rank, auto_mvn, auto_normal
+from genvi.guides.params import (Constrained, constrain, interval, lower_cholesky, positive,
+                                 simplex, unit_interval)
 from genvi.objectives.control_variates import dreg, vimco
 from genvi.objectives.elbo import elbo, iwelbo, renyi
 from genvi.objectives.smc import fivo, smc
@@ -124,8 +131,10 @@ __all__ = [
     "normal",
     "normalize",
     "observe",
+    "plate",
     "plot_history",
     "poisson",
+    "predictive",
     "renyi",
     "repeat",
     "sample",
@@ -141,4 +150,18 @@ __all__ = [
     "wake_guide",
     "wake_model",
     "dual",
+    # automatic guides and constrained parameters (genvi/guides)
+    "AutoGuide",
+    "Constrained",
+    "auto_delta",
+    "auto_flow",
+    "auto_low_rank",
+    "auto_mvn",
+    "auto_normal",
+    "constrain",
+    "interval",
+    "lower_cholesky",
+    "positive",
+    "simplex",
+    "unit_interval",
 ]

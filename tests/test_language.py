@@ -735,3 +735,24 @@ def test_no_unrolling_scan_and_log_density():
 
     for small, big in zip(sizes(2), sizes(256)):
         assert big <= 1.5 * small, (small, big)
+
+
+def test_a_scan_body_jax_cached_is_retraced_under_each_address():
+    # JAX caches a lax.scan body's trace per function; the address prefix is part of
+    # that cache's key (a jax.make_user_context), so the second call is not given the
+    # first call's addresses
+    def body(c, _):
+        z = gv.normal(c, 1.0) @ "z"
+        return z, z
+
+    @gv.gen
+    def chain(c0):
+        return jax.lax.scan(body, c0, None, length=3)[1]
+
+    @gv.gen
+    def two():
+        return chain(0.0) @ "a", chain(0.0) @ "b"
+
+    tr = two.simulate(jax.random.key(0))
+    assert tr.choices["a", "z"].shape == (3,) and tr.choices["b", "z"].shape == (3,)
+    assert jnp.allclose(two.log_density(tr.choices), tr.log_density)

@@ -40,6 +40,8 @@ def _observe_aval(*avals, **_):
 site_p = jx.make_primitive("genvi_site", _sample_aval)
 observe_p = jx.make_primitive("genvi_observe", _observe_aval, multiple_results=True)
 sample_p = jx.make_primitive("genvi_sample", _sample_aval)
+# `gv.plate` markers (see `bind_plate`): no operands, no results
+plate_p = jx.make_primitive("genvi_plate", _observe_aval, multiple_results=True)
 def _site_event_ndims(*, dist, n_params, **_):
     return tuple(dist.param_event_ndims) + (0,) * (n_params - len(dist.param_event_ndims))
 
@@ -51,8 +53,9 @@ def _observe_event_ndims(*, dist, n_params, **_):
 jx.register_batching_by_broadcasting(site_p, _site_event_ndims)
 jx.register_batching_by_broadcasting(sample_p, _site_event_ndims)
 jx.register_batching_by_broadcasting(observe_p, _observe_event_ndims)
+jx.register_batching_by_broadcasting(plate_p)
 
-SITES = frozenset({site_p, observe_p})
+SITES = frozenset({site_p, observe_p, plate_p})
 SAMPLES = frozenset({sample_p})
 MASKABLE = SITES | SAMPLES
 
@@ -69,10 +72,24 @@ def bind_site(prim: Any, dist: Any, params: tuple, strategy: Any, addr: tuple,
                      n_params=len(params), masked=mask is not None, nest=nest)
 
 
-def bind_observe(dist: Any, value: Any, params: tuple, mask: Any = None) -> None:
+def bind_observe(dist: Any, value: Any, params: tuple, mask: Any = None,
+                 addr: tuple | None = None, nest: tuple = (), missing: bool = False) -> None:
+    """Bind an observation of `value` under `dist(*params)`; a named observation
+    (`gv.observe(..., name=...)`) has an `addr` and its combinator `nest`, and is
+    `missing` where its value was None (`value` is then a placeholder)."""
     extra = () if mask is None else (mask,)
-    observe_p.bind(value, *params, *extra, dist=dist, strategy=None, addr=None,
-                   n_params=len(params), masked=mask is not None)
+    named = {} if addr is None else {"nest": nest, **({"missing": True} if missing else {})}
+    observe_p.bind(value, *params, *extra, dist=dist, strategy=None, addr=addr,
+                   n_params=len(params), masked=mask is not None, **named)
+
+
+def bind_plate(factor: float, enter: bool) -> None:
+    """Mark where a `gv.plate`'s body begins (`enter`) or ends in a program's jaxpr:
+    the interpreters multiply the log densities of the sites and observations in
+    between (nested bodies included) by `factor`. Markers, not a parameter of each
+    site, so that a function JAX traced once and reuses from its caches (a scan or
+    jit body) is scaled by the plate it runs in."""
+    plate_p.bind(factor=float(factor), enter=bool(enter))
 
 
 def site_parts(eqn: Any, invals: list, tangents: list | None = None) -> tuple:

@@ -9,6 +9,9 @@ summed. Optional capabilities enable strategies:
 * `support(*params)`: the finite support of one lane (ENUM).
 * `mvd_terms(key, value, params, tangents)`: measure-valued derivative terms (MVD).
 * `sd_terms(value, params, tangents)`: stochastic derivative terms (SD).
+* `domain`: where a continuous value lies ("real", "positive", "unit_interval",
+  "interval", "simplex", "tfp"): automatic guides transform onto it
+  (`genvi.guides.supports`). None: unknown (automatic guides refuse the site).
 
 Example: a new distribution in one small class (see docs/extending.md)::
 
@@ -41,6 +44,8 @@ class Distribution:
     # to keep parameters aligned when `vmap` adds batch axes.
     param_event_ndims: tuple[int, ...] = ()
     value_event_ndim: int = 0
+    # The support of a continuous value, for automatic guides (see the module docstring)
+    domain: str | None = None
 
     def sample(self, key: jax.Array, *params: Any) -> jax.Array:
         raise NotImplementedError

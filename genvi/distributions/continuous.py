@@ -41,6 +41,7 @@ class Normal(Distribution):
     """
 
     name = "normal"
+    domain = "real"
     strategies = ("REPARAM", "REINFORCE", "MVD")
     reparameterized = True
     param_names = ("loc", "scale")
@@ -105,6 +106,7 @@ class MvNormal(Distribution):
     """
 
     name = "mv_normal"
+    domain = "real"
     strategies = ("REPARAM", "REINFORCE")
     reparameterized = True
     param_names = ("loc", "covariance")
@@ -146,6 +148,7 @@ class Uniform(Distribution):
     """
 
     name = "uniform"
+    domain = "interval"
     # No REINFORCE: the support moves with low/high, so the score function misses
     # the boundary terms and would be biased (the density, 1/(high-low), only sees
     # the width). REPARAM is exact.
@@ -179,6 +182,7 @@ class Beta(Distribution):
     """
 
     name = "beta"
+    domain = "unit_interval"
     strategies = ("REPARAM", "REINFORCE")
     reparameterized = True
     param_names = ("a", "b")
@@ -211,6 +215,7 @@ class Gamma(Distribution):
     """
 
     name = "gamma"
+    domain = "positive"
     strategies = ("REPARAM", "REINFORCE")
     reparameterized = True
     param_names = ("shape", "rate")
@@ -244,6 +249,7 @@ class Dirichlet(Distribution):
     """
 
     name = "dirichlet"
+    domain = "simplex"
     strategies = ("REPARAM", "REINFORCE")
     reparameterized = True
     param_names = ("concentration",)

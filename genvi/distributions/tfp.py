@@ -28,6 +28,7 @@ class TFPDistribution(Distribution):
     def __init__(self, cls: Any, names: tuple[str, ...], static: tuple = (),
                  reparameterized: bool = False):
         self.cls, self.param_names, self.static = cls, names, static
+        self.domain = "tfp"  # its own default event-space bijector (automatic guides)
         self.name = f"tfp.{cls.__name__}"
         self.reparameterized = reparameterized
         self.strategies = ("REPARAM", "REINFORCE") if reparameterized else ("REINFORCE",)

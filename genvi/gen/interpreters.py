@@ -31,16 +31,18 @@ from genvi.adev.strategies import missing_strategy_error
 from genvi.core import jaxpr as jx
 from genvi.core.mistakes import is_shape_error, site_shape_error
 from genvi.core.tracing import PLAIN
-from genvi.core.primitives import (SITES, Masked, bind_site, observe_p, sample_p, site_p,
-                                   site_parts)
+from genvi.core.primitives import (SITES, Masked, bind_site, observe_p, plate_p, sample_p,
+                                   site_p, site_parts)
 from genvi.validation import check_read_value, check_site, control as validation_control
 
 
-def _log_prob(dist: Any, value: Any, params: tuple) -> Any:
+def _log_prob(dist: Any, value: Any, params: tuple, scale: float = 1.0) -> Any:
     """`dist`'s log density at `value`, under the scope that tells the smoothness
-    check its support tests are not uses of the value."""
+    check its support tests are not uses of the value; times `scale`, the product of
+    the factors of the `gv.plate`s around the site (what every handler records)."""
     with density_scope():
-        return dist.log_prob(value, *params)
+        log_p = dist.log_prob(value, *params)
+    return log_p if scale == 1.0 else log_p * scale
 
 
 def _name(addr: tuple) -> str:
@@ -108,13 +110,35 @@ def _join(state: State, addr: tuple, value: Any, log_p: Any, masked: tuple | Non
 class Handler:
     """What sampling sites mean; subclasses are one short class each."""
 
+    # whether observed values are checked by validation (handlers that sample
+    # observations instead, like Dream, ignore the values passed in)
+    reads_observed_values = True
+
+    @property
+    def scale(self) -> float:
+        """The product of the factors of the `gv.plate`s being interpreted."""
+        return self.__dict__.get("_scales", [1.0])[-1]
+
+    def plate(self, eqn: Any) -> None:
+        """Enter or leave a `gv.plate`'s body (its markers; see `bind_plate`)."""
+        stack = self.__dict__.setdefault("_scales", [1.0])
+        if eqn.params["enter"]:
+            stack.append(stack[-1] * eqn.params["factor"])
+        else:
+            stack.pop()
+
     def site(self, eqn: Any, params: list, state: State) -> tuple[Any, State]:
         raise NotImplementedError
 
     def observe(self, eqn: Any, ins: list, state: State) -> State:
-        dist, params, _, _ = site_parts(eqn, ins[1:])
+        dist, params, _, addr = site_parts(eqn, ins[1:])
+        if eqn.params.get("missing"):
+            raise ValueError(
+                f"the observation {_name(addr)!r} (gv.{dist.name}) at {jx.source_line(eqn)} "
+                "has no value (gv.observe(..., None, name=...)), so it cannot be scored: pass "
+                "the observed data, or draw it with gv.predictive")
         try:
-            log_p = _log_prob(dist, ins[0], params)
+            log_p = _log_prob(dist, ins[0], params, self.scale)
         except (ValueError, TypeError) as err:
             if not is_shape_error(err):
                 raise
@@ -147,8 +171,8 @@ class Simulate(Handler):
         dist, params, _, addr = site_parts(eqn, params)
         key, sub = jax.random.split(state.key)
         value = dist.sample(sub, *params)
-        return value, replace(self.record(state, addr, value, _log_prob(dist, value, params), dist),
-                              key=key)
+        log_p = _log_prob(dist, value, params, self.scale)
+        return value, replace(self.record(state, addr, value, log_p, dist), key=key)
 
 
 def _objective_sample(dist: Any, params: tuple, strategy: Any, addr: tuple) -> Any:
@@ -169,7 +193,8 @@ class Sim(Handler):
     def site(self, eqn, params, state):
         dist, dparams, strategy, addr = site_parts(eqn, params)
         value = _objective_sample(dist, dparams, strategy, addr)
-        return value, self.record(state, addr, value, _log_prob(dist, value, dparams), dist)
+        log_p = _log_prob(dist, value, dparams, self.scale)
+        return value, self.record(state, addr, value, log_p, dist)
 
     def observe(self, eqn, ins, state):
         raise unnormalized_error(self.program, eqn, "sampled with .sim (a guide or a proposal)")
@@ -213,7 +238,8 @@ class Generate(Handler):
         if addr in state.reads:
             value = state.reads[addr]
             state.visited.add(addr)
-            return value, self.record(state, addr, value, _log_prob(dist, value, dparams), dist)
+            log_p = _log_prob(dist, value, dparams, self.scale)
+            return value, self.record(state, addr, value, log_p, dist)
         value = _objective_sample(dist, dparams, strategy, addr)
         return value, self.record(state, addr, value, 0.0, dist)
 
@@ -224,12 +250,14 @@ class Dream(Sim):
     addresses `("__observation__", i)`: a draw of latents and data from the model
     (wake-sleep's sleep phase)."""
 
+    reads_observed_values = False
+
     def observe(self, eqn, ins, state):
         dist, params, strategy, _ = site_parts(eqn, ins[1:])
         value = _objective_sample(dist, params, None, None)
         n = sum(1 for a in state.choices if a and a[0] == "__observation__")
         addr = ("__observation__", n)
-        return self.record(state, addr, value, _log_prob(dist, value, params), dist)
+        return self.record(state, addr, value, _log_prob(dist, value, params, self.scale), dist)
 
 
 class Assess(Handler):
@@ -253,7 +281,7 @@ class Assess(Handler):
                 f"shape {jnp.shape(value)} but the site's parameters give shape {want}")
         state.visited.add(addr)
         scored = self.score_only is None or addr in self.score_only
-        log_p = _log_prob(dist, value, params) if scored else 0.0
+        log_p = _log_prob(dist, value, params, self.scale) if scored else 0.0
         return value, self.record(state, addr, value, log_p, dist)
 
 
@@ -273,8 +301,10 @@ def _level(jaxpr: Any, env: dict, handler: Handler, state: State) -> tuple[list,
             if eqn.params["addr"] in state.reads:  # a value given by the user: scored
                 check_read_value(eqn, ins, value, jaxpr)
             env[eqn.outvars[0]] = value
+        elif eqn.primitive is plate_p:
+            handler.plate(eqn)
         elif eqn.primitive is observe_p:
-            check_site(eqn, ins, offset=1, value=not isinstance(handler, Dream), jaxpr=jaxpr)
+            check_site(eqn, ins, offset=1, value=handler.reads_observed_values, jaxpr=jaxpr)
             state = handler.observe(eqn, ins, state)
         elif any(jx.contains(j, SITES) for j in jx.sub_jaxprs(eqn)):
             # the scan/cond it emits points at the user's line; validation knows the branch
@@ -315,8 +345,8 @@ def site_layouts(jaxpr: Any, depth: int = 0) -> dict:
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     out: dict = {}
     for eqn in jaxpr.eqns:
-        if eqn.primitive is site_p:
-            out[eqn.params["addr"]] = (eqn.params.get("nest", ()), depth)
+        if eqn.primitive is site_p or (eqn.primitive is observe_p and eqn.params["addr"]):
+            out[eqn.params["addr"]] = (eqn.params.get("nest", ()), depth)  # named observations too
         inner = depth + (jx.kind(eqn) == "scan")
         for j in jx.sub_jaxprs(eqn):
             out.update(site_layouts(j, inner))

@@ -10,7 +10,6 @@ jaxprs (cached per argument shapes) and given meaning by the interpreters in
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 from typing import Any, Callable, NamedTuple
 
@@ -26,34 +25,32 @@ from genvi.distributions.base import DistCall
 from genvi.gen import interpreters as interp
 from genvi.validation import entry_point
 
-_PREFIX: contextvars.ContextVar = contextvars.ContextVar("genvi_prefix", default=None)
-# The gv.vmap / gv.scan combinators enclosing the code being traced, outermost first:
-# sites record it so choices can be laid out in nesting order (see interpreters.layout).
-_NEST: contextvars.ContextVar = contextvars.ContextVar("genvi_nest", default=())
+# The address prefix of the code being traced, and the gv.vmap / gv.scan combinators
+# enclosing it, outermost first (sites record it so choices can be laid out in nesting
+# order, see interpreters.layout). Both are stamped on the sites a trace binds, so both
+# are jax.make_user_context values: part of the key of JAX's trace caches, so a
+# function JAX traced once (a lax.scan body, a jitted helper) and meets again under
+# another address is traced again, not reused with the first address's sites.
+_PREFIX = jax.make_user_context(default_value=None)
+_NEST = jax.make_user_context(default_value=())
 
 
 def _nested(kind: str, fn: Callable) -> Callable:
     """`fn` traced inside one more combinator of `kind` ("vmap" or "scan")."""
     def wrapped(*args):
-        token = _NEST.set(_NEST.get() + (kind,))
-        try:
+        with _NEST(_NEST.value + (kind,)):
             return fn(*args)
-        finally:
-            _NEST.reset(token)
     return wrapped
 
 
 @contextlib.contextmanager
 def _prefix(prefix: tuple):
-    token = _PREFIX.set(prefix)
-    try:
+    with _PREFIX(prefix):
         yield
-    finally:
-        _PREFIX.reset(token)
 
 
 def _current_prefix(what: str) -> tuple:
-    prefix = _PREFIX.get()
+    prefix = _PREFIX.value
     if prefix is None:
         raise RuntimeError(
             f"{what} must be used inside a @gv.gen program. Inside an @gv.expectation "
@@ -74,28 +71,49 @@ def sample_at(call: Any, addr: str) -> Any:
         if call.strategy is not None:
             check_strategy(call.dist, call.strategy, prefix + (addr,))
         return bind_site(site_p, call.dist, call.params, call.strategy, prefix + (addr,),
-                         nest=_NEST.get())
+                         nest=_NEST.value)
     if isinstance(call, GenCall):
         with _prefix(prefix + (addr,)):
             return call.gen.body(*call.args)
     raise TypeError(f"`x @ {addr!r}` needs a distribution call or a program call; got {call!r}")
 
 
-def observe(call: DistCall, value: Any) -> None:
+def observe(call: DistCall, value: Any, *, name: str | None = None) -> None:
     """Multiply the program's density by `call`'s density at `value`.
+
+    `name` labels the observation with an address (under the enclosing sub-program
+    prefixes, stacked by `gv.vmap` / `gv.plate` / `gv.scan` like a choice) so that
+    `gv.predictive` can return draws of it. It changes nothing else: the observation
+    is scored, not recorded among `simulate`'s choices, and `log_density` does not
+    read it. Unnamed observations are never returned by `gv.predictive`. A named
+    observation's `value` may be None (new inputs without data): `gv.predictive`
+    draws it; scoring it (`simulate`, `log_density`, objectives) is an error.
 
     Example:
         >>> import genvi as gv
         >>> @gv.gen
         ... def model(y):
         ...     mu = gv.normal(0.0, 1.0) @ "mu"
-        ...     gv.observe(gv.normal(mu, 1.0), y)
+        ...     gv.observe(gv.normal(mu, 1.0), y, name="y")
     """
-    _current_prefix("gv.observe")
+    prefix = _current_prefix("gv.observe")
     if not isinstance(call, DistCall):
         raise TypeError(f"gv.observe needs a distribution call such as gv.normal(0, 1); got {call!r}")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"gv.observe(gv.{call.dist.name}(...), value, name=...): a name is a "
+                        f"string address such as name=\"y\"; got {name!r} "
+                        f"({type(name).__name__})")
+    missing = value is None
+    if missing and name is None:
+        raise TypeError(f"gv.observe(gv.{call.dist.name}(...), None): an observation needs a "
+                        "value to score. Only a named observation may be None, for gv.predictive "
+                        "to draw it: gv.observe(dist, None, name=\"y\").")
+    if missing:  # a placeholder of the distribution's shape (never scored)
+        out = jax.eval_shape(lambda *p: call.dist.sample(jax.random.key(0), *p), *call.params)
+        value = jnp.zeros(out.shape, out.dtype)
     value = jnp.asarray(value)
-    bind_observe(call.dist, value, call.params)
+    addr = None if name is None else prefix + (name,)
+    bind_observe(call.dist, value, call.params, addr=addr, nest=_NEST.value, missing=missing)
 
 
 class Trace(NamedTuple):

@@ -1,0 +1,188 @@
+"""`gv.predictive`: draws of a model's latents and named observations.
+
+Latents come from the guide (or, without one, from the model's prior); the model is
+then run with a handler that reads those latents and *samples* each observation
+named with `gv.observe(..., name="y")` from its distribution instead of scoring the
+value passed in. Draws are vectorized with `jax.vmap`: no Python loop over samples.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import replace
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+from genvi.core import jaxpr as jx
+from genvi.core.choices import ChoiceMap
+from genvi.core.mistakes import check_key, did_you_mean
+from genvi.core.primitives import observe_p, site_parts
+from genvi.gen import interpreters as interp
+from genvi.gen.language import GenFn
+
+
+def _draw_like(dist: Any, key: jax.Array, params: tuple, value: Any) -> jax.Array:
+    """A draw from `dist(*params)` with the shape of the observed `value` where the
+    parameters broadcast against it (as the log density does)."""
+    if tuple(dist.value_shape(*params)) == jnp.shape(value):
+        return dist.sample(key, *params)
+    events = tuple(dist.param_event_ndims) + (0,) * len(params)
+    value_batch = jnp.shape(value)[:jnp.ndim(value) - dist.value_event_ndim]
+    batch = jnp.broadcast_shapes(value_batch, *[jnp.shape(p)[:jnp.ndim(p) - e]
+                                                for p, e in zip(params, events)])
+    params = tuple(jnp.broadcast_to(p, batch + jnp.shape(p)[jnp.ndim(p) - e:])
+                   for p, e in zip(params, events))
+    return dist.sample(key, *params)
+
+
+class Predict(interp.Handler):
+    """Latent sites read from `state.reads` (or, with `prior`, sampled); named
+    observations sampled and recorded at their addresses; unnamed ones skipped."""
+
+    reads_observed_values = False
+
+    def __init__(self, prior: bool):
+        self.prior = prior
+
+    def site(self, eqn, params, state):
+        dist, dparams, _, addr = site_parts(eqn, params)
+        if self.prior:
+            key, sub = jax.random.split(state.key)
+            value = dist.sample(sub, *dparams)
+            return value, replace(self.record(state, addr, value, 0.0, dist), key=key)
+        name = "/".join(map(str, addr))
+        if addr not in state.reads:
+            raise interp.MissingChoice(
+                f"gv.predictive: the guide proposes no value at address {name!r} "
+                f"(gv.{dist.name}), which the model samples. The guide must propose every "
+                "latent site of the model, as for gv.elbo; for draws from the prior pass "
+                "guide=None.", addr)
+        value = state.reads[addr]
+        if jnp.shape(value) != eqn.outvars[0].aval.shape:
+            raise ValueError(
+                f"gv.predictive: the guide's value at address {name!r} "
+                f"(gv.{dist.name}) has shape {jnp.shape(value)} but the model's site has shape "
+                f"{eqn.outvars[0].aval.shape}")
+        state.visited.add(addr)
+        return value, self.record(state, addr, value, 0.0, dist)
+
+    def observe(self, eqn, ins, state):
+        addr = eqn.params["addr"]
+        if addr is None:  # unnamed: nothing to return
+            return state
+        dist, params, _, _ = site_parts(eqn, ins[1:])
+        key, sub = jax.random.split(state.key)
+        value = _draw_like(dist, sub, params, ins[0])
+        return replace(self.record(state, addr, value, 0.0, dist), key=key)
+
+
+def _unnamed_observations(jaxpr: Any) -> list[str]:
+    """Source lines of the unnamed `gv.observe` calls of a program's jaxpr."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    out = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is observe_p and eqn.params["addr"] is None:
+            out.append(f"gv.observe(gv.{eqn.params['dist'].name}(...), ...) at "
+                       f"{jx.source_line(eqn)}")
+        for j in jx.sub_jaxprs(eqn):
+            out += _unnamed_observations(j)
+    return out
+
+
+def _path(site: Any) -> tuple:
+    if isinstance(site, tuple):
+        return site
+    if isinstance(site, str):
+        return tuple(site.split("/"))
+    raise TypeError(f"gv.predictive: sites are addresses such as \"y\", \"data/y\" or "
+                    f"(\"data\", \"y\"); got {site!r}")
+
+
+def _predict_one(model: GenFn, key: jax.Array, latents: ChoiceMap | None, args: tuple) -> ChoiceMap:
+    traced, _, state = model._interpret(Predict(prior=latents is None), args, key=key,
+                                        reads=latents)
+    if latents is not None:
+        unvisited = set(latents.flat()) - state.visited
+        if unvisited:
+            names = sorted("/".join(map(str, a)) for a in unvisited)
+            hint = "".join(did_you_mean(a, state.visited) for a in sorted(unvisited, key=str))
+            raise interp.MissingChoice(
+                f"gv.predictive: the guide proposes addresses the model never samples: "
+                f"{names}.{hint} Guide and model must have the same latent addresses (check "
+                "the spelling).", min(unvisited, key=str))
+    return model._user(traced, state.choices)
+
+
+def predictive(model: GenFn, guide: GenFn | None, params: Any, num_samples: int, *,
+               sites: Sequence[Any] | None = None) -> Callable[..., ChoiceMap]:
+    """A function `(key, *args) -> ChoiceMap` of `num_samples` stacked draws (leading
+    axis `num_samples`) of the model's latent sites, drawn from the guide, and of its
+    observations named with `gv.observe(dist, value, name="y")`, drawn from the model
+    given those latents instead of scored: the posterior predictive.
+
+    Model and guide are called as `(params, *args)`, as objectives call them; the
+    values passed for named observations are not used (only their shape, where the
+    distribution's parameters broadcast against it), so new inputs come with None
+    for them (`gv.observe(dist, None, name="y")` is allowed). `guide=None` draws the
+    latents from the model's prior (the prior predictive). Unnamed observations are not
+    returned; `sites` (addresses or address prefixes such as `"y"`, `"data/y"` or
+    `("data", "y")`) keeps only those, and an address the draws lack is an error
+    that lists the unnamed observations. Under `gv.vmap` / `gv.plate` / `gv.scan` the
+    draws are stacked like choices, after the sample axis. Wrap the result in
+    `jax.jit` to compile it.
+
+    Example:
+        >>> import genvi as gv, jax, jax.numpy as jnp
+        >>> @gv.gen
+        ... def model(params, y):
+        ...     mu = gv.normal(0.0, 1.0) @ "mu"
+        ...     gv.observe(gv.normal(mu, 1.0), y, name="y")
+        >>> @gv.gen
+        ... def guide(params, y):
+        ...     gv.normal(params["m"], 0.5, grad=gv.REPARAM) @ "mu"
+        >>> draw = gv.predictive(model, guide, {"m": 1.0}, num_samples=100)
+        >>> out = draw(jax.random.key(0), jnp.zeros(3))
+        >>> out["mu"].shape, out["y"].shape
+        ((100,), (100, 3))
+    """
+    if not isinstance(model, GenFn) or not (guide is None or isinstance(guide, GenFn)):
+        raise TypeError("gv.predictive(model, guide, params, num_samples): model and guide are "
+                        "@gv.gen programs (guide=None: draw latents from the prior); got "
+                        f"{model!r}, {guide!r}")
+    if isinstance(num_samples, bool) or not hasattr(num_samples, "__index__") \
+            or operator.index(num_samples) < 1:
+        raise ValueError(f"gv.predictive: num_samples is a positive int; got {num_samples!r}")
+    n = operator.index(num_samples)
+    wanted = None if sites is None else [_path(s) for s in sites]
+
+    def draw(key: jax.Array, *args: Any) -> ChoiceMap:
+        check_key(key, "the function gv.predictive returns")
+        full = (params,) + args
+
+        def one(k: jax.Array) -> ChoiceMap:
+            k_guide, k_model = jax.random.split(k)
+            latents = None if guide is None else guide.simulate(k_guide, *full).choices
+            return _predict_one(model, k_model, latents, full)
+
+        out = jax.vmap(one)(jax.random.split(key, n))
+        return out if wanted is None else _select(out, wanted, model, full)
+
+    return draw
+
+
+def _select(out: ChoiceMap, wanted: list, model: GenFn, args: tuple) -> ChoiceMap:
+    flat = out.flat()
+    for w in wanted:
+        if not any(p[:len(w)] == w for p in flat):
+            traced, _ = model._trace(args)
+            unnamed = _unnamed_observations(traced.closed)
+            hint = "" if not unnamed else (
+                " The model's unnamed observations are not returned: " + "; ".join(unnamed)
+                + ". Name one with gv.observe(dist, value, name=\"...\") to draw it.")
+            raise interp.MissingChoice(
+                f"gv.predictive: no latent site or named observation at {'/'.join(w)!r}; the "
+                f"draws hold {sorted('/'.join(p) for p in flat)}.{did_you_mean(w, list(flat))}"
+                f"{hint}", w)
+    return ChoiceMap({p: v for p, v in flat.items() if any(p[:len(w)] == w for w in wanted)})
