@@ -45,6 +45,13 @@ EXPERIMENTS = {
     "ssvae": ("experiments.ssvae", "semi-supervised VAE (M2), enumerated labels, 10% labelled", "35 s"),
     "cvae": ("experiments.cvae", "conditional VAE completing digits from one quadrant, with a baseline",
              "45 s"),
+    "eight_schools": ("experiments.eight_schools",
+                      "eight schools with automatic guides (auto_normal, auto_mvn, IWELBO) "
+                      "beside NUTS", "25 s"),
+    "logreg": ("experiments.logreg", "Bayesian logistic regression on 100,000 points: gv.plate, "
+               "gv.auto_normal, gv.predictive", "10 s"),
+    "gmm": ("experiments.gmm", "a Gaussian mixture on 100,000 points: global means, gv.plate "
+            "minibatches, assignments enumerated in the plate", "1.5 min"),
     "air": ("experiments.air.run",
             "Attend-Infer-Repeat on multi-digit canvases: REINFORCE, MVD, IWELBO+MVD "
             "(--quick: one estimator, under a minute; --all: the paper's eight, 2 h 50 min)", "8 min"),

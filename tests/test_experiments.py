@@ -4,6 +4,7 @@ import math
 import os
 import re
 
+import numpy as np
 import pytest
 
 from experiments import noisy_cone
@@ -130,3 +131,23 @@ def test_run_help_shows_the_experiments_options_with_defaults(capsys):
     assert "genvi run vae" in out and "--epochs" in out and "(default: 100)" in out
     assert main(["run", "--help"]) == 0
     assert "experiments: demo" in capsys.readouterr().out
+
+
+def test_eight_schools_tiny(tmp_path):
+    from experiments import eight_schools
+    results = eight_schools.main(["--steps", "50", "--particles", "2", "--out", str(tmp_path)])
+    assert len(results) == 6 and all(np.isfinite(r["max_mean_diff"]) for r in results.values())
+    assert (tmp_path / "results.md").exists() and (tmp_path / "theta.png").exists()
+
+
+def test_gmm_tiny(tmp_path):
+    from experiments import gmm
+    out = gmm.main(["--points", "300", "--batch-size", "64", "--steps", "300", "--out", str(tmp_path)])
+    assert np.isfinite(out["error"]) and (tmp_path / "gmm.png").exists()
+
+
+def test_logreg_tiny(tmp_path):
+    from experiments import logreg
+    out = logreg.main(["--points", "2000", "--batch-size", "256", "--steps", "400", "--out", str(tmp_path)])
+    # a smoke run (the default run reports coverage and accuracy); the weights are learned
+    assert out["covered"] > 0.5 and out["accuracy"] > 0.55 and (tmp_path / "weights.png").exists()
