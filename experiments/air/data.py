@@ -121,11 +121,16 @@ def _positions(rng: np.random.Generator, owner: np.ndarray, sizes: np.ndarray, c
     drawn again (up to 100 times, all such digits at once), so the count stays visible."""
     rows = rng.integers(0, canvas - sizes + 1)
     cols = rng.integers(0, canvas - sizes + 1)
+    # the earlier slots' boxes on these canvases (owner arrays are sorted, and every
+    # canvas here also had a digit in each earlier slot)
+    earlier = []
+    for o, s, r, c in placed:
+        at = np.searchsorted(o, owner)
+        earlier.append((r[at], c[at], s[at]))
     for _ in range(100):
         bad = np.zeros(len(owner), bool)
-        for o, s, r, c in placed:  # earlier slots; owner arrays are sorted
-            at = np.searchsorted(o, owner)  # every canvas here also had a digit in that slot
-            bad |= _overlap(rows, cols, sizes, r[at], c[at], s[at]) > overlap
+        for r, c, s in earlier:
+            bad |= _overlap(rows, cols, sizes, r, c, s) > overlap
         if not bad.any():
             break
         rows[bad] = rng.integers(0, canvas - sizes[bad] + 1)
