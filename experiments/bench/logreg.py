@@ -15,14 +15,13 @@ largest difference and the exact-data log-likelihood at each posterior mean.
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
 import optax
 
 import genvi as gv
-from experiments.common.timing import describe_machine, median
+from experiments.common.timing import describe_machine, interleaved_samples, median, paired_ratio
 from experiments.logreg import D, make_data, regression
 
 def schedule(lr: float, steps: int) -> optax.GradientTransformation:
@@ -79,14 +78,10 @@ def time_steps(runs: dict, rounds: int, steps: int) -> tuple[dict, float]:
     """Median warm ms per step of each run, interleaved, and the median paired ratio."""
     for run in runs.values():
         jax.block_until_ready(run())  # compile
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):
-        for name, run in runs.items():
-            t0 = time.perf_counter()
-            jax.block_until_ready(run())
-            times[name].append((time.perf_counter() - t0) / steps)
-    ratio = median([a / b for a, b in zip(times["genvi"], times["numpyro"])])
-    return {name: 1e3 * median(t) for name, t in times.items()}, ratio
+    times = interleaved_samples(runs, rounds=rounds, reps=1)
+    per_step = {name: [t / steps for t in ts] for name, ts in times.items()}
+    return ({name: 1e3 * median(t) for name, t in per_step.items()},
+            paired_ratio(times, "genvi", "numpyro"))
 
 
 def main(argv: list[str] | None = None) -> None:
