@@ -98,6 +98,30 @@ def test_resume_from_checkpoint_is_bit_for_bit(tmp_path):
     np.testing.assert_array_equal(full.history["objective"], resumed.history["objective"])
 
 
+def test_resume_with_once_shuffled_minibatches_is_bit_for_bit(tmp_path):
+    # the one-time shuffle and the windows follow from the key alone
+    data = jnp.linspace(-1.0, 3.0, 40)
+    obj = gv.batch_mean(ELBO, in_axes=(None, 0))
+
+    def fit(**kw):
+        return gv.fit(obj, START, data, optimizer=ADAM, steps=300, key=jax.random.key(2),
+                      batch_size=8, shuffle="once", progress=False, **kw)
+    full = fit()
+    directory = str(tmp_path / "ckpt")
+    with pytest.raises(Crash):
+        fit(checkpoint_dir=directory, checkpoint_every=100, callbacks=[crash_after(200)])
+    resumed = fit(checkpoint_dir=directory, checkpoint_every=100)
+    for name in ("m", "s"):
+        assert np.array_equal(np.asarray(full.params[name]), np.asarray(resumed.params[name]))
+    assert abs(float(full.params["m"]) - 0.5) < 0.1
+
+
+def test_unknown_shuffle_is_refused():
+    with pytest.raises(ValueError, match="shuffle='rows' is not one of"):
+        gv.fit(gv.batch_mean(ELBO, in_axes=(None, 0)), START, jnp.ones(8), optimizer=ADAM,
+               steps=1, key=jax.random.key(0), batch_size=4, shuffle="rows", progress=False)
+
+
 def test_bad_checkpoints_give_clear_errors(tmp_path):
     directory = tmp_path / "ckpt"
     run(steps=100, checkpoint_dir=str(directory), checkpoint_every=100)

@@ -17,15 +17,25 @@ import optax
 import pytest
 
 import genvi as gv
+from genvi.training import minibatch
 
 N, B, M = 20, 5, 20_000          # dataset, minibatch, independent estimates
 Y = jnp.asarray(np.random.default_rng(0).normal(1.0, 1.5, N), jnp.float32)
 LOG2PI = math.log(2 * math.pi)
 
 
-def minibatches(key, m=M):
-    """`m` minibatches of B indices, each drawn uniformly without replacement."""
-    return jax.vmap(lambda k: jax.random.permutation(k, N)[:B])(jax.random.split(key, m))
+def minibatches(key, m=M, order="uniform"):
+    """`m` minibatches of B indices: drawn uniformly without replacement, or as
+    `gv.fit(..., shuffle="once")` takes them (a window of a once-shuffled order, at a
+    random step of a run with a random key)."""
+    if order == "uniform":
+        return jax.vmap(lambda k: jax.random.permutation(k, N)[:B])(jax.random.split(key, m))
+
+    def window(k):
+        step = jax.random.randint(jax.random.fold_in(k, 1), (), 0, 1000)
+        rows = minibatch.shuffle_once(jnp.arange(N), k, B, N)
+        return minibatch.window_batch(rows, k, step, B, N)
+    return jax.vmap(window)(jax.random.split(key, m))
 
 
 def within(samples, exact, k=5.0):
@@ -68,9 +78,10 @@ def exact_elbo_normal_mean(p, y):
     return prior + lik + 0.5 * jnp.log(2 * math.pi * math.e * v)
 
 
-def test_minibatch_elbo_and_gradient_are_unbiased_for_the_full_data_ones():
+@pytest.mark.parametrize("order", ["uniform", "once"])
+def test_minibatch_elbo_and_gradient_are_unbiased_for_the_full_data_ones(order):
     elbo = gv.elbo(normal_mean(N), guide_mu)
-    idx = minibatches(jax.random.key(1))
+    idx = minibatches(jax.random.key(1), order=order)
 
     @jax.jit
     def estimates(keys, idx):
@@ -249,12 +260,14 @@ def test_discrete_sites_inside_the_plate_are_unbiased_with_every_strategy(strate
 
 # -- training --------------------------------------------------------------------------
 
-def test_fit_with_minibatches_finds_the_full_data_posterior():
-    data = jnp.asarray(np.random.default_rng(1).normal(2.0, 1.0, 200), jnp.float32)
+@pytest.mark.parametrize("shuffle", ["epoch", "once"])
+def test_fit_with_minibatches_finds_the_full_data_posterior(shuffle):
+    # sorted data: windows of a once-shuffled order, not of the order given
+    data = jnp.sort(jnp.asarray(np.random.default_rng(1).normal(2.0, 1.0, 200), jnp.float32))
     model = normal_mean(len(data))
     res = gv.fit(gv.elbo(model, guide_mu), {"m": 0.0, "s": 0.0}, data,
                  optimizer=optax.adam(optax.cosine_decay_schedule(0.05, 2000)), steps=2000,
-                 key=jax.random.key(0), batch_size=20, progress=False)
+                 key=jax.random.key(0), batch_size=20, shuffle=shuffle, progress=False)
     post_mean = float(jnp.sum(data)) / (1 + len(data))
     post_sd = 1 / math.sqrt(1 + len(data))
     assert abs(float(res.params["m"]) - post_mean) < 0.5 * post_sd
@@ -282,10 +295,11 @@ def test_fit_sharded_over_four_devices_matches_one():
         kw = dict(optimizer=optax.adam(0.02), steps=100, key=jax.random.key(0), batch_size=16,
                   progress=False)
         obj = gv.elbo(model, guide)
-        one = gv.fit(obj, {"m": 0.0, "s": 0.0}, data, **kw)
-        four = gv.fit(obj, {"m": 0.0, "s": 0.0}, data, shard=True, **kw)
-        for k in ("m", "s"):
-            np.testing.assert_allclose(one.params[k], four.params[k], rtol=1e-5, atol=1e-6)
+        for shuffle in ("epoch", "once"):
+            one = gv.fit(obj, {"m": 0.0, "s": 0.0}, data, shuffle=shuffle, **kw)
+            four = gv.fit(obj, {"m": 0.0, "s": 0.0}, data, shard=True, shuffle=shuffle, **kw)
+            for k in ("m", "s"):
+                np.testing.assert_allclose(one.params[k], four.params[k], rtol=1e-5, atol=1e-6)
         print("OK")
     """)
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",

@@ -3,11 +3,13 @@
 `SVI.run`, the same model, data, optimizer (Adam) and number of steps.
 
 Synthetic data: x ~ N(0, I/d) (d = 50), w ~ N(0, I), y ~ Bernoulli(sigmoid(x·w)).
-Reports, at each dataset size, the warm per-step time of each (both run their steps
-in one compiled loop: `gv.fit` with one chunk, `SVI.run` without a progress bar, which
-is a `lax.scan`; interleaved rounds, median of `--time-steps` steps per call); and,
-after `--fit-steps` steps with a cosine-decayed learning rate, the posterior means'
-largest difference and the exact-data log-likelihood at each posterior mean.
+Reports, at each dataset size, the warm per-step time of each: genvi with both
+minibatch orders (`shuffle="epoch"`, `"once"`) and NumPyro. Each runs its steps in one
+compiled loop (`gv.fit` with one chunk, `SVI.run` without a progress bar, which is a
+`lax.scan`); what a call costs once is left out (see `time_steps`); interleaved
+rounds, medians. Then, after
+`--fit-steps` steps with a cosine-decayed learning rate, the posterior means' largest
+difference and the exact-data log-likelihood at each posterior mean.
 
     python -m experiments.bench.logreg [--sizes 10000 1000000] [--fit-sizes 10000]
 """
@@ -15,6 +17,7 @@ largest difference and the exact-data log-likelihood at each posterior mean.
 from __future__ import annotations
 
 import argparse
+import time
 
 import jax
 import jax.numpy as jnp
@@ -30,17 +33,23 @@ def schedule(lr: float, steps: int) -> optax.GradientTransformation:
     return optax.adam(optax.cosine_decay_schedule(lr, steps))
 
 
-def genvi_fit(x, y, batch: int, steps: int, lr: float, key: jax.Array):
+def genvi_fit(x, y, batch: int, steps: int, lr: float, key: jax.Array, shuffle: str = "epoch",
+              chunk: int | None = None):
     """A function `() -> posterior mean of w` running `steps` steps of `gv.fit` (compiled
-    on its first call)."""
+    on its first call) with minibatches in the `shuffle` order, in chunks of `chunk`
+    steps (default: one); `run.chunk_ends` holds the `time.perf_counter()` at the end of
+    each chunk of its last call."""
     model = regression(len(x), x.shape[1])
     guide = gv.auto_normal(model)
     start = {"guide": guide.init(jax.random.key(0), {}, x[:batch], y[:batch])}
     objective, optimizer = gv.elbo(model, guide), schedule(lr, steps)
 
     def run():
+        run.chunk_ends = []
         result = gv.fit(objective, start, x, y, optimizer=optimizer, steps=steps, key=key,
-                        batch_size=batch, progress=False, chunk_size=steps)
+                        batch_size=batch, shuffle=shuffle, progress=False,
+                        chunk_size=chunk or steps,
+                        callbacks=[lambda *_: run.chunk_ends.append(time.perf_counter())])
         return guide.median(result.params)["w"]
     return run
 
@@ -68,20 +77,65 @@ def numpyro_fit(x, y, batch: int, steps: int, lr: float, key: jax.Array):
     return run
 
 
+def handwritten_floor(x, y, batch: int, steps: int):
+    """A function `() -> w`: hand-written JAX SGD on the log-likelihood alone, one
+    contiguous slice of `batch` rows per step at a pseudo-random offset, in one
+    `fori_loop`; the least a step touching `batch` rows of this data can cost, which
+    shows how much of a step's growth with N is the memory holding the data."""
+    n = len(x)
+
+    def neg_log_lik(w, xb, yb):
+        logits = xb @ w
+        return -jnp.sum(yb * jax.nn.log_sigmoid(logits) + (1 - yb) * jax.nn.log_sigmoid(-logits))
+
+    @jax.jit
+    def run(x, y):
+        def body(t, w):
+            start = (t * 7919 * batch) % (n - batch + 1)
+            xb, yb = (jax.lax.dynamic_slice_in_dim(a, start, batch) for a in (x, y))
+            return w - 1e-4 * jax.grad(neg_log_lik)(w, xb, yb)
+        return jax.lax.fori_loop(0, steps, body, jnp.zeros(x.shape[1], x.dtype))
+    return lambda: run(x, y)
+
+
 def log_likelihood(x, y, w) -> float:
     """Sum over every datapoint of log Bernoulli(y | sigmoid(x·w))."""
     logits = x @ w
     return float(jnp.sum(y * jax.nn.log_sigmoid(logits) + (1 - y) * jax.nn.log_sigmoid(-logits)))
 
 
-def time_steps(runs: dict, rounds: int, steps: int) -> tuple[dict, float]:
-    """Median warm ms per step of each run, interleaved, and the median paired ratio."""
-    for run in runs.values():
-        jax.block_until_ready(run())  # compile
-    times = interleaved_samples(runs, rounds=rounds, reps=1)
-    per_step = {name: [t / steps for t in ts] for name, ts in times.items()}
-    return ({name: 1e3 * median(t) for name, t in per_step.items()},
-            paired_ratio(times, "genvi", "numpyro"))
+def time_steps(x, y, args, key) -> tuple[dict, dict]:
+    """Warm ms per step, interleaved rounds, medians. genvi: one `gv.fit` call of 2T
+    steps (T = `--time-steps`) in two chunks, timed from the first chunk's end to the
+    second's, so its one-time costs (with `shuffle="once"`, the shuffle) are left out.
+    NumPyro: calls of T and 2T steps, their difference over T (leaving out its guide's
+    set-up). The hand-written floor: a call of T steps over T. Also each genvi order's
+    median paired ratio to NumPyro's."""
+    t = args.time_steps
+    fns = {order: genvi_fit(x, y, args.batch, 2 * t, args.lr, key, order, chunk=t)
+           for order in ("epoch", "once")}
+    fns.update({f"numpyro {i}": numpyro_fit(x, y, args.batch, k * t, args.lr, key)
+                for i, k in ((0, 1), (1, 2))})
+    fns["floor"] = handwritten_floor(x, y, args.batch, t)
+    chunk_time = {"epoch": [], "once": []}
+
+    def timed(order):
+        def call():
+            fns[order]()
+            first, second = fns[order].chunk_ends
+            chunk_time[order].append(second - first)
+        return call
+
+    for fn in fns.values():
+        jax.block_until_ready(fn())  # compile
+    times = interleaved_samples({**{o: timed(o) for o in chunk_time},
+                                 **{k: v for k, v in fns.items() if k not in chunk_time}},
+                                rounds=args.rounds, reps=1)
+    per_step = {o: [c / t for c in chunk_time[o][-args.rounds:]] for o in chunk_time}
+    per_step["numpyro"] = [(b - a) / t for a, b in zip(times["numpyro 0"], times["numpyro 1"])]
+    per_step["floor"] = [c / t for c in times["floor"]]
+    return ({name: 1e3 * median(v) for name, v in per_step.items()},
+            {o: paired_ratio(per_step, o, "numpyro") for o in chunk_time})
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -96,29 +150,32 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     print(describe_machine())
     print(f"d = {D}, batch {args.batch}, Adam from {args.lr} with cosine decay\n")
-    print(f"Warm step time, {args.time_steps} steps per call, {args.rounds} interleaved rounds:\n")
-    print("| N | genvi step (ms) | NumPyro step (ms) | genvi / NumPyro |\n|---|---|---|---|")
+    print(f"Warm step time, calls of {args.time_steps} and {2 * args.time_steps} steps, "
+          f"{args.rounds} interleaved rounds:\n")
+    print("| N | genvi, shuffle=\"epoch\" (ms) | genvi, shuffle=\"once\" (ms) | NumPyro (ms) | "
+          "epoch / NumPyro | once / NumPyro | hand-written floor (ms) |\n|---|---|---|---|---|---|---|")
     key = jax.random.key(1)
     for n in args.sizes:
         x, y, _ = make_data(n)
-        ms, ratio = time_steps({"genvi": genvi_fit(x, y, args.batch, args.time_steps, args.lr, key),
-                                "numpyro": numpyro_fit(x, y, args.batch, args.time_steps, args.lr, key)},
-                               args.rounds, args.time_steps)
-        print(f"| {n:,} | {ms['genvi']:.3f} | {ms['numpyro']:.3f} | {ratio:.3f} |", flush=True)
+        ms, ratio = time_steps(x, y, args, key)
+        print(f"| {n:,} | {ms['epoch']:.3f} | {ms['once']:.3f} | {ms['numpyro']:.3f} | "
+              f"{ratio['epoch']:.3f} | {ratio['once']:.3f} | {ms['floor']:.3f} |", flush=True)
     if not args.fit_sizes:
         return
     print(f"\nAfter {args.fit_steps} steps:\n")
-    print("| N | max over w of |genvi mean − NumPyro mean| | log-lik genvi | log-lik NumPyro | "
-          "relative difference |\n|---|---|---|---|---|")
+    print("| N | genvi shuffle | max over w of |genvi mean − NumPyro mean| | log-lik genvi | "
+          "log-lik NumPyro | relative difference |\n|---|---|---|---|---|---|")
     for n in args.fit_sizes:
         x, y, _ = make_data(n)
-        means = {"genvi": genvi_fit(x, y, args.batch, args.fit_steps, args.lr, key)(),
-                 "numpyro": numpyro_fit(x, y, args.batch, args.fit_steps, args.lr, key)()}
-        diff = float(jnp.max(jnp.abs(means["genvi"] - means["numpyro"])))
-        ll = {name: log_likelihood(x, y, m) for name, m in means.items()}
-        rel = abs(ll["genvi"] - ll["numpyro"]) / abs(ll["numpyro"])
-        print(f"| {n:,} | {diff:.3f} | {ll['genvi']:.1f} | {ll['numpyro']:.1f} | {rel:.2%} |",
-              flush=True)
+        reference = numpyro_fit(x, y, args.batch, args.fit_steps, args.lr, key)()
+        ll_ref = log_likelihood(x, y, reference)
+        for shuffle in ("epoch", "once"):
+            mean = genvi_fit(x, y, args.batch, args.fit_steps, args.lr, key, shuffle)()
+            diff = float(jnp.max(jnp.abs(mean - reference)))
+            ll = log_likelihood(x, y, mean)
+            print(f"| {n:,} | {shuffle} | {diff:.3f} | {ll:.1f} | {ll_ref:.1f} | "
+                  f"{abs(ll - ll_ref) / abs(ll_ref):.2%} |", flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -28,7 +28,7 @@ import optax
 
 from genvi.adev.expectation import Expectation
 from genvi.training import checkpoints
-from genvi.training.minibatch import shuffled_indices
+from genvi.training import minibatch
 from genvi.training.fit_checks import (NonFiniteError, as_arrays, check_float_params,
                                        check_objective, nonfinite_message, warn_if_skipped)
 from genvi.validation import entry_point
@@ -55,7 +55,8 @@ class FitResult(NamedTuple):
 @entry_point
 def fit(objective: Expectation, params: Any, *data: Any,
         optimizer: optax.GradientTransformation, steps: int, key: jax.Array,
-        progress: bool = True, batch_size: int | None = None, skip_nonfinite: bool = False,
+        progress: bool = True, batch_size: int | None = None, shuffle: str = "epoch",
+        skip_nonfinite: bool = False,
         eval_objective: Expectation | None = None, eval_data: Sequence | None = None,
         eval_every: int | None = None, eval_estimates: int = 64,
         callbacks: Sequence[Callable] = (), chunk_size: int = 1000,
@@ -64,8 +65,16 @@ def fit(objective: Expectation, params: Any, *data: Any,
         skip_warn_fraction: float | None = 0.1) -> FitResult:
     """Maximize `objective(params, *data)`; returns `FitResult(params, state, history)`.
 
-    * `batch_size`: minibatch every data array along its leading axis, with a fresh
-      permutation each epoch (use a `gv.batch_mean` objective).
+    * `batch_size`: minibatch every data array along its leading axis (use a
+      `gv.batch_mean` objective, or a model whose data sit in a `gv.plate`). Every
+      datapoint is in a step's batch with probability `batch_size / n`, so objectives
+      scaled by n / batch_size stay unbiased; a step costs O(batch_size) whatever n.
+    * `shuffle`: the minibatches' order. `"epoch"`: a fresh permutation of the rows
+      each epoch, a batch gathers scattered rows. `"once"`: the rows are permuted once
+      when the fit starts (a copy of the data) and each batch is a window of adjacent
+      rows at a random offset, which is faster on big datasets, where gathering
+      scattered rows waits on memory (at n = 10⁶: see BENCHMARKS.md, "Logistic
+      regression at dataset scale"). See `genvi/training/minibatch.py`.
     * Non-finite steps: by default `gv.fit` stops at the first step whose objective
       estimate or gradient is not finite (NaN or ±inf) and raises `gv.NonFiniteError`
       naming the step and the parameter leaves whose gradient is not finite; its
@@ -115,7 +124,11 @@ def fit(objective: Expectation, params: Any, *data: Any,
     if shard:
         params = jax.device_put(params, sharding.replicated)
     n = _dataset_size(data) if batch_size else None
-    chunk = _compiled_chunk(objective, optimizer, batch_size, n, skip_nonfinite, sharding)
+    order = _check_order(shuffle, batch_size, n)
+    if order == "once":
+        data = _shuffle_once(data, data_key, batch_size, n)
+    chunk = _compiled_chunk(objective, optimizer, (batch_size, order), n, skip_nonfinite,
+                            sharding)
     capacity = max(1, min(chunk_size, steps))
     state = _strongly_typed(optimizer.init(params))
     history = {"objective": np.zeros(0, np.float32), "skipped": np.zeros(0, bool),
@@ -170,7 +183,7 @@ _CHUNKS: dict = {}  # compiled chunk runners, reused across gv.fit calls
 _CHUNKS_KEPT = 16   # the most recent ones; each holds its objective and optimizer alive
 
 
-def _compiled_chunk(objective, optimizer, batch_size, n, skip_nonfinite, sharding):
+def _compiled_chunk(objective, optimizer, batching, n, skip_nonfinite, sharding):
     """`_Chunk(run, leaf_check)`. `run` is a jitted `(carry, begin, length, data,
     step_key, data_key, *, capacity) -> (carry, (values, skipped), (done, failed))`
     running steps `begin .. begin + length - 1`, with `length <= capacity` traced (one
@@ -181,13 +194,13 @@ def _compiled_chunk(objective, optimizer, batch_size, n, skip_nonfinite, shardin
     the error; compiled only when needed). Data and keys are arguments, never baked-in
     constants, so a second `gv.fit` with the same objective and optimizer objects
     reuses the compiled program."""
-    cache_key = (id(objective), id(optimizer), batch_size, n, skip_nonfinite, sharding.batch)
+    cache_key = (id(objective), id(optimizer), batching, n, skip_nonfinite, sharding.batch)
     hit = _CHUNKS.get(cache_key)
     if hit is not None and hit[0] is objective and hit[1] is optimizer:
         return hit[2]
 
     def run_chunk(carry, begin, length, data, step_key, data_key, *, capacity):
-        step_fn, _ = _make_step(objective, optimizer, data, batch_size, n, step_key, data_key,
+        step_fn, _ = _make_step(objective, optimizer, data, batching, n, step_key, data_key,
                                 sharding)
 
         def cond(loop):
@@ -213,7 +226,7 @@ def _compiled_chunk(objective, optimizer, batch_size, n, skip_nonfinite, shardin
         return carry, (values, skipped), (done, failed)
 
     def leaf_check(params, step, data, step_key, data_key):
-        _, grads_at = _make_step(objective, optimizer, data, batch_size, n, step_key, data_key,
+        _, grads_at = _make_step(objective, optimizer, data, batching, n, step_key, data_key,
                                  sharding)
         value, grads = grads_at(params, step)
         return value, [jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grads)]
@@ -225,19 +238,27 @@ def _compiled_chunk(objective, optimizer, batch_size, n, skip_nonfinite, shardin
     return fn
 
 
-def _make_step(objective, optimizer, data, batch_size, n, step_key, data_key, sharding):
-    per_epoch = n // batch_size if batch_size else None
-    if batch_size and per_epoch < 1:
+def _check_order(shuffle: str, batch_size: int | None, n: int | None) -> str | None:
+    if shuffle not in minibatch.SHUFFLES:
+        raise ValueError(f"gv.fit: shuffle={shuffle!r} is not one of {minibatch.SHUFFLES}")
+    if batch_size and n // batch_size < 1:
         raise ValueError(f"gv.fit: batch_size={batch_size} is larger than the dataset ({n})")
+    return shuffle if batch_size else None
+
+
+_shuffle_once = jax.jit(minibatch.shuffle_once, static_argnums=(2, 3))
+
+
+def _make_step(objective, optimizer, data, batching, n, step_key, data_key, sharding):
+    batch_size, order = batching
 
     def batch_at(step):
-        if not batch_size:
-            return data
-        # positions of this step in its epoch's permutation, computed index by index:
         # O(batch_size) whatever n (genvi/training/minibatch.py)
-        positions = (step % per_epoch) * batch_size + jnp.arange(batch_size)
-        idx = shuffled_indices(jax.random.fold_in(data_key, step // per_epoch), positions, n)
-        return jax.tree_util.tree_map(lambda a: a[idx], data)
+        if order == "epoch":
+            return minibatch.epoch_batch(data, data_key, step, batch_size, n)
+        if order == "once":
+            return minibatch.window_batch(data, data_key, step, batch_size, n)
+        return data
 
     def grads_at(params, step):
         batch = batch_at(step)
