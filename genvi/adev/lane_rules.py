@@ -247,8 +247,24 @@ def _gather(eqn: Any, ins: list) -> list | None:
     return [Local(base, alt, axes)]
 
 
+def _concatenate(eqn: Any, ins: list) -> list | None:
+    """Joining along an axis that is not a lane axis (the index vectors JAX builds for
+    `means[z]`): lane l's slice of the result joins the operands' lane-l slices, and
+    lane-free operands have the same extent along the lane axes."""
+    if any(isinstance(x, Perturbed) for x in ins):
+        return None
+    locals_ = [x for x in ins if isinstance(x, Local)]
+    axes = locals_[0].axes
+    if eqn.params["dimension"] in axes or any(x.axes != axes for x in locals_):
+        return None
+    base = jx.eval_eqn(eqn, [x.base if isinstance(x, Local) else x for x in ins])
+    alt = jx.eval_eqn(eqn, [x.alt if isinstance(x, Local) else x for x in ins])
+    return [Local(base[0], alt[0], axes)]
+
+
 RULES = {
     "gather": _gather,
+    "concatenate": _concatenate,
     **{name: _reduce for name in REDUCTIONS},
     **{name: _along_axis for name in ALONG_AXIS},
     "broadcast_in_dim": _broadcast_in_dim,
