@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import optax
 
 import genvi as gv
-from experiments.common.timing import describe_machine, interleaved_samples, median, paired_ratio
+from experiments.common.timing import describe_machine, fit_step_times
 from experiments.logreg import D, make_data, regression
 
 def schedule(lr: float, steps: int) -> optax.GradientTransformation:
@@ -105,37 +105,18 @@ def log_likelihood(x, y, w) -> float:
 
 
 def time_steps(x, y, args, key) -> tuple[dict, dict]:
-    """Warm ms per step, interleaved rounds, medians. genvi: one `gv.fit` call of 2T
-    steps (T = `--time-steps`) in two chunks, timed from the first chunk's end to the
-    second's, so its one-time costs (with `shuffle="once"`, the shuffle) are left out.
-    NumPyro: calls of T and 2T steps, their difference over T (leaving out its guide's
-    set-up). The hand-written floor: a call of T steps over T. Also each genvi order's
-    median paired ratio to NumPyro's."""
+    """Warm ms per step of genvi's two orders, NumPyro and the hand-written floor, and
+    each genvi order's median paired ratio to NumPyro's (`fit_step_times`: genvi's
+    one-time costs, such as `shuffle="once"`'s shuffle, and NumPyro's set-up are
+    left out)."""
     t = args.time_steps
-    fns = {order: genvi_fit(x, y, args.batch, 2 * t, args.lr, key, order, chunk=t)
-           for order in ("epoch", "once")}
-    fns.update({f"numpyro {i}": numpyro_fit(x, y, args.batch, k * t, args.lr, key)
-                for i, k in ((0, 1), (1, 2))})
-    fns["floor"] = handwritten_floor(x, y, args.batch, t)
-    chunk_time = {"epoch": [], "once": []}
-
-    def timed(order):
-        def call():
-            fns[order]()
-            first, second = fns[order].chunk_ends
-            chunk_time[order].append(second - first)
-        return call
-
-    for fn in fns.values():
-        jax.block_until_ready(fn())  # compile
-    times = interleaved_samples({**{o: timed(o) for o in chunk_time},
-                                 **{k: v for k, v in fns.items() if k not in chunk_time}},
-                                rounds=args.rounds, reps=1)
-    per_step = {o: [c / t for c in chunk_time[o][-args.rounds:]] for o in chunk_time}
-    per_step["numpyro"] = [(b - a) / t for a, b in zip(times["numpyro 0"], times["numpyro 1"])]
-    per_step["floor"] = [c / t for c in times["floor"]]
-    return ({name: 1e3 * median(v) for name, v in per_step.items()},
-            {o: paired_ratio(per_step, o, "numpyro") for o in chunk_time})
+    chunked = {order: genvi_fit(x, y, args.batch, 2 * t, args.lr, key, order, chunk=t)
+               for order in ("epoch", "once")}
+    numpyro = tuple(numpyro_fit(x, y, args.batch, k * t, args.lr, key) for k in (1, 2))
+    ms, ratio = fit_step_times(chunked, numpyro, t, args.rounds,
+                               whole={"floor": handwritten_floor(x, y, args.batch, t)})
+    ms["numpyro"] = ms.pop("reference")
+    return ms, ratio
 
 
 def main(argv: list[str] | None = None) -> None:

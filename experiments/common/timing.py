@@ -36,3 +36,48 @@ def describe_machine() -> str:
     dev = jax.devices()[0]
     return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
             f"JAX {jax.__version__} on {dev.platform} ({dev.device_kind})")
+
+
+def fit_step_times(chunked: dict[str, Callable], reference: tuple[Callable, Callable],
+                   steps: int, rounds: int, whole: dict[str, Callable] | None = None,
+                   ) -> tuple[dict[str, float], dict[str, float]]:
+    """Warm milliseconds per training step, leaving out what a call costs once; for
+    comparing `gv.fit` with another system's fused training loop.
+
+    * `chunked[name]`: a `() -> Any` running one `gv.fit` of 2 × `steps` steps in
+      chunks of `steps`, recording `time.perf_counter()` at each chunk's end in its
+      attribute `chunk_ends` (a callback); its step time is the second chunk's over
+      `steps` (one-time costs, such as compiling or a one-time shuffle, are in the first).
+    * `reference`: calls of `steps` and 2 × `steps` steps of the other system; its
+      step time is their difference over `steps`.
+    * `whole[name]`: a call of `steps` steps timed whole, over `steps`.
+
+    Interleaved rounds (after a warm-up call of each), medians. Returns (ms per step
+    by name, with the reference as "reference"; each chunked run's median paired
+    ratio to the reference).
+
+    Example:
+        >>> from experiments.common.timing import fit_step_times
+        >>> # fit_step_times({"genvi": run}, (numpyro_T, numpyro_2T), 1000, rounds=5)
+    """
+    whole = whole or {}
+    chunk_times: dict[str, list[float]] = {name: [] for name in chunked}
+
+    def timed(name):
+        def call():
+            chunked[name]()
+            first, second = chunked[name].chunk_ends[:2]
+            chunk_times[name].append(second - first)
+        return call
+
+    for fn in (*chunked.values(), *reference, *whole.values()):
+        jax.block_until_ready(fn())  # compile
+    times = interleaved_samples({**{name: timed(name) for name in chunked},
+                                 "reference 0": reference[0], "reference 1": reference[1],
+                                 **whole}, rounds=rounds, reps=1)
+    per_step = {name: [c / steps for c in chunk_times[name][-rounds:]] for name in chunked}
+    per_step["reference"] = [(b - a) / steps
+                             for a, b in zip(times["reference 0"], times["reference 1"])]
+    per_step.update({name: [t / steps for t in times[name]] for name in whole})
+    return ({name: 1e3 * median(v) for name, v in per_step.items()},
+            {name: paired_ratio(per_step, name, "reference") for name in chunked})
