@@ -52,7 +52,7 @@ EXPERIMENTS = {
     "logreg": ("experiments.logreg", "Bayesian logistic regression on 100,000 points: gv.plate, "
                "gv.auto_normal, gv.predictive", "10 s"),
     "gmm": ("experiments.gmm", "a Gaussian mixture on 100,000 points: global means, gv.plate "
-            "minibatches, assignments enumerated in the plate", "1.5 min"),
+            "minibatches, assignments enumerated in the plate", "5 s"),
     "air": ("experiments.air.run",
             "Attend-Infer-Repeat on multi-digit canvases: REINFORCE, MVD, IWELBO+MVD "
             "(--quick: one estimator, under a minute; --all: the paper's eight, 2 h 50 min)", "8 min"),
