@@ -136,7 +136,7 @@ def test_run_help_shows_the_experiments_options_with_defaults(capsys):
 def test_eight_schools_tiny(tmp_path):
     from experiments import eight_schools
     results = eight_schools.main(["--steps", "50", "--particles", "2", "--optimum-draws", "200",
-                                  "--out", str(tmp_path)])
+                                  "--optimum-iterations", "3", "--out", str(tmp_path)])
     assert len(results) == 12 and all(np.isfinite(r["max_mean_diff"]) for r in results.values())
     assert (tmp_path / "results.md").exists() and (tmp_path / "theta.png").exists()
 
