@@ -32,6 +32,8 @@ def plate_elbo(strategy, site="flip", plate="vmap"):
             return gv.flip(jax.nn.sigmoid(theta), grad=grad)
         if site == "bernoulli":
             return gv.bernoulli(theta, grad=grad)
+        if site == "flip_structured":
+            return gv.flip(jax.nn.sigmoid(theta), grad=grad)
         if site in ("categorical", "categorical_index"):
             return gv.categorical(jnp.stack([theta, -theta, 0.5 * theta]), grad=grad)
         if site == "poisson":
@@ -43,6 +45,10 @@ def plate_elbo(strategy, site="flip", plate="vmap"):
     def mean_of(z):
         if site == "categorical":  # a one-hot row times a table: a matrix product
             return jax.nn.one_hot(z, 3) @ jnp.array([-1.0, 0.5, 2.0])
+        if site == "flip_structured":  # pad, reverse and split along a non-lane axis
+            v = jnp.pad(jnp.array([1.0, -2.0, 0.5, 1.5]) * (z + 0.5), (1, 2), constant_values=0.3)
+            first, second = jnp.split(v[::-1], [3])
+            return jnp.sum(first) - 0.5 * jnp.sum(second)
         if site == "categorical_index":  # a row of a table, rows[z] (as a mixture's
             # means[z]): JAX builds the index vectors with a concatenate, then gathers
             return jnp.sum(jnp.array([[-1.0, 0.2], [0.5, 0.0], [2.0, -0.3]])[z])
@@ -81,6 +87,7 @@ def _args(plate):
 SAME_KEY = [("flip", gv.ENUM, "vmap"), ("flip", gv.MVD, "vmap"), ("bernoulli", gv.ENUM, "vmap"),
             ("categorical", gv.ENUM, "vmap"), ("categorical", gv.MVD, "vmap"),
             ("categorical_index", gv.ENUM, "vmap"), ("categorical_index", gv.MVD, "vmap"),
+            ("flip_structured", gv.ENUM, "vmap"), ("flip_structured", gv.MVD, "vmap"),
             ("poisson", gv.MVD, "vmap"), ("binomial", gv.MVD, "vmap"),
             ("geometric", gv.MVD, "vmap"), ("flip", gv.ENUM, "repeat")]
 

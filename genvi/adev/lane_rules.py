@@ -27,7 +27,8 @@ bessel_i1e shift_left shift_right_arithmetic shift_right_logical population_coun
 # Reductions with an `axes` parameter; and ops acting along one `axis`/`dimension`.
 REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod",
                         "reduce_and", "reduce_or", "argmax", "argmin"})
-ALONG_AXIS = frozenset({"cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp", "sort"})
+ALONG_AXIS = frozenset({"cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp", "sort",
+                        "split"})
 
 # -- rules: each returns the outputs, or None where the lanes couple ------------------
 
@@ -184,6 +185,22 @@ def _slice(eqn: Any, ins: list) -> list | None:
     return _same_structure(eqn, v, v.axes, ins)
 
 
+def _rev(eqn: Any, ins: list) -> list | None:
+    """Reversing axes other than the lane axes."""
+    v = _only_local(ins)
+    if v is None or any(a in eqn.params["dimensions"] for a in v.axes):
+        return None
+    return _same_structure(eqn, v, v.axes, ins)
+
+
+def _pad(eqn: Any, ins: list) -> list | None:
+    """Padding (with a lane-free value) axes other than the lane axes."""
+    v = _only_local(ins)
+    if v is None or any(tuple(eqn.params["padding_config"][a]) != (0, 0, 0) for a in v.axes):
+        return None
+    return _same_structure(eqn, v, v.axes, ins)
+
+
 def _dot_general(eqn: Any, ins: list) -> list | None:
     lhs, rhs = ins
     if isinstance(lhs, Local) == isinstance(rhs, Local):
@@ -272,6 +289,8 @@ RULES = {
     "squeeze": _squeeze,
     "reshape": _reshape,
     "slice": _slice,
+    "rev": _rev,
+    "pad": _pad,
     "dot_general": _dot_general,
 }
 
