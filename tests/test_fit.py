@@ -120,6 +120,9 @@ def test_unknown_shuffle_is_refused():
     with pytest.raises(ValueError, match="shuffle='rows' is not one of"):
         gv.fit(gv.batch_mean(ELBO, in_axes=(None, 0)), START, jnp.ones(8), optimizer=ADAM,
                steps=1, key=jax.random.key(0), batch_size=4, shuffle="rows", progress=False)
+    with pytest.raises(ValueError, match="pass batch_size=B"):
+        gv.fit(gv.batch_mean(ELBO, in_axes=(None, 0)), START, jnp.ones(8), optimizer=ADAM,
+               steps=1, key=jax.random.key(0), shuffle="once", progress=False)
 
 
 def test_bad_checkpoints_give_clear_errors(tmp_path):

@@ -241,6 +241,9 @@ def _compiled_chunk(objective, optimizer, batching, n, skip_nonfinite, sharding)
 def _check_order(shuffle: str, batch_size: int | None, n: int | None) -> str | None:
     if shuffle not in minibatch.SHUFFLES:
         raise ValueError(f"gv.fit: shuffle={shuffle!r} is not one of {minibatch.SHUFFLES}")
+    if shuffle != "epoch" and not batch_size:
+        raise ValueError(f"gv.fit: shuffle={shuffle!r} orders minibatches; pass batch_size=B "
+                         "too (without it every step sees all the data)")
     if batch_size and n // batch_size < 1:
         raise ValueError(f"gv.fit: batch_size={batch_size} is larger than the dataset ({n})")
     return shuffle if batch_size else None
