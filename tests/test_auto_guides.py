@@ -53,6 +53,7 @@ COIN_GUIDES = {
     "auto_mvn": lambda m: gv.auto_mvn(m),
     "auto_low_rank": lambda m: gv.auto_low_rank(m, rank=1),
     "auto_flow": lambda m: gv.auto_flow(m, hidden=(8,)),
+    "auto_flow, 3 layers": lambda m: gv.auto_flow(m, hidden=(8,), num_layers=3),
 }
 
 
