@@ -18,7 +18,6 @@ of a fitted mean against `TRUE_MEANS` (components matched to the nearest true me
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +25,7 @@ import numpy as np
 import optax
 
 import genvi as gv
-from experiments.common.timing import describe_machine, fit_step_times
+from experiments.common.timing import chunk_timed_fit, describe_machine, fit_step_times
 from experiments.gmm import K, SD, TRUE_MEANS, make_points, programs
 
 
@@ -38,18 +37,11 @@ def start_params(x) -> dict:
 
 def genvi_fit(x, batch: int, steps: int, lr: float, key: jax.Array, chunk: int | None = None):
     """A function `() -> fitted means` running `steps` steps of `gv.fit` (compiled on its
-    first call) in chunks of `chunk` steps (default: one); `run.chunk_ends` holds the
-    `time.perf_counter()` at the end of each chunk of its last call."""
+    first call) in chunks of `chunk` steps (default: one), timed by `chunk_timed_fit`."""
     mixture, guide = programs(len(x))
-    objective, optimizer, start = gv.elbo(mixture, guide), optax.adam(lr), start_params(x)
-
-    def run():
-        run.chunk_ends = []
-        result = gv.fit(objective, start, x, optimizer=optimizer, steps=steps, key=key,
-                        batch_size=batch, progress=False, chunk_size=chunk or steps,
-                        callbacks=[lambda *_: run.chunk_ends.append(time.perf_counter())])
-        return result.params["loc"]
-    return run
+    return chunk_timed_fit(lambda params: params["loc"], gv.elbo(mixture, guide),
+                           start_params(x), x, optimizer=optax.adam(lr), steps=steps, key=key,
+                           batch_size=batch, progress=False, chunk_size=chunk or steps)
 
 
 def numpyro_fit(x, batch: int, steps: int, lr: float, key: jax.Array):

@@ -17,14 +17,13 @@ difference and the exact-data log-likelihood at each posterior mean.
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
 import optax
 
 import genvi as gv
-from experiments.common.timing import describe_machine, fit_step_times
+from experiments.common.timing import chunk_timed_fit, describe_machine, fit_step_times
 from experiments.logreg import D, make_data, regression
 
 def schedule(lr: float, steps: int) -> optax.GradientTransformation:
@@ -37,21 +36,14 @@ def genvi_fit(x, y, batch: int, steps: int, lr: float, key: jax.Array, shuffle: 
               chunk: int | None = None):
     """A function `() -> posterior mean of w` running `steps` steps of `gv.fit` (compiled
     on its first call) with minibatches in the `shuffle` order, in chunks of `chunk`
-    steps (default: one); `run.chunk_ends` holds the `time.perf_counter()` at the end of
-    each chunk of its last call."""
+    steps (default: one), timed by `chunk_timed_fit`."""
     model = regression(len(x), x.shape[1])
     guide = gv.auto_normal(model)
     start = {"guide": guide.init(jax.random.key(0), {}, x[:batch], y[:batch])}
-    objective, optimizer = gv.elbo(model, guide), schedule(lr, steps)
-
-    def run():
-        run.chunk_ends = []
-        result = gv.fit(objective, start, x, y, optimizer=optimizer, steps=steps, key=key,
-                        batch_size=batch, shuffle=shuffle, progress=False,
-                        chunk_size=chunk or steps,
-                        callbacks=[lambda *_: run.chunk_ends.append(time.perf_counter())])
-        return guide.median(result.params)["w"]
-    return run
+    return chunk_timed_fit(lambda params: guide.median(params)["w"], gv.elbo(model, guide),
+                           start, x, y, optimizer=schedule(lr, steps), steps=steps, key=key,
+                           batch_size=batch, shuffle=shuffle, progress=False,
+                           chunk_size=chunk or steps)
 
 
 def numpyro_fit(x, y, batch: int, steps: int, lr: float, key: jax.Array):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 
@@ -36,6 +36,26 @@ def describe_machine() -> str:
     dev = jax.devices()[0]
     return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
             f"JAX {jax.__version__} on {dev.platform} ({dev.device_kind})")
+
+
+def chunk_timed_fit(finish: Callable, *fit_args: Any, **fit_kwargs: Any) -> Callable[[], Any]:
+    """A `() -> finish(gv.fit(*fit_args, **fit_kwargs).params)` that records
+    `time.perf_counter()` at the end of each chunk of its last call in its attribute
+    `chunk_ends`: a `chunked` run for `fit_step_times`.
+
+    Example:
+        >>> from experiments.common.timing import chunk_timed_fit
+        >>> # run = chunk_timed_fit(lambda p: p["loc"], objective, start, x, optimizer=...,
+        >>> #                       steps=2000, key=key, chunk_size=1000, progress=False)
+    """
+    import genvi as gv  # noqa: PLC0415
+
+    def run():
+        run.chunk_ends = []
+        result = gv.fit(*fit_args, **fit_kwargs,
+                        callbacks=[lambda *_: run.chunk_ends.append(time.perf_counter())])
+        return finish(result.params)
+    return run
 
 
 def fit_step_times(chunked: dict[str, Callable], reference: tuple[Callable, Callable],
