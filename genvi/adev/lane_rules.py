@@ -44,9 +44,15 @@ def elementwise(eqn: Any, ins: list) -> list | None:
         return None
     if any(not isinstance(x, Local) and jnp.ndim(x) not in (0, len(out_shape)) for x in ins):
         return None
+    return _on_base_and_alt(eqn, ins, axes)
+
+
+def _on_base_and_alt(eqn: Any, ins: list, axes: tuple) -> list:
+    """`eqn` on the operands' base values and on their alternatives (lane-free operands
+    as they are), the outputs lane-tracked along `axes`."""
     base = jx.eval_eqn(eqn, [x.base if isinstance(x, Local) else x for x in ins])
     alt = jx.eval_eqn(eqn, [x.alt if isinstance(x, Local) else x for x in ins])
-    return [Local(b, a, locals_[0].axes) for b, a in zip(base, alt)]
+    return [Local(b, a, axes) for b, a in zip(base, alt)]
 
 
 def _only_local(ins: list) -> Local | None:
@@ -64,9 +70,8 @@ def _remap(axes: tuple, kept: Sequence[int]) -> tuple:
 
 
 def _same_structure(eqn: Any, v: Local, new_axes: tuple, ins: list) -> list:
-    base = jx.eval_eqn(eqn, [v.base] + list(ins[1:]))
-    alt = jx.eval_eqn(eqn, [v.alt] + list(ins[1:]))
-    return [Local(b, a, new_axes) for b, a in zip(base, alt)]
+    """`eqn` with `v` as its first operand (the others lane-free), lanes at `new_axes`."""
+    return _on_base_and_alt(eqn, [v] + list(ins[1:]), new_axes)
 
 
 def _reduce(eqn: Any, ins: list) -> list | None:
@@ -274,9 +279,7 @@ def _concatenate(eqn: Any, ins: list) -> list | None:
     axes = locals_[0].axes
     if eqn.params["dimension"] in axes or any(x.axes != axes for x in locals_):
         return None
-    base = jx.eval_eqn(eqn, [x.base if isinstance(x, Local) else x for x in ins])
-    alt = jx.eval_eqn(eqn, [x.alt if isinstance(x, Local) else x for x in ins])
-    return [Local(base[0], alt[0], axes)]
+    return _on_base_and_alt(eqn, ins, axes)
 
 
 RULES = {
