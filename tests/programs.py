@@ -2,6 +2,8 @@
 
 The conjugate Gaussian pair: `z ~ normal(0, 1)`, `y ~ normal(z, 1)`, with a guide
 `normal(p["m"], exp(p["s"]))`. Its optimum is known: m = y / 2, s = log(sqrt(1/2)).
+And `crash_after(step)`, a gv.fit callback that interrupts a run (raising `Crash`), for
+the checkpoint tests.
 """
 
 import jax.numpy as jnp
@@ -18,3 +20,15 @@ def model(p, y):
 @gv.gen
 def guide(p, y):
     gv.normal(p["m"], jnp.exp(p["s"]), grad=gv.REPARAM) @ "z"
+
+
+class Crash(Exception):
+    """An interrupted run."""
+
+
+def crash_after(step_limit):
+    """A gv.fit callback raising `Crash` at the first chunk end at or after `step_limit`."""
+    def callback(step, params, history):
+        if step >= step_limit:
+            raise Crash
+    return callback

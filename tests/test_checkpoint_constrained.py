@@ -10,6 +10,7 @@ import optax
 import pytest
 
 import genvi as gv
+from programs import Crash, crash_after
 
 Y = jnp.array([0.3, 1.1, 0.8, 2.0])
 STEPS = 60
@@ -38,17 +39,6 @@ def start():
 def run(**kw):
     return gv.fit(gv.elbo(model, guide), start(), Y, optimizer=optax.adam(0.05), steps=STEPS,
                   key=jax.random.key(0), progress=False, **kw)
-
-
-class Crash(Exception):
-    pass
-
-
-def crash_after(limit):
-    def callback(step, params, history):
-        if step >= limit:
-            raise Crash
-    return callback
 
 
 def assert_same_constrained_tree(a, b):

@@ -15,7 +15,7 @@ import optax
 import pytest
 
 import genvi as gv
-from programs import guide, model
+from programs import Crash, crash_after, guide, model
 
 ELBO = gv.elbo(model, guide)
 START = {"m": jnp.array(0.0), "s": jnp.array(0.0)}
@@ -73,17 +73,6 @@ def test_skips_nonfinite_updates():
                  skip_nonfinite=True, progress=False)
     assert res.history["skipped"].sum() > 0
     assert all(np.isfinite(np.asarray(v)) for v in res.params.values())
-
-
-class Crash(Exception):
-    pass
-
-
-def crash_after(step_limit):
-    def callback(step, params, history):
-        if step >= step_limit:
-            raise Crash
-    return callback
 
 
 def test_resume_from_checkpoint_is_bit_for_bit(tmp_path):
