@@ -2,10 +2,7 @@
 skips non-finite updates, checkpoints atomically and resumes bit-for-bit, explains bad
 checkpoints, and gives the same result sharded over 4 devices."""
 
-import os
 import pathlib
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -15,7 +12,7 @@ import optax
 import pytest
 
 import genvi as gv
-from programs import Crash, crash_after, guide, model
+from programs import Crash, crash_after, guide, model, run_on_four_devices
 
 ELBO = gv.elbo(model, guide)
 START = {"m": jnp.array(0.0), "s": jnp.array(0.0)}
@@ -157,12 +154,7 @@ def test_four_devices_match_one(tmp_path):
         np.testing.assert_allclose(one.history["objective"], four.history["objective"], rtol=1e-4, atol=1e-5)
         print("OK", float(one.params["m"]))
     """)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "OK" in out.stdout
+    run_on_four_devices(script)
 
 
 def test_missing_checkpoint_and_interrupted_write(tmp_path):

@@ -5,9 +5,6 @@ nested plates multiply; it trains under gv.fit(batch_size=...) and shard=True;
 bad sizes are refused with messages naming the plate."""
 
 import math
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
@@ -18,6 +15,7 @@ import pytest
 
 import genvi as gv
 from genvi.training import minibatch
+from programs import run_on_four_devices
 
 N, B, M = 20, 5, 20_000          # dataset, minibatch, independent estimates
 Y = jnp.asarray(np.random.default_rng(0).normal(1.0, 1.5, N), jnp.float32)
@@ -302,12 +300,7 @@ def test_fit_sharded_over_four_devices_matches_one():
                 np.testing.assert_allclose(one.params[k], four.params[k], rtol=1e-5, atol=1e-6)
         print("OK")
     """)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4",
-               JAX_PLATFORMS="cpu")
-    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                         timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "OK" in out.stdout
+    run_on_four_devices(script)
 
 
 # -- errors ----------------------------------------------------------------------------
