@@ -63,6 +63,20 @@ def programs(n: int) -> tuple[gv.GenFn, gv.GenFn]:
     return mixture, guide
 
 
+def match_means(loc) -> tuple[list[int], float]:
+    """Each learned mean's nearest true mean (the labels are exchangeable), and the
+    largest coordinate error after matching."""
+    loc = np.asarray(loc)
+    order = [int(np.argmin(np.sum((TRUE_MEANS - m) ** 2, 1))) for m in loc]
+    return order, float(np.max(np.abs(loc - TRUE_MEANS[order])))
+
+
+def start_params(x: jax.Array, seed: int = 0) -> dict:
+    """The guide's start: the means at K distinct data points, small scales."""
+    rng = np.random.default_rng(seed + 1)
+    return {"loc": x[rng.choice(len(x), K, replace=False)], "log_scale": jnp.full((K, 2), -1.0)}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(prog="genvi run gmm", description=__doc__.splitlines()[0],
                                  formatter_class=ShowDefaults)
@@ -74,17 +88,14 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     x, _ = make_points(args.points, args.seed)
     mixture, guide = programs(args.points)
-    rng = np.random.default_rng(args.seed + 1)  # start the means at K distinct data points
-    start = {"loc": x[rng.choice(args.points, K, replace=False)], "log_scale": jnp.full((K, 2), -1.0)}
+    start = start_params(x, args.seed)
     t0 = time.perf_counter()
     result = gv.fit(gv.elbo(mixture, guide), start, x, optimizer=optax.adam(0.05),
                     steps=args.steps, batch_size=min(args.batch_size, args.points),
                     key=jax.random.key(args.seed), progress=False)
     seconds = time.perf_counter() - t0
     loc = np.asarray(result.params["loc"])
-    # match each learned mean to its nearest true mean (the labels are exchangeable)
-    order = [int(np.argmin(np.sum((TRUE_MEANS - m) ** 2, 1))) for m in loc]
-    error = float(np.max(np.abs(loc - TRUE_MEANS[order])))
+    order, error = match_means(loc)
     lines = ["| component | learned mean | true mean | posterior sd (guide) |", "|---|---|---|---|"]
     for i, (m, t, s) in enumerate(zip(loc, TRUE_MEANS[order], np.exp(np.asarray(result.params["log_scale"])))):
         lines.append(f"| {i} | ({m[0]:.3f}, {m[1]:.3f}) | ({t[0]:.1f}, {t[1]:.1f}) | "

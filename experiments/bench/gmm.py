@@ -10,7 +10,7 @@ z-marginalized one. Reports, at each dataset size, the warm per-step time of eac
 running their steps in one compiled loop (`gv.fit` with `shuffle="epoch"`; `SVI.run`
 without a progress bar, jitted); what a call costs once is left out (see `time_steps`);
 interleaved rounds, medians. Then, after `--fit-steps` steps of each, the largest error
-of a fitted mean against `TRUE_MEANS` (components matched to the nearest true mean).
+of a fitted mean against the true means (`experiments.gmm.match_means`).
 
     python -m experiments.bench.gmm [--sizes 100000 1000000] [--time-steps 1000] [--rounds 5]
 """
@@ -21,18 +21,11 @@ import argparse
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 import genvi as gv
 from experiments.common.timing import chunk_timed_fit, describe_machine, fit_step_times
-from experiments.gmm import K, SD, TRUE_MEANS, make_points, programs
-
-
-def start_params(x) -> dict:
-    """The means start at K distinct data points (as in `experiments.gmm`)."""
-    rng = np.random.default_rng(1)
-    return {"loc": x[rng.choice(len(x), K, replace=False)], "log_scale": jnp.full((K, 2), -1.0)}
+from experiments.gmm import K, SD, make_points, match_means, programs, start_params
 
 
 def genvi_fit(x, batch: int, steps: int, lr: float, key: jax.Array, chunk: int | None = None):
@@ -67,13 +60,6 @@ def numpyro_fit(x, batch: int, steps: int, lr: float, key: jax.Array):
     svi = SVI(model, guide, optax.adam(lr), Trace_ELBO())
     fit = jax.jit(lambda key, x: svi.run(key, steps, x, progress_bar=False).params["loc"])
     return lambda: fit(key, x)
-
-
-def mean_error(loc) -> float:
-    """Largest error of a fitted mean, each matched to its nearest true mean."""
-    loc = np.asarray(loc)
-    order = [int(np.argmin(np.sum((TRUE_MEANS - m) ** 2, 1))) for m in loc]
-    return float(np.max(np.abs(loc - TRUE_MEANS[order])))
 
 
 def time_steps(x, args, key) -> tuple[dict, float]:
@@ -112,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     print("| system | largest error of a fitted mean |\n|---|---|")
     for name, make in (("genvi", genvi_fit), ("NumPyro", numpyro_fit)):
         loc = make(x, args.batch, args.fit_steps, args.lr, key)()
-        print(f"| {name} | {mean_error(loc):.3f} |", flush=True)
+        print(f"| {name} | {match_means(loc)[1]:.3f} |", flush=True)
 
 
 if __name__ == "__main__":
