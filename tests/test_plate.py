@@ -36,6 +36,13 @@ def minibatches(key, m=M, order="uniform"):
     return jax.vmap(window)(jax.random.split(key, m))
 
 
+def minibatch_estimates(elbo, params, idx, key):
+    """`elbo`'s value and gradient estimated once on each minibatch `Y[idx[j]]`, each
+    with its own key."""
+    run = jax.jit(jax.vmap(lambda k, i: elbo.value_and_grad_estimate(k, params, Y[i])))
+    return run(jax.random.split(key, len(idx)), idx)
+
+
 def within(samples, exact, k=5.0):
     """Each entry's sample mean is within k standard errors of `exact`; returns the
     largest |z|."""
@@ -80,12 +87,7 @@ def exact_elbo_normal_mean(p, y):
 def test_minibatch_elbo_and_gradient_are_unbiased_for_the_full_data_ones(order):
     elbo = gv.elbo(normal_mean(N), guide_mu)
     idx = minibatches(jax.random.key(1), order=order)
-
-    @jax.jit
-    def estimates(keys, idx):
-        return jax.vmap(lambda k, i: elbo.value_and_grad_estimate(k, P0, Y[i]))(keys, idx)
-
-    values, grads = estimates(jax.random.split(jax.random.key(2), M), idx)
+    values, grads = minibatch_estimates(elbo, P0, idx, jax.random.key(2))
     exact, exact_grad = jax.value_and_grad(exact_elbo_normal_mean)(P0, Y)
     within(values, exact)
     within(grads["m"], exact_grad["m"])
@@ -244,12 +246,7 @@ def test_discrete_sites_inside_the_plate_are_unbiased_with_every_strategy(strate
     elbo = gv.elbo(mix_model, mix_guide(getattr(gv, strategy)))
     m = M if strategy != "SD" else 4 * M   # pruned SD: more variance, more estimates
     idx = minibatches(jax.random.key(4), m)
-
-    @jax.jit
-    def estimates(keys, idx):
-        return jax.vmap(lambda k, i: elbo.value_and_grad_estimate(k, PM, Y[i]))(keys, idx)
-
-    values, grads = estimates(jax.random.split(jax.random.key(5), m), idx)
+    values, grads = minibatch_estimates(elbo, PM, idx, jax.random.key(5))
     exact, exact_grad = jax.value_and_grad(exact_elbo_mixture)(PM, Y)
     within(values, exact)
     for k in PM:
