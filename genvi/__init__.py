@@ -17,39 +17,46 @@ Example:
 """
 
 from genvi.adev import dual
+from genvi.adev.continuation import Deferred
 from genvi.adev.expectation import Expectation, batch_mean, expectation
-from genvi.adev.smoothness import DiscontinuityError, assume_continuous
-from genvi.adev.strategies import (ENUM, MVD_ as MVD, REINFORCE, REPARAM, Deferred,
-                                   Strategy, decaying_average, switch)
+from genvi.adev.sample import sample
+from genvi.adev.smoothness import DiscontinuityError
 from genvi.adev.stochastic_derivatives import SD_ as SD
+from genvi.adev.strategies import ENUM, MVD_ as MVD, REINFORCE, REPARAM, decaying_average
+from genvi.adev.switch import switch
 from genvi.core.choices import ChoiceMap, choices
+from genvi.core.scopes import assume_continuous
+from genvi.core.strategy import Strategy
+from genvi.core.validation import InvalidParameters, set_validation, validation
 from genvi.distributions.base import DistCall, Distribution
 from genvi.distributions.continuous import (Beta, Dirichlet, Gamma, MvNormal, MvNormalDiag,
                                             Normal, Uniform)
 from genvi.distributions.discrete import (Bernoulli, Binomial, Categorical, Flip, Geometric,
                                           Poisson)
 from genvi.distributions.tfp import from_tfp
-from genvi.gen.inference import importance, marginal, normalize
-from genvi.gen.interpreters import UnnormalizedError
-from genvi.gen.language import GenFn, Trace, gen, observe, repeat, scan, vmap
+from genvi.gen import handlers
+from genvi.gen.combinators import repeat, scan, vmap
+from genvi.gen.handlers import UnnormalizedError
+from genvi.gen.language import GenFn, Trace, gen, observe
 from genvi.gen.plate import plate
 from genvi.gen.predictive import predictive
 from genvi.guides.auto import AutoGuide
 from genvi.guides.flow import auto_flow
-from genvi.guides.gaussian import auto_delta, auto_low_rank, auto_mvn, auto_normal
+from genvi.guides.delta import auto_delta
+from genvi.guides.gaussian import auto_low_rank, auto_mvn, auto_normal
 from genvi.guides.params import (Constrained, constrain, interval, lower_cholesky, positive,
                                  simplex, unit_interval)
 from genvi.objectives.control_variates import dreg, vimco
 from genvi.objectives.elbo import elbo, iwelbo, renyi
 from genvi.objectives.smc import fivo, smc
+from genvi.inference.importance import importance, marginal, normalize
 from genvi.objectives.wake_sleep import forward_kl_sir, sleep_guide, wake_guide, wake_model
-from genvi.sample import sample
 from genvi.training.checkpoints import CheckpointError
 from genvi.training.fit import FitResult, fit
 from genvi.training.fit_checks import NonFiniteError, NonFiniteWarning
-from genvi.training.lab import EstimatorComparison, compare_estimators
-from genvi.training.plots import plot_history
-from genvi.validation import InvalidParameters, set_validation, validation
+from genvi.training.comparison import EstimatorComparison
+from genvi.training.lab import compare_estimators
+from genvi.training.plots import moving_average, plot_history
 
 normal = Normal()
 mv_normal_diag = MvNormalDiag()
@@ -127,6 +134,7 @@ __all__ = [
     "iwelbo",
     "marginal",
     "mv_normal",
+    "moving_average",
     "mv_normal_diag",
     "normal",
     "normalize",
@@ -150,6 +158,7 @@ __all__ = [
     "wake_guide",
     "wake_model",
     "dual",
+    "handlers",
     # automatic guides and constrained parameters (genvi/guides)
     "AutoGuide",
     "Constrained",

@@ -1,6 +1,9 @@
 """ADEV: automatic differentiation of expected values.
 
-`strategies` holds one rule per gradient strategy; `interpreter` turns an objective's
-jaxpr into a forward-mode estimator (continuations resolved at trace time);
+`strategies` holds one rule per gradient strategy (`switch`, `stochastic_derivatives`
+more); `interpreter` turns an objective's jaxpr into a forward-mode estimator
+(continuations resolved at trace time, `continuation`), replaying the objective where
+a rule asks (`replay`, `pending`; lane by lane in `lanes`, `lane_rules`, `lane_scan`);
 `expectation` wraps it as an `Expectation` whose reverse mode JAX derives by
-linearizing and transposing that estimator."""
+linearizing and transposing that estimator. `smoothness` checks REPARAM's uses and
+`explain` reports what the interpreter did. `gv.sample` is in `sample`."""

@@ -22,10 +22,11 @@ from jax.custom_derivatives import SymbolicZero
 from genvi.adev.dual import Dual
 from genvi.adev import dual as d
 from genvi.adev import smoothness
+from genvi.adev.explain import explain
 from genvi.adev.interpreter import estimate_jvp
 from genvi.core.mistakes import arg_names, check_key
 from genvi.core.tracing import IN_OBJECTIVE, merge_args, split_args, trace_cached
-from genvi.validation import entry_point
+from genvi.core.validation import entry_point
 
 
 class Expectation:
@@ -197,8 +198,6 @@ class Expectation:
             >>> print(coin.explain(0.25).sites[0]["replays"])
             1 × 1 lane: whole-objective replays
         """
-        from genvi.adev.explain import explain  # noqa: PLC0415 (a tool, loaded on use)
-
         nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
         return explain(self, jax.random.key(0) if key is None else key, args, nums)
 

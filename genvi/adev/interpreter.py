@@ -19,7 +19,7 @@ dual numbers. Ordinary equations are differentiated by JAX (`jvp_eqn`); each
 Sites inside `scan` bodies and `cond` branches are handled in place: the scan is
 re-emitted with the accumulators in its carry, and `k.pure` replays the objective
 with the override at the current step. Replays asked for with `plus_replays` leave
-the scan as outputs and run after it, several steps per `vmap` (`_Pending`).
+the scan as outputs and run after it, several steps per `vmap` (`genvi.adev.pending`).
 Nothing is unrolled: trace size does not
 grow with batch, particle or step counts.
 """
@@ -32,14 +32,16 @@ import jax
 import jax.numpy as jnp
 
 from genvi.adev import dual as d
+from genvi.adev.continuation import Deferred, replay_sum, replays_total
 from genvi.adev.dual import Dual
 from genvi.adev.explain import note_enumeration, note_path, note_replays, note_site
-from genvi.adev.lanes import lane_replay_values, lane_replay_values_at
-from genvi.adev.strategies import (Deferred, Replays, missing_strategy_error, replay_sum,
-                                    replays_total)
+from genvi.adev.lanes import lane_replay_values
+from genvi.adev.pending import Pending
+from genvi.adev.replay import Replay, draw, split_keys
 from genvi.adev.stochastic_derivatives import Pruning
 from genvi.core import jaxpr as jx
 from genvi.core.primitives import SAMPLES, sample_p, site_parts
+from genvi.core.strategy import missing_strategy_error
 from genvi.core.tracing import GENVI_CONDS
 
 
@@ -77,8 +79,9 @@ class _Continuation:
         if self._top and not self._run.replay and jnp.size(res.value) > 1:
             # a batched site at top level: every lane's replays in one lane-tracked
             # evaluation of the rest of the objective, O(lanes) (genvi.adev.lanes)
-            got = lane_replay_values(self._run, self._jaxpr, self._index, self._env,
-                                     self._keys, self._steps, res.value, res.replays.alternatives)
+            got = lane_replay_values(self._run.replay_context(), self._jaxpr, self._index,
+                                     self._env, self._keys, self._steps, res.value,
+                                     res.replays.alternatives)
             if got is not None:
                 value = replays_total(got[0], res.replays)
                 path = "lane-local" + (f" (lanes coupled at {', '.join(sorted(set(got[1])))})"
@@ -151,13 +154,13 @@ class _Run:
 
     # -- evaluation -------------------------------------------------------------
     def level(self, jaxpr: Any, start: int, env: dict, key: Any, steps: tuple, top: bool,
-              keys: dict | None = None, pending: "_Pending | None" = None):
+              keys: dict | None = None, pending: "Pending | None" = None):
         """Evaluate `jaxpr.eqns[start:]`. At top level return the final `Dual`;
         inside a body return `(outs, (score, offset))`. `key` is split once into
         one key per consumer (site or control equation) of this jaxpr; `keys` passes
         that split on to a continuation. Replays that rules ask for are collected in
         `pending` (a scan body's) when given, else evaluated at once."""
-        keys = _split_for(jaxpr, key) if keys is None else keys
+        keys = split_keys(jaxpr, key) if keys is None else keys
         score = offset = None
         for i in range(start, len(jaxpr.eqns)):
             eqn = jaxpr.eqns[i]
@@ -212,25 +215,19 @@ class _Run:
             tangent = jax.lax.convert_element_type(tangent, jnp.result_type(out.primal))
         return Dual(out.primal, tangent)
 
-    def replay_control(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
+    def replay_context(self) -> Replay:
+        """What the lane-tracked evaluator (`genvi.adev.lanes`) needs to replay this
+        run: its objective, key, inputs and overrides, and control flow as a replay."""
+        return Replay(self.closed, self.key, self.primals, self.overrides,
+                      self._replay_control)
+
+    def _replay_control(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
         """A control-flow equation holding sites, evaluated as in a replay (values
-        only, this run's overrides): for `genvi.adev.lanes`."""
+        only, this run's overrides)."""
         run = _Run(self.closed, self.key, self.primals, [None] * len(self.primals),
                    self.overrides, replay=True)
         outs, _ = run._control(eqn, [Dual(x) for x in ins], key, steps)
         return [x.primal for x in outs]
-
-    @staticmethod
-    def split_keys(jaxpr: Any, key: Any) -> dict:
-        return _split_for(jaxpr, key)
-
-    @staticmethod
-    def same_site(a: tuple, b: tuple) -> Any:
-        return _same_site(a, b)
-
-    def replay_site(self, eqn: Any, ins: list, site_key: Any, steps: tuple) -> Any:
-        """A site's value in a replay: sampled with its key, then this run's overrides."""
-        return self._replay_site(eqn, ins, site_key, steps)
 
     def _replay_overrides(self, overrides: tuple) -> Any:
         """The objective's value (primal only) with several more sites overridden."""
@@ -238,16 +235,7 @@ class _Run:
                     self.overrides + overrides, replay=True).run().primal
 
     def _replay_site(self, eqn: Any, ins: list, site_key: Any, steps: tuple) -> Any:
-        dist, params, _, _ = site_parts(eqn, [x.primal for x in ins])
-        value = dist.sample(site_key, *params)
-        here = steps + (eqn,)
-        for where, ov_value in self.overrides:
-            match = _same_site(here, where)
-            if match is not False:
-                if callable(ov_value):  # a function of the draw (gv.SD: one lane set)
-                    ov_value = ov_value(value)
-                value = jnp.where(match, ov_value, value)
-        return value
+        return draw(eqn, [x.primal for x in ins], site_key, steps, self.overrides)
 
     def _acc_zero(self) -> Any:
         return jnp.zeros((), self.out_dtype) if self.dual else None
@@ -279,7 +267,7 @@ class _Run:
 
         # Replays of sites in the body are deferred: the step emits each site's
         # alternatives and weights; after the scan, replays run several steps per vmap.
-        pending = _Pending(len(steps) + 2) if dual else None
+        pending = Pending(len(steps) + 2) if dual else None
 
         def step(carry, x):
             c_p, c_t, i, s, o = carry
@@ -308,7 +296,8 @@ class _Run:
             step, init_carry, xs_in, length=sp["length"], reverse=sp["reverse"],
             unroll=sp["unroll"])
         if pending is not None:
-            o = d.add(o, pending.resolve(self, steps + (eqn,), deferred))
+            o = d.add(o, pending.resolve(self.replay_context(), self.replay_with,
+                                         steps + (eqn,), deferred))
         self.sd.offer_steps(key, sd)  # one step's candidate, chosen ∝ the steps' masses
         outs = [Dual(p, t) for p, t in zip(c_p, c_t)] + [Dual(p, t) for p, t in zip(y_p, y_t)]
         return outs, (s, o)
@@ -348,64 +337,6 @@ class _Run:
         return [Dual(p, t) for p, t in zip(o_p, o_t)], (s, o)
 
 
-class _Pending:
-    """The replays that sites in one scan body asked for (`Deferred.plus_replays`).
-
-    Each step emits, per site, the sampled value and the replays' arrays as scan
-    outputs; after the scan, `resolve` replays the objective at every (step,
-    alternative, lane), several steps per `vmap` (see `_replay_width`), instead of
-    once per step inside the loop: fewer, larger operations for the same arithmetic."""
-
-    def __init__(self, depth: int):
-        self.depth = depth  # len(steps) at the body: (..., scan eqn, step index)
-        self.sites: list[tuple] = []  # per site: its location below the step index
-        self._step: list = []
-
-    def start(self) -> None:
-        self.sites, self._step = [], []
-
-    def add(self, here: tuple, res: Deferred) -> None:
-        self.sites.append(here[self.depth:])
-        self._step.append((res.value, res.replays))
-
-    def arrays(self, i: Any) -> tuple:
-        return tuple((i, x, r.alternatives, r.weights, r.live) for x, r in self._step)
-
-    def resolve(self, run: "_Run", at: tuple, deferred: tuple) -> Any:
-        total = None
-        for below, arrays in zip(self.sites, deferred):
-            coupled: list = []
-
-            def at_step(arrays, below=below, coupled=coupled):
-                i, x, *replays = arrays
-                replays = Replays(*replays)
-                if jnp.size(x) > 1:  # a batched site: lane-local replays, O(lanes)
-                    got = lane_replay_values_at(run, at + (i,) + below, x, replays.alternatives)
-                    if got is not None:
-                        coupled.append(got[1])
-                        return replays_total(got[0], replays)
-                return replay_sum(lambda v: run.replay_with((at + (i,) + below, v)), x, replays)
-            # lane-local replays cost one evaluation per alternative, whatever the lanes
-            steps, per_step = arrays[0].shape[0], arrays[2].shape[1]
-            group = max(1, _replay_width() // per_step)  # steps per vmap
-            values = (jax.vmap(at_step)(arrays) if group >= steps
-                      else jax.lax.map(at_step, arrays, batch_size=group))
-            total = d.add(total, jnp.sum(values))
-            if coupled:
-                named = sorted({p for c in coupled for p in c})
-                note_replays(below[-1], arrays[2][0], "lane-local, after the scan" + (
-                    f" (lanes coupled at {', '.join(named)})" if named else ""))
-        return total
-
-
-def _replay_width() -> int:
-    """How many replays (steps × alternatives × lanes) to evaluate under one vmap.
-    On CPU, AIR's replays measured fastest in groups of about 4 (one group of 3
-    single-lane steps: 8% faster than one replay per step inside the scan; groups of
-    6 two-particle replays: 9% slower, out of cache); accelerators take them all."""
-    return 4 if jax.default_backend() == "cpu" else 1 << 30
-
-
 def _holds_cond(eqn: Any) -> bool:
     return jx.kind(eqn) == "cond" or any(jx.contains(j, jx.CONDS) for j in jx.sub_jaxprs(eqn))
 
@@ -414,33 +345,6 @@ def _select(which: Any, cases: tuple) -> Any:
     if cases[0] is None:
         return None
     return jax.lax.select_n(which, *cases)
-
-
-def _split_for(jaxpr: Any, key: Any) -> dict:
-    """One key per equation of `jaxpr` that consumes randomness (a sampling site or
-    a body holding one), from a single split (one RNG call, not one per site)."""
-    users = [i for i, eqn in enumerate(jaxpr.eqns) if eqn.primitive is sample_p
-             or any(jx.contains(j, SAMPLES) for j in jx.sub_jaxprs(eqn))]
-    if len(users) <= 1:
-        return {i: key for i in users}
-    return dict(zip(users, jax.random.split(key, len(users))))
-
-
-def _same_site(a: tuple, b: tuple) -> Any:
-    """Whether two site locations are the same: the same enclosing equations (by
-    identity: JAX shares the jaxpr of a function traced twice, so an equation alone
-    does not identify a site) and equal scan steps. False when statically different,
-    else a traced boolean (or True)."""
-    if len(a) != len(b):
-        return False
-    match = True
-    for x, y in zip(a, b):
-        if hasattr(x, "primitive") or hasattr(y, "primitive"):
-            if x is not y:
-                return False
-        else:
-            match = jnp.logical_and(match, x == y)
-    return match
 
 
 def _read(env: dict, var: Any) -> Dual:

@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from genvi.adev.replay import split_keys
 from genvi.adev.values import Coupled, Local, Perturbed
 from genvi.core import jaxpr as jx
 
@@ -89,7 +90,7 @@ def lane_scan(ev: Any, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
         env = dict(zip(body.jaxpr.constvars, body.consts))
         env.update(zip(body.jaxpr.invars, list(consts) + list(carry)
                        + [_decode(e, kd) for e, kd in zip(x_enc, x_kinds)]))
-        keys = {} if k is None else ev.run.split_keys(body.jaxpr, k)
+        keys = {} if k is None else split_keys(body.jaxpr, k)
         return ev.level(body.jaxpr, 0, env, keys, steps + (eqn, i))
 
     def first(a):

@@ -40,9 +40,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from genvi.adev.dual import Dual
 from genvi.adev.lane_rules import ELEMENTWISE, RULES, elementwise
 from genvi.adev.lane_scan import lane_scan
+from genvi.adev.replay import Replay, same_site, split_keys
 from genvi.adev.values import Coupled, Local, Perturbed
 from genvi.core import jaxpr as jx
 from genvi.core.primitives import SAMPLES, sample_p, site_parts
@@ -68,19 +68,11 @@ def whole_objective_replays():
 
 
 
-
-# Distributions whose sampler maps each lane's parameters to that lane's value (with
-# the same random numbers), so a sample with lane-local parameters is lane-local.
-LANEWISE_SAMPLERS = frozenset({"normal", "flip", "bernoulli", "poisson", "geometric",
-                               "binomial", "uniform", "gamma", "beta", "laplace",
-                               "exponential", "lognormal", "cauchy", "student_t"})
-
-
 class LaneEval:
     """Evaluates the rest of one objective (after one site) on lane-tracked values."""
 
-    def __init__(self, run: Any, site_shape: tuple, target: tuple | None = None):
-        self.run = run  # the `_Run` whose keys, overrides and replay rules apply
+    def __init__(self, replay: Replay, site_shape: tuple, target: tuple | None = None):
+        self.replay = replay  # the run's key, inputs and overrides (`genvi.adev.replay`)
         # (location, alternative): the site made lane-tracked where it is sampled (a
         # site inside `scan`, at a traced step); None when the caller sets its value
         self.target = target
@@ -128,7 +120,7 @@ class LaneEval:
                 elif not same:
                     raise Coupled(eqn.primitive.name)  # sites in a cond: replays
                 else:
-                    outs = self.run.replay_control(eqn, ins, keys.get(i), steps)
+                    outs = self.replay.control(eqn, ins, keys.get(i), steps)
             elif same:
                 outs = jx.eval_eqn(eqn, ins)
             else:
@@ -145,7 +137,7 @@ class LaneEval:
         value = self._draw(eqn, ins, key, steps)
         if self.target is None or len(self.target[0]) != len(steps) + 1:
             return value
-        match = self.run.same_site(steps + (eqn,), self.target[0])
+        match = same_site(steps + (eqn,), self.target[0])
         if match is False:
             return value
         # the site itself (at the traced step, if any): every lane at its alternative
@@ -157,26 +149,26 @@ class LaneEval:
 
     def _draw(self, eqn: Any, ins: list, key: Any, steps: tuple) -> Any:
         """A site's value in the replays, as a replay draws it (same key, overrides)."""
-        replay_site = self.run.replay_site
+        replay_site = self.replay.site
         if all(not isinstance(x, (Local, Perturbed)) for x in ins):
-            return replay_site(eqn, [Dual(x) for x in ins], key, steps)
+            return replay_site(eqn, list(ins), key, steps)
         dist = site_parts(eqn, [_shape_of(x) for x in ins])[0]
         locals_ = [x for x in ins if isinstance(x, Local)]
         value_shape = eqn.outvars[0].aval.shape
         if (not any(isinstance(x, Perturbed) for x in ins)
-                and getattr(dist, "name", None) in LANEWISE_SAMPLERS
+                and getattr(dist, "lanewise", False)  # a sample with lane-local parameters is lane-local
                 and all(jnp.shape(x.base) == value_shape and x.axes == locals_[0].axes
                         for x in locals_)):
-            base = replay_site(eqn, [Dual(x.base if isinstance(x, Local) else x) for x in ins],
+            base = replay_site(eqn, [x.base if isinstance(x, Local) else x for x in ins],
                                key, steps)
-            alt = replay_site(eqn, [Dual(x.alt if isinstance(x, Local) else x) for x in ins],
+            alt = replay_site(eqn, [x.alt if isinstance(x, Local) else x for x in ins],
                               key, steps)
             return Local(base, alt, locals_[0].axes)
         self.coupled.append(f"gv.{getattr(dist, 'name', '?')} sample")
         ins = [self.materialize(x) if isinstance(x, Local) else x for x in ins]
         axes = [0 if isinstance(x, Perturbed) else None for x in ins]
         vals = [x.values if isinstance(x, Perturbed) else x for x in ins]
-        return Perturbed(jax.vmap(lambda *a: replay_site(eqn, [Dual(x) for x in a], key, steps),
+        return Perturbed(jax.vmap(lambda *a: replay_site(eqn, list(a), key, steps),
                                   in_axes=axes)(*vals))
 
     def _eqn(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
@@ -187,7 +179,7 @@ class LaneEval:
             if body is not None and len(body.jaxpr.invars) == len(ins):
                 env = dict(zip(body.jaxpr.constvars, body.consts))
                 env.update(zip(body.jaxpr.invars, ins))
-                sub_keys = self.run.split_keys(body.jaxpr, key)
+                sub_keys = split_keys(body.jaxpr, key)
                 return self.level(body.jaxpr, 0, env, sub_keys, steps + (eqn,))
         if kind == "scan":
             return lane_scan(self, eqn, ins, key, steps)
@@ -208,7 +200,7 @@ def _shape_of(x: Any) -> Any:
     return x
 
 
-def lane_replay_values(run: Any, jaxpr: Any, index: int, env: dict, keys: dict,
+def lane_replay_values(replay: Replay, jaxpr: Any, index: int, env: dict, keys: dict,
                        steps: tuple, x: Any, alternatives: Any) -> tuple[Any, list] | None:
     """The objective's value with lane l of the site `jaxpr.eqns[index]` set to
     `alternatives[j, l]` (others kept), for every (j, l): `[J, *x.shape]`, and the
@@ -221,7 +213,7 @@ def lane_replay_values(run: Any, jaxpr: Any, index: int, env: dict, keys: dict,
     site = jaxpr.eqns[index]
     (outvar,) = site.outvars
     start = {v: d.primal for v, d in env.items()}
-    evaluator = LaneEval(run, jnp.shape(x))
+    evaluator = LaneEval(replay, jnp.shape(x))
 
     def one(alt):
         local = dict(start)
@@ -236,21 +228,21 @@ def lane_replay_values(run: Any, jaxpr: Any, index: int, env: dict, keys: dict,
     return values, evaluator.coupled
 
 
-def lane_replay_values_at(run: Any, location: tuple, x: Any,
+def lane_replay_values_at(replay: Replay, location: tuple, x: Any,
                           alternatives: Any) -> tuple[Any, list] | None:
     """As `lane_replay_values`, for the site at `location` (its enclosing equations
     and traced scan steps): the whole objective is evaluated lane-tracked from the
     start, the site becoming lane-tracked where (and at the step) it is sampled."""
     if not _ENABLED.get():
         return None
-    closed = run.closed
+    closed = replay.closed
     start = dict(zip(closed.jaxpr.constvars, closed.consts))
-    start.update(zip(closed.jaxpr.invars, run.primals))
-    keys = run.split_keys(closed.jaxpr, run.key)
+    start.update(zip(closed.jaxpr.invars, replay.primals))
+    keys = split_keys(closed.jaxpr, replay.key)
     coupled: list = []
 
     def one(alt):
-        evaluator = LaneEval(run, jnp.shape(x), target=(location, alt))
+        evaluator = LaneEval(replay, jnp.shape(x), target=(location, alt))
         (out,) = evaluator.level(closed.jaxpr, 0, dict(start), keys, ())
         coupled.extend(evaluator.coupled)
         return evaluator.materialize(out).values.reshape(jnp.shape(x))

@@ -43,51 +43,17 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-import jax
 
 from genvi.core import jaxpr as jx
 from genvi.core.primitives import sample_p
-
-DENSITY_SCOPE = "genvi_density"
-CONTINUOUS_SCOPE = "genvi_assume_continuous"
+from genvi.core.scopes import CONTINUOUS_SCOPE, DENSITY_SCOPE
 
 
 class DiscontinuityError(ValueError):
     """A value drawn with REPARAM reaches a discontinuous use (see `gv.assume_continuous`)."""
-
-
-class assume_continuous(contextlib.ContextDecorator):
-    """Opt out of the smoothness check for the code inside: you assert that it is
-    continuous in the REPARAM values it reads (e.g. `jnp.where(x > 0, x, 0.0)`,
-    a hand-written relu), or that its discontinuities do not move with the
-    parameters. A context manager and a decorator; free at run time (a JAX name
-    scope).
-
-    Example:
-        >>> import genvi as gv, jax, jax.numpy as jnp
-        >>> @gv.expectation
-        ... def relu_mean(mu):
-        ...     x = gv.sample(gv.normal(mu, 1.0, grad=gv.REPARAM))
-        ...     with gv.assume_continuous():       # continuous at 0: REPARAM is unbiased
-        ...         return jnp.where(x > 0, x, 0.0)
-        >>> g = relu_mean.grad_estimate(jax.random.key(0), 0.0)
-    """
-
-    def __enter__(self):
-        self._scope = jax.named_scope(CONTINUOUS_SCOPE)
-        return self._scope.__enter__()
-
-    def __exit__(self, *exc):
-        return self._scope.__exit__(*exc)
-
-
-def density_scope():
-    """The name scope under which genvi computes log densities (not uses)."""
-    return jax.named_scope(DENSITY_SCOPE)
 
 
 # -- the rules: which primitives are discontinuous, which make steps -----------------

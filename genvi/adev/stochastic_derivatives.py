@@ -20,7 +20,7 @@ linear and JAX transposes it into reverse mode.
 A rule hands its per-lane terms to the run with `k.prune(key, alternatives,
 weights, magnitudes)` (the continuation's hook) and continues with `k.dual(x)`.
 Pruning costs variance (each term is scaled by 1 / π_i): see
-`experiments/bench/sd_plate.py` and docs/sharp_edges.md.
+`genvi_experiments/bench/sd_plate.py` and docs/sharp_edges.md.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from genvi.adev.strategies import Strategy
+from genvi.core.strategy import Strategy
 
 _SALT = 0x5D  # fold_in constant of the pruning choices made at scans and conds
 

@@ -206,18 +206,24 @@ def missing_key_error(err: KeyError, what: str, fn_name: str, args: tuple,
 
 def check_returned(leaves: list, kind: str, name: str) -> None:
     """Raise a `TypeError` when a program or objective returns a distribution call or a
-    program (call) that was never sampled at an address."""
-    from genvi.distributions.base import DistCall
-    from genvi.gen.language import GenFn
+    program (call) that was never sampled at an address.
+
+    Such objects say so themselves: their `genvi_unsampled()` method returns (what
+    they are, how to sample them inside an objective).
+
+    Example:
+        >>> import genvi as gv
+        >>> try:
+        ...     check_returned([gv.normal(0.0, 1.0)], "program", "g")
+        ... except TypeError as e:
+        ...     print(str(e).split(",")[0])
+        the program 'g' returns gv.normal(...)
+    """
     for leaf in leaves:
-        if isinstance(leaf, DistCall):
-            what = f"gv.{leaf.dist.name}(...)"
-            fix = f"`gv.sample({what})` in an @gv.expectation objective"
-        elif isinstance(leaf, GenFn):
-            what = f"{leaf.name}(...)"
-            fix = f"`{leaf.name}.sim(...)` in an @gv.expectation objective"
-        else:
+        unsampled = getattr(type(leaf), "genvi_unsampled", None)
+        if unsampled is None:
             continue
+        what, fix = unsampled(leaf)
         raise TypeError(f"the {kind} {name!r} returns {what}, a distribution or program call, "
                         f"not a value. Sample it: `return {what} @ \"address\"` in a @gv.gen "
                         f"program, or {fix}.")

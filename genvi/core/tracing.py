@@ -15,8 +15,8 @@ import jax
 import numpy as np
 
 from genvi.core import jaxpr as jx
-from genvi.validation import enabled as validating
 from genvi.core import mistakes
+from genvi.core.validation import enabled as validating
 
 _ARRAY_TYPES = (jax.Array, np.ndarray, np.generic, float, int, bool, complex)
 

@@ -9,6 +9,8 @@ summed. Optional capabilities enable strategies:
 * `support(*params)`: the finite support of one lane (ENUM).
 * `mvd_terms(key, value, params, tangents)`: measure-valued derivative terms (MVD).
 * `sd_terms(value, params, tangents)`: stochastic derivative terms (SD).
+* `lanewise = True`: `sample` draws each lane from that lane's parameters alone
+  (ENUM/MVD replays in a plate stay O(lanes) through such a draw).
 * `domain`: where a continuous value lies ("real", "positive", "unit_interval",
   "interval", "simplex", "tfp"): automatic guides transform onto it
   (`genvi.guides.supports`). None: unknown (automatic guides refuse the site).
@@ -32,6 +34,10 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 
+from genvi.core.addressing import sample_site
+from genvi.core.mistakes import not_a_value
+from genvi.core.scopes import density_scope
+
 
 class Distribution:
     """Base class of genvi distributions. Call it to get a `DistCall`."""
@@ -46,6 +52,10 @@ class Distribution:
     value_event_ndim: int = 0
     # The support of a continuous value, for automatic guides (see the module docstring)
     domain: str | None = None
+    # `sample` maps each lane's parameters to that lane's value with the same random
+    # numbers, so a draw whose parameters depend lane by lane on a batched site still
+    # does: lane-local replays (`genvi.adev.lanes`) may then follow it in O(lanes)
+    lanewise: bool = False
 
     def sample(self, key: jax.Array, *params: Any) -> jax.Array:
         raise NotImplementedError
@@ -63,7 +73,6 @@ class Distribution:
         """Log density of `value`: the sum over independent components."""
         # A density of a value is not a use of it for the smoothness check (its support
         # tests are not discontinuities of the objective), also when called directly.
-        from genvi.adev.smoothness import density_scope  # noqa: PLC0415 - import cycle
         with density_scope():
             return jnp.sum(self.lane_log_prob(value, *params))
 
@@ -119,8 +128,7 @@ class DistCall:
         self.strategy = strategy  # checked where the site gets its address
 
     def __matmul__(self, addr: str) -> Any:
-        from genvi.gen.language import sample_at
-        return sample_at(self, addr)
+        return sample_site(self, addr)
 
     def sample(self, key: jax.Array) -> jax.Array:
         """Draw a value (plain JAX; no address, no gradient strategy)."""
@@ -134,8 +142,13 @@ class DistCall:
 
     # Used as a value (arithmetic, jnp, a program's return value) a distribution call
     # is a forgotten `@ "addr"`: say so, instead of JAX's "not a valid JAX type".
+    def genvi_unsampled(self) -> tuple[str, str]:
+        """(what this is, how to sample it in an objective): for the error raised when a
+        program or objective returns it (`genvi.core.mistakes.check_returned`)."""
+        what = f"gv.{self.dist.name}(...)"
+        return what, f"`gv.sample({what})` in an @gv.expectation objective"
+
     def _not_a_value(self, *_: Any, kind: type = TypeError) -> Any:
-        from genvi.core.mistakes import not_a_value
         name = f"gv.{self.dist.name}(...)"
         raise not_a_value(name, name, f"gv.sample({name})", kind)
 

@@ -41,6 +41,7 @@ class Normal(Distribution):
     """
 
     name = "normal"
+    lanewise = True
     domain = "real"
     strategies = ("REPARAM", "REINFORCE", "MVD")
     reparameterized = True
@@ -93,6 +94,7 @@ class MvNormalDiag(Normal):
     """
 
     name = "mv_normal_diag"
+    lanewise = False  # a vector-valued event: replays treat its draw as coupling lanes
     param_names = ("loc", "scale_diag")
 
 
@@ -148,6 +150,7 @@ class Uniform(Distribution):
     """
 
     name = "uniform"
+    lanewise = True
     domain = "interval"
     # No REINFORCE: the support moves with low/high, so the score function misses
     # the boundary terms and would be biased (the density, 1/(high-low), only sees
@@ -182,6 +185,7 @@ class Beta(Distribution):
     """
 
     name = "beta"
+    lanewise = True
     domain = "unit_interval"
     strategies = ("REPARAM", "REINFORCE")
     reparameterized = True
@@ -215,6 +219,7 @@ class Gamma(Distribution):
     """
 
     name = "gamma"
+    lanewise = True
     domain = "positive"
     strategies = ("REPARAM", "REINFORCE")
     reparameterized = True

@@ -98,6 +98,7 @@ class Flip(Distribution):
     """
 
     name = "flip"
+    lanewise = True
     strategies = ("ENUM", "REINFORCE", "MVD", "SD")
     param_names = ("p",)
 
@@ -151,6 +152,7 @@ class Bernoulli(Distribution):
     """
 
     name = "bernoulli"
+    lanewise = True
     strategies = ("ENUM", "REINFORCE", "MVD", "SD")
     param_names = ("logits",)
 
@@ -270,6 +272,7 @@ class Geometric(Distribution):
     """
 
     name = "geometric"
+    lanewise = True
     strategies = ("REINFORCE", "MVD", "SD")
     param_names = ("p",)
 
@@ -317,6 +320,7 @@ class Poisson(Distribution):
     """
 
     name = "poisson"
+    lanewise = True
     strategies = ("REINFORCE", "MVD", "SD")
     param_names = ("rate",)
 
@@ -359,6 +363,7 @@ class Binomial(Distribution):
     """
 
     name = "binomial"
+    lanewise = True
     strategies = ("REINFORCE", "MVD", "SD")
     param_names = ("n", "p")
 

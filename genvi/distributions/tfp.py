@@ -33,14 +33,16 @@ class TFPDistribution(Distribution):
         self.reparameterized = reparameterized
         self.strategies = ("REPARAM", "REINFORCE") if reparameterized else ("REINFORCE",)
 
-    def _make(self, params):
+    def instance(self, *params: Any) -> Any:
+        """The TFP distribution object with these parameters (automatic guides read
+        its event-space bijector)."""
         return self.cls(**dict(zip(self.param_names, params)), **dict(self.static))
 
     def sample(self, key, *params):
-        return self._make(params).sample(seed=key)
+        return self.instance(*params).sample(seed=key)
 
     def lane_log_prob(self, value, *params):
-        return self._make(params).log_prob(value)
+        return self.instance(*params).log_prob(value)
 
     def __eq__(self, other):
         return (isinstance(other, TFPDistribution) and other.cls is self.cls

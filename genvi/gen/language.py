@@ -1,81 +1,31 @@
-"""`@gv.gen` programs, addressing, observation, and the combinators.
+"""`@gv.gen` programs: `GenFn`, sub-program calls and observation.
 
-Inside a program, `dist(...) @ "addr"` binds a sampling site and `g(...) @ "addr"`
-inlines a sub-program under the address prefix `addr`. Programs are traced to
-jaxprs (cached per argument shapes) and given meaning by the interpreters in
-`genvi.gen.interpreters`. The combinators are trace-time sugar: `gv.vmap` is
-`jax.vmap` of the body, `gv.scan` is `jax.lax.scan` of it, so nothing is unrolled.
+Inside a program, `dist(...) @ "addr"` binds a sampling site (`genvi.core.addressing`)
+and `g(...) @ "addr"` inlines a sub-program under the address prefix `addr`. Programs
+are traced to jaxprs (cached per argument shapes) and given meaning by handlers
+(`genvi.gen.handlers`) run by the interpreter (`genvi.gen.interpret`); `g.interpret` runs
+any handler, the public interpreter API. The combinators are in
+`genvi.gen.combinators`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from genvi.adev.strategies import check_strategy
+from genvi.core.addressing import check_address, current_prefix, nesting, prefixed
 from genvi.core.choices import ChoiceMap, choices as to_choices
 from genvi.core.mistakes import check_key, did_you_mean, not_a_value
-from genvi.core.primitives import bind_observe, bind_site, site_p
+from genvi.core.primitives import bind_observe
 from genvi.core.tracing import IN_OBJECTIVE, PLAIN, trace_cached
+from genvi.core.validation import entry_point
 from genvi.distributions.base import DistCall
-from genvi.gen import interpreters as interp
-from genvi.validation import entry_point
-
-# The address prefix of the code being traced, and the gv.vmap / gv.scan combinators
-# enclosing it, outermost first (sites record it so choices can be laid out in nesting
-# order, see interpreters.layout). Both are stamped on the sites a trace binds, so both
-# are jax.make_user_context values: part of the key of JAX's trace caches, so a
-# function JAX traced once (a lax.scan body, a jitted helper) and meets again under
-# another address is traced again, not reused with the first address's sites.
-_PREFIX = jax.make_user_context(default_value=None)
-_NEST = jax.make_user_context(default_value=())
-
-
-def _nested(kind: str, fn: Callable) -> Callable:
-    """`fn` traced inside one more combinator of `kind` ("vmap" or "scan")."""
-    def wrapped(*args):
-        with _NEST(_NEST.value + (kind,)):
-            return fn(*args)
-    return wrapped
-
-
-@contextlib.contextmanager
-def _prefix(prefix: tuple):
-    with _PREFIX(prefix):
-        yield
-
-
-def _current_prefix(what: str) -> tuple:
-    prefix = _PREFIX.value
-    if prefix is None:
-        raise RuntimeError(
-            f"{what} must be used inside a @gv.gen program. Inside an @gv.expectation "
-            "objective, draw unnamed values with gv.sample(dist(...)) or call a program's "
-            ".sim(...) / .log_density(...).")
-    return prefix
-
-
-def sample_at(call: Any, addr: str) -> Any:
-    """`call @ addr`: sample a distribution or inline a sub-program at `addr`."""
-    if not isinstance(addr, str):
-        raise TypeError(f"addresses are strings, as in `gv.normal(0, 1) @ \"x\"`; got {addr!r} "
-                        f"({type(addr).__name__}). For one site per index use f\"x{{i}}\" in a "
-                        "Python loop over a static range, or better gv.vmap / gv.scan, which "
-                        "stack the choices at one address.")
-    prefix = _current_prefix(f"`... @ {addr!r}`")
-    if isinstance(call, DistCall):
-        if call.strategy is not None:
-            check_strategy(call.dist, call.strategy, prefix + (addr,))
-        return bind_site(site_p, call.dist, call.params, call.strategy, prefix + (addr,),
-                         nest=_NEST.value)
-    if isinstance(call, GenCall):
-        with _prefix(prefix + (addr,)):
-            return call.gen.body(*call.args)
-    raise TypeError(f"`x @ {addr!r}` needs a distribution call or a program call; got {call!r}")
+from genvi.gen import handlers as h
+from genvi.gen import sites
+from genvi.gen.interpret import run as interpret
 
 
 def observe(call: DistCall, value: Any, *, name: str | None = None) -> None:
@@ -96,7 +46,7 @@ def observe(call: DistCall, value: Any, *, name: str | None = None) -> None:
         ...     mu = gv.normal(0.0, 1.0) @ "mu"
         ...     gv.observe(gv.normal(mu, 1.0), y, name="y")
     """
-    prefix = _current_prefix("gv.observe")
+    prefix = current_prefix("gv.observe")
     if not isinstance(call, DistCall):
         raise TypeError(f"gv.observe needs a distribution call such as gv.normal(0, 1); got {call!r}")
     if name is not None and not isinstance(name, str):
@@ -113,7 +63,7 @@ def observe(call: DistCall, value: Any, *, name: str | None = None) -> None:
         value = jnp.zeros(out.shape, out.dtype)
     value = jnp.asarray(value)
     addr = None if name is None else prefix + (name,)
-    bind_observe(call.dist, value, call.params, addr=addr, nest=_NEST.value, missing=missing)
+    bind_observe(call.dist, value, call.params, addr=addr, nest=nesting(), missing=missing)
 
 
 class Trace(NamedTuple):
@@ -124,6 +74,17 @@ class Trace(NamedTuple):
     retval: Any
 
 
+class Interpretation(NamedTuple):
+    """The result of `g.interpret(handler, ...)`: the choices the handler recorded (in the
+    user's layout), the log density it accumulated, the program's return value, and
+    the addresses read from the given choices."""
+
+    choices: ChoiceMap
+    log_density: jax.Array
+    retval: Any
+    visited: frozenset
+
+
 class GenCall(NamedTuple):
     """A program applied to arguments, waiting for `@ "addr"`."""
 
@@ -131,7 +92,11 @@ class GenCall(NamedTuple):
     args: tuple
 
     def __matmul__(self, addr: str) -> Any:
-        return sample_at(self, addr)
+        """Inline the program's sites under the address prefix `addr`."""
+        check_address(addr)
+        prefix = current_prefix(f"`... @ {addr!r}`")
+        with prefixed(prefix + (addr,)):
+            return self.gen.body(*self.args)
 
     # Used as a value, a program call is a forgotten `@ "addr"` (as a tuple it would
     # otherwise concatenate or repeat silently).
@@ -170,9 +135,14 @@ class GenFn:
     def __call__(self, *args: Any) -> GenCall:
         return GenCall(self, args)
 
+    def genvi_unsampled(self) -> tuple[str, str]:
+        """(what this is, how to sample it in an objective): for the error raised when a
+        program or objective returns it (`genvi.core.mistakes.check_returned`)."""
+        return f"{self.name}(...)", f"`{self.name}.sim(...)` in an @gv.expectation objective"
+
     def _trace(self, args: tuple):
         def at_root(*a):
-            with _prefix(()):
+            with prefixed(()):
                 return self.body(*a)
         return trace_cached(self._traces, at_root, args,
                             name=("program", self.name, getattr(self, "fn", None)))
@@ -180,31 +150,69 @@ class GenFn:
     @staticmethod
     def _layouts(traced: Any) -> dict:
         if not hasattr(traced, "layouts"):
-            traced.layouts = interp.site_layouts(traced.closed)
+            traced.layouts = sites.site_layouts(traced.closed)
         return traced.layouts
 
     def _user(self, traced: Any, flat: dict) -> ChoiceMap:
         """Interpreter choices → the user's layout (batch axes in nesting order)."""
-        return ChoiceMap(interp.to_user_layout(flat, self._layouts(traced)))
+        return ChoiceMap(sites.to_user_layout(flat, self._layouts(traced)))
 
     def _internal(self, traced: Any, cm: ChoiceMap) -> dict:
-        return interp.to_interpreter_layout(cm.flat(), self._layouts(traced))
+        return sites.to_interpreter_layout(cm.flat(), self._layouts(traced))
 
-    def _interpret(self, handler: interp.Handler, args: tuple, key: Any = None,
-                   reads: ChoiceMap | None = None) -> tuple[Any, list, interp.State]:
+    def _run_traced(self, handler: h.Handler, args: tuple, key: Any = None,
+                   reads: ChoiceMap | None = None) -> tuple[Any, list, h.State]:
         """Trace the program on `args` and run one interpreter over it; `reads` are
         the choices the handler reads (user layout). Returns `(traced, outs, state)`."""
         traced, dyn = self._trace(args)
         zero = jnp.zeros((), jnp.result_type(float))
         flat = {} if reads is None else self._internal(traced, reads)
         try:
-            outs, state = interp.run(traced.closed, dyn, handler,
-                                     interp.State(key, zero, {}, flat, set()))
-        except interp.MissingChoice as err:  # suggest a choice the program never reads
-            sites = interp.site_addresses(traced.closed)
-            err.args = (err.args[0] + did_you_mean(err.addr, [a for a in flat if a not in sites]),)
+            outs, state = interpret(traced.closed, dyn, handler,
+                                    h.State(key, zero, {}, flat, set()))
+        except h.MissingChoice as err:  # suggest a choice the program never reads
+            sampled = sites.site_addresses(traced.closed)
+            err.args = (err.args[0] + did_you_mean(err.addr, [a for a in flat if a not in sampled]),)
             raise
         return traced, outs, state
+
+    def interpret(self, handler: h.Handler, *args: Any, key: Any = None,
+            choices: Any = None) -> Interpretation:
+        """Run this program on `args` with `handler` (a `genvi.gen.handlers.Handler`):
+        the public interpreter API for guides and tools. `key` is the PRNG key for
+        handlers that sample; `choices` (a choice map or nested dict, the user's
+        layout) are the values handlers read (`state.reads`).
+
+        Example:
+            >>> import genvi as gv, jax
+            >>> from genvi.gen.handlers import Simulate
+            >>> @gv.gen
+            ... def g():
+            ...     return gv.normal(0.0, 1.0) @ "x"
+            >>> out = g.interpret(Simulate(), key=jax.random.key(0))
+            >>> bool(out.choices["x"] == out.retval)
+            True
+        """
+        reads = None if choices is None else to_choices(choices)
+        traced, outs, state = self._run_traced(handler, args, key=key, reads=reads)
+        return Interpretation(self._user(traced, state.choices), state.log_density,
+                              jax.tree_util.tree_unflatten(traced.out_tree, outs),
+                              frozenset(state.visited))
+
+    def jaxpr(self, *args: Any) -> Any:
+        """The program traced on `args`: a closed jaxpr holding its sites
+        (`genvi.core.primitives.site_p`) and observations (`observe_p`), for tools that
+        inspect a program (`genvi.gen.sites`). Cached per argument shapes.
+
+        Example:
+            >>> import genvi as gv
+            >>> @gv.gen
+            ... def g(m):
+            ...     return gv.normal(m, 1.0) @ "x"
+            >>> [e.primitive.name for e in g.jaxpr(0.0).eqns]
+            ['genvi_site']
+        """
+        return self._trace(args)[0].closed
 
     @entry_point
     def simulate(self, key: jax.Array, *args: Any) -> Trace:
@@ -220,7 +228,7 @@ class GenFn:
             True
         """
         check_key(key, f"{self.name}.simulate")
-        traced, outs, state = self._interpret(interp.Simulate(), args, key=key)
+        traced, outs, state = self._run_traced(h.Simulate(), args, key=key)
         return Trace(self._user(traced, state.choices), state.log_density,
                      jax.tree_util.tree_unflatten(traced.out_tree, outs))
 
@@ -252,7 +260,7 @@ class GenFn:
             3.0
         """
         cm = to_choices(choices)
-        traced, outs, state = self._interpret(interp.Assess(), args, reads=cm)
+        traced, outs, state = self._run_traced(h.Assess(), args, reads=cm)
         unvisited = set(cm.flat()) - state.visited
         if unvisited:
             names = sorted("/".join(map(str, a)) for a in unvisited)
@@ -280,7 +288,7 @@ class GenFn:
                 f"{self.name}.sim(...) draws samples with gradient strategies and belongs "
                 "inside an @gv.expectation objective. Outside one, use "
                 f"{self.name}.simulate(key, ...).")
-        traced, _, state = self._interpret(interp.Sim(repr(self.name)), args)
+        traced, _, state = self._run_traced(h.Sim(repr(self.name)), args)
         return self._user(traced, state.choices), state.log_density
 
     def dream(self, *args: Any) -> tuple[ChoiceMap, list, jax.Array]:
@@ -288,7 +296,7 @@ class GenFn:
         (observed values passed in are ignored). Returns `(latent choices, sampled
         observations in program order, log joint density)`; used by wake-sleep."""
         with PLAIN.set():
-            traced, _, state = self._interpret(interp.Dream(repr(self.name)), args)
+            traced, _, state = self._run_traced(h.Dream(repr(self.name)), args)
         latents = {a: v for a, v in state.choices.items() if a[0] != "__observation__"}
         latents = self._user(traced, latents).flat()
         observed = [v for _, v in sorted((a[1], v) for a, v in state.choices.items()
@@ -308,7 +316,7 @@ class GenFn:
             {'z': gv.REPARAM}
         """
         traced, _ = self._trace(args)
-        return {"/".join(map(str, a)): s for a, s in interp.site_strategies(traced.closed).items()}
+        return {"/".join(map(str, a)): s for a, s in sites.site_strategies(traced.closed).items()}
 
     def require_normalized(self, role: str, *args: Any) -> None:
         """Raise `gv.UnnormalizedError` if this program, run on `args`, calls
@@ -322,22 +330,22 @@ class GenFn:
             >>> q.require_normalized("the guide of gv.sleep_guide", 0.0)   # no observe: fine
         """
         traced, _ = self._trace(args)
-        eqn = interp.first_observation(traced.closed)
+        eqn = sites.first_observation(traced.closed)
         if eqn is not None:
-            raise interp.unnormalized_error(repr(self.name), eqn, role)
+            raise h.unnormalized_error(repr(self.name), eqn, role)
 
     def generate(self, constraints: Any, *args: Any) -> tuple[ChoiceMap, jax.Array]:
         """Inside an objective: run with `constraints` fixed, sampling the other sites
         with their strategies; returns `(choices, log weight)` where the weight is
         the density of the constrained sites and observations (importance sampling
         with the program's own prior as proposal)."""
-        traced, _, state = self._interpret(interp.Generate(), args, reads=to_choices(constraints))
+        traced, _, state = self._run_traced(h.Generate(), args, reads=to_choices(constraints))
         return self._user(traced, state.choices), state.log_density
 
     def partial_log_density(self, choices: Any, scored: Any, *args: Any) -> jax.Array:
         """Log density of the sites at addresses in `scored` plus the observations,
         with every site's value read from `choices`."""
-        _, _, state = self._interpret(interp.Assess(set(scored)), args, reads=to_choices(choices))
+        _, _, state = self._run_traced(h.Assess(set(scored)), args, reads=to_choices(choices))
         return state.log_density
 
     def __repr__(self) -> str:
@@ -370,78 +378,3 @@ def gen(fn: Callable) -> Gen:
         >>> tr = model.simulate(jax.random.key(0), 1.0)
     """
     return Gen(fn)
-
-
-class Vmap(GenFn):
-    def __init__(self, inner: GenFn, in_axes: Any):
-        super().__init__()
-        self.inner, self.in_axes = inner, in_axes
-        self.name = f"vmap({inner.name})"
-
-    def body(self, *args):
-        return jax.vmap(_nested("vmap", self.inner.body), in_axes=self.in_axes)(*args)
-
-
-class Repeat(GenFn):
-    def __init__(self, inner: GenFn, n: int):
-        super().__init__()
-        self.inner, self.n = inner, int(n)
-        self.name = f"repeat({inner.name}, {n})"
-
-    def body(self, *args):
-        return jax.vmap(_nested("vmap", lambda _: self.inner.body(*args)))(jnp.arange(self.n))
-
-
-class Scan(GenFn):
-    def __init__(self, inner: GenFn, length: int | None):
-        super().__init__()
-        self.inner, self.length = inner, length
-        self.name = f"scan({inner.name})"
-
-    def body(self, carry, xs=None):
-        return jax.lax.scan(_nested("scan", self.inner.body), carry, xs, length=self.length)
-
-
-def vmap(g: GenFn, in_axes: Any = 0) -> GenFn:
-    """`g` mapped over a batch of arguments; choices stacked on a leading axis.
-
-    Example:
-        >>> import genvi as gv, jax, jax.numpy as jnp
-        >>> @gv.gen
-        ... def point(mu):
-        ...     return gv.normal(mu, 1.0) @ "x"
-        >>> tr = gv.vmap(point).simulate(jax.random.key(0), jnp.zeros(5))
-        >>> tr.choices["x"].shape
-        (5,)
-    """
-    return Vmap(g, in_axes)
-
-
-def repeat(g: GenFn, n: int) -> GenFn:
-    """`n` independent runs of `g` on the same arguments (particles).
-
-    Example:
-        >>> import genvi as gv, jax
-        >>> @gv.gen
-        ... def point():
-        ...     return gv.normal(0.0, 1.0) @ "x"
-        >>> gv.repeat(point, 4).simulate(jax.random.key(0)).choices["x"].shape
-        (4,)
-    """
-    return Repeat(g, n)
-
-
-def scan(g: GenFn, length: int | None = None) -> GenFn:
-    """`g(carry, x) -> (carry, y)` iterated as `jax.lax.scan`; choices stacked.
-
-    Example:
-        >>> import genvi as gv, jax, jax.numpy as jnp
-        >>> @gv.gen
-        ... def step(z, _):
-        ...     z = gv.normal(z, 1.0) @ "z"
-        ...     return z, z
-        >>> tr = gv.scan(step, length=3).simulate(jax.random.key(0), 0.0)
-        >>> tr.choices["z"].shape
-        (3,)
-    """
-    return Scan(g, length)

@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 
 from genvi.core.primitives import bind_plate
-from genvi.gen.language import GenFn, Vmap
+from genvi.gen.combinators import Vmap
+from genvi.gen.language import GenFn
 
 
 def _check_size(g: Any, size: Any) -> int:

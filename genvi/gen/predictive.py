@@ -18,8 +18,8 @@ import jax.numpy as jnp
 from genvi.core import jaxpr as jx
 from genvi.core.choices import ChoiceMap
 from genvi.core.mistakes import check_key, did_you_mean
-from genvi.core.primitives import observe_p, site_parts
-from genvi.gen import interpreters as interp
+from genvi.core.primitives import observe_p
+from genvi.gen.handlers import Handler, MissingChoice, site_parts
 from genvi.gen.language import GenFn
 
 
@@ -37,7 +37,7 @@ def _draw_like(dist: Any, key: jax.Array, params: tuple, value: Any) -> jax.Arra
     return dist.sample(key, *params)
 
 
-class Predict(interp.Handler):
+class Predict(Handler):
     """Latent sites read from `state.reads` (or, with `prior`, sampled); named
     observations sampled and recorded at their addresses; unnamed ones skipped."""
 
@@ -54,7 +54,7 @@ class Predict(interp.Handler):
             return value, replace(self.record(state, addr, value, 0.0, dist), key=key)
         name = "/".join(map(str, addr))
         if addr not in state.reads:
-            raise interp.MissingChoice(
+            raise MissingChoice(
                 f"gv.predictive: the guide proposes no value at address {name!r} "
                 f"(gv.{dist.name}), which the model samples. The guide must propose every "
                 "latent site of the model, as for gv.elbo; for draws from the prior pass "
@@ -101,18 +101,17 @@ def _path(site: Any) -> tuple:
 
 
 def _predict_one(model: GenFn, key: jax.Array, latents: ChoiceMap | None, args: tuple) -> ChoiceMap:
-    traced, _, state = model._interpret(Predict(prior=latents is None), args, key=key,
-                                        reads=latents)
+    out = model.interpret(Predict(prior=latents is None), *args, key=key, choices=latents)
     if latents is not None:
-        unvisited = set(latents.flat()) - state.visited
+        unvisited = set(latents.flat()) - out.visited
         if unvisited:
             names = sorted("/".join(map(str, a)) for a in unvisited)
-            hint = "".join(did_you_mean(a, state.visited) for a in sorted(unvisited, key=str))
-            raise interp.MissingChoice(
+            hint = "".join(did_you_mean(a, out.visited) for a in sorted(unvisited, key=str))
+            raise MissingChoice(
                 f"gv.predictive: the guide proposes addresses the model never samples: "
                 f"{names}.{hint} Guide and model must have the same latent addresses (check "
                 "the spelling).", min(unvisited, key=str))
-    return model._user(traced, state.choices)
+    return out.choices
 
 
 def predictive(model: GenFn, guide: GenFn | None, params: Any, num_samples: int, *,
@@ -176,12 +175,11 @@ def _select(out: ChoiceMap, wanted: list, model: GenFn, args: tuple) -> ChoiceMa
     flat = out.flat()
     for w in wanted:
         if not any(p[:len(w)] == w for p in flat):
-            traced, _ = model._trace(args)
-            unnamed = _unnamed_observations(traced.closed)
+            unnamed = _unnamed_observations(model.jaxpr(*args))
             hint = "" if not unnamed else (
                 " The model's unnamed observations are not returned: " + "; ".join(unnamed)
                 + ". Name one with gv.observe(dist, value, name=\"...\") to draw it.")
-            raise interp.MissingChoice(
+            raise MissingChoice(
                 f"gv.predictive: no latent site or named observation at {'/'.join(w)!r}; the "
                 f"draws hold {sorted('/'.join(p) for p in flat)}.{did_you_mean(w, list(flat))}"
                 f"{hint}", w)

@@ -1,9 +1,8 @@
-"""Automatic guides: site discovery, the `AutoGuide` base program, and summaries.
+"""Automatic guides: the `AutoGuide` base program, its sites' sampling, and summaries.
 
 An automatic guide is a `@gv.gen` program (a `GenFn`) built from a model. `init(key,
-*args)` runs the model once on example arguments (genvi's own `Simulate`
-interpreter, with a handler that also records each site's distribution) to find its
-latent sites: addresses, shapes, distributions and supports. Every continuous site
+*args)` runs the model on example arguments to find its latent sites: addresses,
+shapes, distributions and supports (`genvi.guides.discover`). Every continuous site
 is then sampled by the guide in an unconstrained space and mapped onto its support
 by a TFP bijector (`genvi.guides.supports`); its log density is the transformed
 density, with the exact log-Jacobian. Guide sites use REPARAM.
@@ -26,191 +25,19 @@ site's density is exact and the guide's choices sit at the model's addresses.
 
 from __future__ import annotations
 
-import weakref
-from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from genvi.adev.strategies import REPARAM
+from genvi.core.addressing import current_prefix, prefixed
 from genvi.core.choices import ChoiceMap
-from genvi.core.primitives import site_parts
-from genvi.core.tracing import merge_args, split_args
+from genvi.core.scopes import assume_continuous
 from genvi.distributions.base import Distribution
-from genvi.gen import interpreters as interp
 from genvi.gen import language
 from genvi.guides import supports
-
-_PRIOR_DRAWS = 15  # initial locations: the median of this many prior draws (unconstrained)
-# model -> {argument shapes: (jitted discovery run, its handler)}: one compile per model
-_DISCOVERIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-@dataclass(frozen=True)
-class Site:
-    """A latent site of the model: address, value shape and dtype, distribution,
-    domain; `bounds` are the concrete support parameters ("interval": low, high;
-    "tfp": all parameters), `ushape` the unconstrained shape."""
-
-    addr: tuple
-    shape: tuple
-    dtype: Any
-    dist: Any
-    domain: str
-    ushape: tuple
-    bounds: tuple = ()
-
-    @property
-    def name(self) -> str:
-        return "/".join(map(str, self.addr))
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.ushape, dtype=int))
-
-    def bijector(self, bounds: tuple | None = None) -> Any:
-        return supports.site_bijector(self.domain, self.dist,
-                                      self.bounds if bounds is None else bounds)
-
-    def __hash__(self):  # bounds are arrays: hash what identifies the site
-        return hash((self.addr, self.shape, self.domain))
-
-    def __eq__(self, other):
-        return self is other
-
-
-class _Discover(interp.Simulate):
-    """`Simulate` that also records each site's distribution, parameters and scale."""
-
-    def __init__(self):
-        self.found: dict = {}
-
-    def site(self, eqn, params, state):
-        dist, dparams, _, addr = site_parts(eqn, params)
-        # the product of the enclosing gv.plate factors (1 outside subsampled plates)
-        scale = getattr(self, "scale", 1.0)
-        self.found[addr] = (getattr(dist, "base", dist), dparams, float(scale))
-        return super().site(eqn, params, state)
-
-
-_MOVING = ("gv.{who}: the support of site {name!r} (gv.{dist}) {why}; automatic guides "
-           "need a fixed support. Write this site's guide by hand and combine it with the "
-           "automatic one (exclude=[{name!r}], see AutoGuide.inline).")
-
-
-def _site_errors(who: str, name: str, dist: Any, domain: Any, scale: float) -> None:
-    if scale != 1.0:
-        raise ValueError(
-            f"gv.{who}: site {name!r} (gv.{dist.name}) is a local latent inside a "
-            f"subsampled gv.plate (each lane counts {scale:g} times): a global guide "
-            "parameter per datapoint cannot follow the minibatch. Write an amortized "
-            "guide for it by hand (e.g. a network of the datapoint) and combine it: "
-            f"auto = gv.{who}(model, exclude=[{name!r}]), then call auto.inline(*args) "
-            "inside your hand-written guide.")
-    if domain == "discrete":
-        raise ValueError(
-            f"gv.{who}: site {name!r} (gv.{dist.name}) is discrete; automatic guides "
-            "cover continuous latents only. Write that part of the guide by hand and "
-            f"combine it: auto = gv.{who}(model, exclude=[{name!r}]); in a @gv.gen guide "
-            f"with the model's arguments, call auto.inline(*args) and sample "
-            f"gv.{dist.name}(..., grad=gv.ENUM) @ {name!r} (or another discrete "
-            "strategy), or marginalize the site out of the model.")
-    if domain is None:
-        raise ValueError(
-            f"gv.{who}: site {name!r} (gv.{dist.name}) declares no support: set its "
-            "class attribute `domain` ('real', 'positive', 'unit_interval', 'interval', "
-            "'simplex'), wrap it with gv.from_tfp, or write its guide by hand "
-            f"(exclude=[{name!r}]).")
-
-
-def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
-             who: str = "automatic guide", draws: int = 15) -> tuple[list[Site], dict]:
-    """The model's latent sites on `args` (in program order, minus `exclude`) and
-    `draws` prior draws of each site's choice ({address: array with a leading axis}).
-
-    `draws` runs of one jitted function (cached per model and argument shapes): the
-    model's `Simulate` interpreter with a handler that records each site's
-    distribution and plate scale and returns the support parameters of interval /
-    TFP sites. Those must be the same in every draw (a support that moves with other
-    latents is refused by name)."""
-    dyn, static, treedef, mask = split_args(args)
-    cache_key = (treedef, mask, draws, tuple((jnp.shape(x), str(jnp.result_type(x)))
-                                             for x in dyn))
-    try:
-        cached = _DISCOVERIES.setdefault(model, {}).get(cache_key + tuple(static))
-    except TypeError:  # unhashable static arguments: no cache
-        cached = None
-    if cached is None:
-        handler = _Discover()
-
-        def one(k, dyn):
-            a = merge_args(dyn, static, treedef, mask)
-            traced, _, state = model._interpret(handler, a, key=k)
-            values = model._user(traced, state.choices).flat()
-            bounds = {a: (p[:2] if getattr(d, "domain", None) == "interval" else p)
-                      for a, (d, p, _) in handler.found.items()
-                      if getattr(d, "domain", None) in ("interval", "tfp")}
-            return values, bounds
-        cached = (jax.jit(one), handler)   # unbatched: compiles faster than a vmap
-    run, handler = cached
-    try:
-        outs = [run(k, dyn) for k in jax.random.split(key, draws)]
-        values, all_bounds = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *outs)
-        try:   # after the first run: the handler has recorded the sites
-            _DISCOVERIES[model][cache_key + tuple(static)] = cached
-        except TypeError:
-            pass
-    except jax.errors.UnexpectedTracerError:
-        moving = [(a, d) for a, (d, _, _) in handler.found.items()
-                  if getattr(d, "domain", None) in ("interval", "tfp")]
-        if not moving:
-            raise
-        raise ValueError(_MOVING.format(who=who, name="/".join(map(str, moving[0][0])),
-                                        dist=moving[0][1].name,
-                                        why="is computed inside a gv.scan step or a cond "
-                                            "branch")) from None
-    excluded = {a if isinstance(a, tuple) else tuple(str(a).split("/")) for a in exclude}
-    unknown = excluded - set(handler.found)
-    if unknown:
-        raise KeyError(f"gv.{who}: exclude={sorted('/'.join(a) for a in unknown)} names no "
-                       f"site of {model.name}; its sites are "
-                       f"{sorted('/'.join(map(str, a)) for a in handler.found)}")
-    sites = []
-    for addr, (dist, _, scale) in handler.found.items():
-        if addr in excluded:
-            continue
-        name = "/".join(map(str, addr))
-        value = values[addr][0]
-        domain = supports.domain_of(dist, value)
-        _site_errors(who, name, dist, domain, scale)
-        bounds = ()
-        if domain in ("interval", "tfp"):
-            stacked = tuple(np.asarray(b) for b in all_bounds[addr])
-            if any(not np.all(b == b[:1]) for b in stacked):
-                raise ValueError(_MOVING.format(who=who, name=name, dist=dist.name,
-                                                why="depends on other latent values (its "
-                                                    "parameters differ between prior draws)"))
-            bounds = tuple(b[0] for b in stacked)
-        if domain == "interval":  # broadcast to the value: lanes under vmap stay aligned
-            bounds = tuple(np.broadcast_to(b, jnp.shape(value)) for b in bounds)
-        probe = supports.site_bijector(domain, dist, bounds)
-        if probe is None:
-            raise ValueError(f"gv.{who}: site {name!r} (gv.{dist.name}) has no default event-"
-                             f"space bijector in TFP; write its guide by hand "
-                             f"(exclude=[{name!r}]).")
-        ushape = supports.unconstrained_shape(probe, jnp.shape(value), jnp.result_type(value))
-        if domain == "tfp" and int(np.prod(ushape)) != int(np.prod(jnp.shape(value))):
-            raise ValueError(
-                f"gv.{who}: site {name!r} (gv.{dist.name}): its TFP event-space bijector "
-                f"changes the dimension ({ushape} -> {jnp.shape(value)}), where TFP's "
-                "log-Jacobian convention may differ from the density's; use genvi's own "
-                "distribution (e.g. gv.dirichlet) or write its guide by hand "
-                f"(exclude=[{name!r}]).")
-        sites.append(Site(addr, tuple(jnp.shape(value)), jnp.result_type(value), dist,
-                          domain, ushape, bounds))
-    return sites, values
-
+from genvi.guides.discover import PRIOR_DRAWS, Site, discover
 
 class Block(Distribution):
     """A guide site: a family's flat unconstrained draw of `site.size` numbers,
@@ -265,16 +92,14 @@ def sample_site(family: Any, site: Site, params: Sequence) -> jax.Array:
     address, under the enclosing program's prefix; returns the constrained value."""
     params = tuple(jnp.asarray(p) for p in params) + tuple(jnp.asarray(b) for b in site.bounds)
     dist = Block(family, site, tuple(jnp.ndim(p) for p in params))
-    from genvi.adev.strategies import REPARAM  # noqa: PLC0415 - import cycle
     call = dist(*params, grad=REPARAM)
-    prefix = language._current_prefix("an automatic guide's site")
-    with language._prefix(prefix + site.addr[:-1]):
+    prefix = current_prefix("an automatic guide's site")
+    with prefixed(prefix + site.addr[:-1]):
         return call @ site.addr[-1]
 
 
 def unconstrained(site: Site, y: jax.Array) -> jax.Array:
     """The flat unconstrained value (leading axes kept) of a constrained value `y`."""
-    from genvi.adev.smoothness import assume_continuous  # noqa: PLC0415 - import cycle
     with assume_continuous():  # bijector inverses are continuous (their `where`s are guards)
         u = site.bijector().inverse(y)
     return u.reshape(u.shape[:u.ndim - len(site.ushape)] + (site.size,))
@@ -324,7 +149,7 @@ class AutoGuide(language.GenFn):
         """
         k_sites, k_init = jax.random.split(key)
         sites, draws = discover(self.model, k_sites, args, self.exclude, who=self.kind,
-                                draws=_PRIOR_DRAWS)
+                                draws=PRIOR_DRAWS)
         self.sites, self._sampler = sites, None
         @jax.jit
         def medians(draws):  # the median of the prior draws, unconstrained

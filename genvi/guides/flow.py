@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from genvi.core.scopes import assume_continuous
 from genvi.guides import auto as base
 
 
@@ -254,7 +255,6 @@ class AutoFlow(base.AutoGuide):
         for s in sites:
             y = base.sample_site(family, s, (ctx, *leaves))
             values[s.name] = y
-            from genvi.adev.smoothness import assume_continuous  # noqa: PLC0415
             with assume_continuous():  # tanh / softplus networks: continuous
                 eps, _ = family.invert(base.unconstrained(s, y), s, ctx, leaves)
             blk = family._block(s)

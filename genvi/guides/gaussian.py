@@ -1,5 +1,5 @@
-"""Gaussian and point-mass automatic guides: `gv.auto_normal`, `gv.auto_mvn`,
-`gv.auto_low_rank` and `gv.auto_delta`.
+"""Gaussian automatic guides: `gv.auto_normal`, `gv.auto_mvn` and `gv.auto_low_rank`
+(the point mass `gv.auto_delta` is in `genvi.guides.delta`).
 
 Each lives in the unconstrained space of the model's continuous latents (flattened
 and concatenated in program order, D numbers in all) and is mapped onto each site's
@@ -101,20 +101,7 @@ class _LowRank:
         return -0.5 * (maha + logdet + site.size * math.log(2 * math.pi))
 
 
-class _Point:
-    """A point mass at the constrained value of `v` (see `AutoDelta`)."""
-
-    name = "auto_delta"
-    point = True
-
-    def sample_flat(self, key, site, v):
-        return v
-
-    def log_prob_flat(self, z, site, v):  # unused: Block scores points in constrained space
-        return jnp.zeros(z.shape[:-1])
-
-
-DIAG, TRIL, LOWRANK, POINT = _Diag(), _TriL(), _LowRank(), _Point()
+DIAG, TRIL, LOWRANK = _Diag(), _TriL(), _LowRank()
 
 
 class _Gaussian(base.AutoGuide):
@@ -290,52 +277,6 @@ class AutoLowRank(_Gaussian):
         return p["loc"], jnp.sqrt(jnp.sum(w * w, -1) + d * d)
 
 
-class AutoDelta(base.AutoGuide):
-    """Point masses (MAP / MLE); see `gv.auto_delta`."""
-
-    kind = "auto_delta"
-
-    def family_init(self, key, sites, z0):
-        return {"value": {s.name: z0[s.name].reshape(s.ushape) for s in sites}}
-
-    def run(self, params, sites):
-        return {s.name: base.sample_site(POINT, s, (params["value"][s.name].reshape(-1),))
-                for s in sites}
-
-    def median(self, params: Any) -> dict:
-        """The point estimate of every site (constrained space).
-
-        Example:
-            >>> import genvi as gv, jax
-            >>> @gv.gen
-            ... def model(params):
-            ...     gv.gamma(2.0, 1.0) @ "r"
-            >>> auto = gv.auto_delta(model)
-            >>> params = {"guide": auto.init(jax.random.key(0), {})}
-            >>> bool(auto.median(params)["r"] > 0)      # the point (the MAP once fitted)
-            True
-        """
-        self._check_ready()
-        v = self.guide_params(params)["value"]
-        return {s.name: s.bijector().forward(v[s.name]) for s in self.sites}
-
-    def quantiles(self, params: Any, qs: Sequence[float], **kw: Any) -> dict:
-        """Every quantile of a point mass is the point.
-
-        Example:
-            >>> import genvi as gv, jax
-            >>> @gv.gen
-            ... def model(params):
-            ...     gv.gamma(2.0, 1.0) @ "r"
-            >>> auto = gv.auto_delta(model)
-            >>> params = {"guide": auto.init(jax.random.key(0), {})}
-            >>> q = auto.quantiles(params, [0.1, 0.9])["r"]
-            >>> bool(q[0] == q[1])
-            True
-        """
-        return {k: jnp.stack([v] * len(qs)) for k, v in self.median(params).items()}
-
-
 def auto_normal(model: Any, *, params_key: str = "guide", exclude: Sequence = (),
                 init_scale: float = 0.1) -> AutoNormal:
     """A mean-field Gaussian guide for `model`'s continuous latents (in the
@@ -399,29 +340,3 @@ def auto_low_rank(model: Any, rank: int, *, params_key: str = "guide",
     """
     return AutoLowRank(model, rank, params_key=params_key, exclude=exclude,
                        init_scale=init_scale)
-
-
-def auto_delta(model: Any, *, params_key: str = "guide", exclude: Sequence = ()) -> AutoDelta:
-    """Point masses at learned values: MAP estimation (MLE under a flat prior).
-
-    Each site's value is a parameter (stored unconstrained, mapped onto the support)
-    drawn with a REPARAM-like rule (the draw is the parameter, so the gradient flows
-    through it). A point mass has density 1 at its point (0 in log space: the
-    counting measure) and 0 elsewhere, so `gv.elbo(model, auto_delta(model))` is
-    exactly log p(z*, x): maximizing it finds the mode of the posterior density *in
-    the constrained space* (no Jacobian enters). For a Beta(16, 14) posterior that is
-    15/28, not the mean 16/30.
-
-    Example:
-        >>> import genvi as gv, jax
-        >>> @gv.gen
-        ... def model(params):
-        ...     gv.gamma(2.0, 1.0) @ "r"
-        >>> auto = gv.auto_delta(model)
-        >>> params = {"guide": auto.init(jax.random.key(0), {})}
-        >>> elbo = gv.elbo(model, auto).estimate(jax.random.key(1), params)
-        >>> log_joint = model.log_density(gv.choices(auto.median(params)), params)
-        >>> bool(abs(elbo - log_joint) < 1e-4)                 # the ELBO is log p(z*)
-        True
-    """
-    return AutoDelta(model, params_key=params_key, exclude=exclude)

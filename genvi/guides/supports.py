@@ -116,7 +116,7 @@ def domain_of(dist: Any, value: Any) -> str:
 
 def tfp_event_bijector(dist: Any, params: tuple) -> Any:
     """A wrapped TFP distribution's own default event-space bijector (or None)."""
-    return dist._make(params).experimental_default_event_space_bijector()
+    return dist.instance(*params).experimental_default_event_space_bijector()
 
 
 def forward_log_det(domain: str, bij: Any, u: jax.Array, shape: tuple,

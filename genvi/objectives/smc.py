@@ -18,10 +18,11 @@ from jax.lax import stop_gradient
 from jax.scipy.special import logsumexp
 
 from genvi.adev.expectation import Expectation, ProgramExpectation
-from genvi.adev.strategies import REINFORCE, Strategy
+from genvi.adev.strategies import REINFORCE
+from genvi.core.strategy import Strategy
 from genvi.distributions.discrete import Categorical
 from genvi.gen.language import GenFn
-from genvi.sample import sample
+from genvi.adev.sample import sample
 
 
 def _particle_filter(model_step: GenFn, proposal_step: GenFn, init: Any, k: int,

@@ -16,7 +16,7 @@ from jax.scipy.special import logsumexp
 
 from genvi.adev.expectation import Expectation, ProgramExpectation
 from genvi.adev.strategies import REINFORCE
-from genvi.gen.inference import importance, normalize
+from genvi.inference.importance import importance, normalize
 from genvi.gen.language import GenFn
 
 

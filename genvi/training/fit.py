@@ -31,7 +31,7 @@ from genvi.training import checkpoints
 from genvi.training import minibatch
 from genvi.training.fit_checks import (NonFiniteError, as_arrays, check_float_params,
                                        check_objective, nonfinite_message, warn_if_skipped)
-from genvi.validation import entry_point
+from genvi.core.validation import entry_point
 
 
 class FitResult(NamedTuple):

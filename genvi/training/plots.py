@@ -1,9 +1,10 @@
-"""PNG figures people expect from a training run (matplotlib, imported on use)."""
+"""PNG figures people expect from a training run (matplotlib, imported on use), and
+the moving average that makes a noisy per-step objective curve readable."""
 
 from __future__ import annotations
 
 import os
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -16,6 +17,25 @@ def _pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
     return plt
+
+
+def moving_average(values: Sequence[float], window: int = 50) -> np.ndarray:
+    """The trailing mean of the last `window` values at each step (of fewer at the
+    start, so the result is as long as `values`): a readable curve of the noisy
+    per-step objective estimates in `gv.fit(...).history["objective"]`.
+
+    Example:
+        >>> import genvi as gv
+        >>> gv.moving_average([1.0, 3.0, 5.0, 7.0], window=2).tolist()
+        [1.0, 2.0, 4.0, 6.0]
+    """
+    if window < 1:
+        raise ValueError(f"moving_average: window must be at least 1, got {window}")
+    values = np.asarray(values, np.float64)
+    sums = np.cumsum(np.insert(values, 0, 0.0))
+    steps = np.arange(1, len(values) + 1)
+    counts = np.minimum(steps, window)
+    return (sums[1:] - sums[steps - counts]) / counts
 
 
 def plot_history(history: Mapping, path: str, title: str = "objective", smooth: int = 50) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from genvi.adev.strategies import check_strategy, missing_strategy_error
 from genvi.core.primitives import bind_site, sample_p
+from genvi.core.strategy import check_strategy, missing_strategy_error
 from genvi.core.tracing import IN_OBJECTIVE
 from genvi.distributions.base import DistCall
 

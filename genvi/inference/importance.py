@@ -22,14 +22,15 @@ import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
 from genvi.adev.interpreter import sample_outputs
-from genvi.adev.strategies import ENUM, Strategy
+from genvi.adev.sample import sample
+from genvi.adev.strategies import ENUM
 from genvi.core.choices import ChoiceMap, choices as to_choices
 from genvi.core.mistakes import check_key
+from genvi.core.strategy import Strategy
 from genvi.core.tracing import IN_OBJECTIVE, PLAIN, trace_cached
+from genvi.core.validation import entry_point
 from genvi.distributions.discrete import Categorical
 from genvi.gen.language import GenFn, Trace
-from genvi.sample import sample
-from genvi.validation import entry_point
 
 
 @dataclass(frozen=True)

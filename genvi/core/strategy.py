@@ -1,0 +1,94 @@
+"""The gradient-strategy protocol that sampling sites carry, and its checks.
+
+A site's `grad=` is a `Strategy`: a static, hashable object whose `kind` names what it
+needs of a distribution ("REPARAM", "REINFORCE", "MVD", "ENUM", "SD"), and whose `jvp`
+rule (defined in `genvi.adev.strategies`) turns the site into a piece of a
+forward-mode estimator. The generative language only needs the protocol: to check a
+`grad=` where a site gets its address, and to name the strategies a distribution
+supports when one is missing. The rules themselves live in `genvi.adev`.
+
+A strategy that chooses among others (`gv.switch`) lists them in `strategies`; each
+is checked.
+
+Example:
+    >>> import genvi as gv
+    >>> from genvi.core.strategy import check_strategy
+    >>> check_strategy(gv.normal, gv.REPARAM, ("x",))      # supported: no error
+    >>> try:
+    ...     check_strategy(gv.normal, gv.ENUM, ("x",))
+    ... except ValueError as e:
+    ...     print(e)
+    gv.normal does not support the ENUM gradient strategy at address 'x'; it supports: gv.REPARAM, gv.REINFORCE, gv.MVD
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Strategy:
+    """Base class of gradient strategies.
+
+    Subclasses set `kind` (the name distributions list as supported) and define
+    `jvp(dist, key, primals, tangents, k)` (see `genvi.adev.strategies`). Strategies
+    are static (hashable); dynamic data such as a baseline value travels as operands
+    through `split`/`join`.
+
+    Example:
+        >>> import genvi as gv
+        >>> isinstance(gv.REPARAM, gv.Strategy), gv.REPARAM.kind
+        (True, 'REPARAM')
+    """
+
+    kind: str = "?"
+
+    def jvp(self, dist, key, primals, tangents, k):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def split(self) -> tuple["Strategy", tuple]:
+        """(the static part, the dynamic operands): the static part is a primitive's
+        parameter, the operands are traced."""
+        return self, ()
+
+    def join(self, operands: tuple, tangents: tuple | None = None) -> "Strategy":
+        """The inverse of `split`, with the operands' tangents (None: none)."""
+        return self
+
+    def __repr__(self) -> str:
+        return f"gv.{self.kind}"
+
+
+def _where(addr: Any) -> str:
+    return f" at address {'/'.join(map(str, addr))!r}" if addr else ""
+
+
+def check_strategy(dist: Any, strategy: Any, addr: Any) -> None:
+    """Raise a clear error if `strategy` is not a strategy `dist` supports."""
+    where = _where(addr)
+    if not isinstance(strategy, Strategy):
+        raise TypeError(f"grad={strategy!r}{where} is not a gradient strategy; use one of "
+                        f"{', '.join('gv.' + s for s in dist.strategies)}")
+    inner = getattr(strategy, "strategies", None)
+    if inner is not None:  # a choice among strategies: each must be supported
+        for s in inner:
+            check_strategy(dist, s, addr)
+        return
+    if not dist.supports(strategy.kind):
+        raise ValueError(
+            f"gv.{dist.name} does not support the {strategy.kind} gradient strategy{where}; "
+            f"it supports: {', '.join('gv.' + s for s in dist.strategies)}")
+
+
+def missing_strategy_error(dist: Any, addr: Any) -> ValueError:
+    """The error for a site sampled inside an objective without a `grad=`.
+
+    Example:
+        >>> import genvi as gv
+        >>> print(missing_strategy_error(gv.flip, ("b",)))  # doctest: +ELLIPSIS
+        the sampling site 'b' (gv.flip) is sampled inside an objective but has no gradient strategy. ...
+    """
+    return ValueError(
+        f"the sampling site {'/'.join(map(str, addr)) if addr else '(gv.sample)'!r} "
+        f"(gv.{dist.name}) is sampled inside an objective but has no gradient strategy. "
+        f"Pass grad= with one of: {', '.join('gv.' + s for s in dist.strategies)}, "
+        f"e.g. gv.{dist.name}(..., grad=gv.{dist.strategies[0]}).")

@@ -1,0 +1,110 @@
+"""What a program's jaxpr says about its sites, and the layout of its choices.
+
+* `site_addresses`, `site_strategies`, `first_observation`: queries of a traced
+  program (nested bodies included).
+* `site_layouts`, `to_user_layout`, `to_interpreter_layout`: the interpreter stacks
+  a scan's choices first and a vmap's after; users see batch axes in the order the
+  combinators nest (`gv.vmap` of `gv.scan` gives (batch, steps, ...)).
+
+Example:
+    >>> import genvi as gv
+    >>> from genvi.gen.sites import site_addresses
+    >>> @gv.gen
+    ... def g():
+    ...     gv.normal(0.0, 1.0) @ "x"
+    >>> site_addresses(g.jaxpr())
+    {('x',)}
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from genvi.core import jaxpr as jx
+from genvi.core.primitives import observe_p, site_p
+
+
+def first_observation(jaxpr: Any) -> Any:
+    """The first `gv.observe` equation of a program's jaxpr (nested bodies
+    included), or None."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is observe_p:
+            return eqn
+        for j in jx.sub_jaxprs(eqn):
+            found = first_observation(j)
+            if found is not None:
+                return found
+    return None
+
+
+def site_addresses(jaxpr: Any) -> set:
+    """Every address a jaxpr (and its nested bodies) may sample."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    out = set()
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is site_p:
+            out.add(eqn.params["addr"])
+        for j in jx.sub_jaxprs(eqn):
+            out |= site_addresses(j)
+    return out
+
+
+def site_strategies(jaxpr: Any) -> dict:
+    """{address: strategy (None if none)} of every site of a program's jaxpr."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    out: dict = {}
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is site_p:
+            out[eqn.params["addr"]] = eqn.params["strategy"]
+        for j in jx.sub_jaxprs(eqn):
+            out.update(site_strategies(j))
+    return out
+
+
+def site_layouts(jaxpr: Any, depth: int = 0) -> dict:
+    """{address: (combinator nest, number of enclosing scan equations)} of every site."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    out: dict = {}
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is site_p or (eqn.primitive is observe_p and eqn.params["addr"]):
+            out[eqn.params["addr"]] = (eqn.params.get("nest", ()), depth)  # named observations too
+        inner = depth + (jx.kind(eqn) == "scan")
+        for j in jx.sub_jaxprs(eqn):
+            out.update(site_layouts(j, inner))
+    return out
+
+
+def _permutation(nest: tuple, depth: int) -> list | None:
+    """Axis order taking the interpreter's layout (scan axes, then vmap axes) to the
+    nesting order of the combinators, or None when it is already that (or unknown:
+    scans not made by gv.scan)."""
+    if nest.count("scan") != depth or "scan" not in nest or "vmap" not in nest:
+        return None
+    scans, vmaps = iter(range(depth)), iter(range(depth, len(nest)))
+    perm = [next(scans) if kind == "scan" else next(vmaps) for kind in nest]
+    return None if perm == sorted(perm) else perm
+
+
+def to_user_layout(choices: dict, layouts: dict) -> dict:
+    """Choices with batch axes in the order the combinators nest (`gv.vmap` of
+    `gv.scan` gives (batch, steps, ...), as its return value does)."""
+    out = {}
+    for addr, v in choices.items():
+        perm = _permutation(*layouts[addr]) if addr in layouts else None
+        out[addr] = v if perm is None else jnp.transpose(v, perm + list(range(len(perm), v.ndim)))
+    return out
+
+
+def to_interpreter_layout(choices: dict, layouts: dict) -> dict:
+    """The inverse of `to_user_layout`."""
+    out = {}
+    for addr, v in choices.items():
+        perm = _permutation(*layouts[addr]) if addr in layouts else None
+        if perm is not None:
+            inverse = [perm.index(i) for i in range(len(perm))]
+            v = jnp.transpose(v, inverse + list(range(len(perm), jnp.ndim(v))))
+        out[addr] = v
+    return out
