@@ -14,7 +14,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1 MPLBACKEND=Agg
 WORKDIR /genvi
 COPY pyproject.toml README.md ./
 COPY genvi ./genvi
-COPY experiments ./experiments
+COPY genvi_experiments ./genvi_experiments
 COPY scripts ./scripts
 # the same install steps as CI and tests/test_install.py
 RUN GENVI_DEVICE="$DEVICE" sh scripts/install.sh

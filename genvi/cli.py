@@ -2,6 +2,27 @@
 
 Each experiment writes its table (`results.md`) and figures (PNG) to `--out`
 (default `out/NAME`); options after NAME go to the experiment (`--steps N`, ...).
+
+Where experiments come from: `demo` (`genvi.demo`) is built in; every other one is
+an entry point in the `genvi.experiments` group of an installed package (genvi's own
+experiments are the package `genvi_experiments`, installed with genvi). `genvi list`
+reads the entry points' records without importing the experiments; `genvi run NAME`
+imports NAME's module only then. A third-party package registers an experiment in
+its pyproject.toml:
+
+    [project.entry-points."genvi.experiments"]
+    my_model = "my_package.registry:MY_MODEL"
+
+where `my_package.registry.MY_MODEL` is any light object (import nothing heavy in
+that module, since `genvi list` loads it) with three string attributes: `module`,
+the module whose `main(argv)` runs the experiment (argv: the options after NAME,
+with `--out` added when not given), `about`, one line on what it does, and `time`,
+its wall time at the defaults (`"30 s"`). A NamedTuple does; so does
+`genvi_experiments.registry.Experiment`. `genvi.cli.ShowDefaults` is the helper for
+the experiment's own argument parser (`genvi run NAME --help` then shows every
+default). After `pip install` of that package, `genvi list` shows `my_model` and
+`genvi run my_model` runs it. Experiments are listed demo first, then by the module
+holding their records and, within one, in the order the records are defined there.
 """
 
 from __future__ import annotations
@@ -9,12 +30,17 @@ from __future__ import annotations
 import argparse
 import copy
 import importlib
+import importlib.metadata
 import os
 import sys
+from typing import Any, NamedTuple
+
 
 class ShowDefaults(argparse.HelpFormatter):
     """Help that shows every option's default (also options without help text), for
-    `genvi run NAME --help`.
+    `genvi run NAME --help`. The helper for experiments, genvi's own and other
+    packages' (see the module docstring): pass it as the `formatter_class` of the
+    experiment's `argparse.ArgumentParser`.
 
     Example:
         >>> import argparse
@@ -34,29 +60,62 @@ class ShowDefaults(argparse.HelpFormatter):
         return super()._format_action(action)
 
 
-# name -> (module, what it does, wall time at its defaults on 2 CPU cores, measured
-# 2026-11-23 with `genvi run NAME`, compile included)
-EXPERIMENTS = {
-    "demo": ("genvi.demo", "a short VI run checked against the exact posterior", "10 s"),
-    "noisy_cone": ("experiments.noisy_cone",
-                   "the paper's noisy cone: ELBO, IWELBO, HVI, IWHVI, DIWHVI (Table 4)", "20 s"),
-    "vae": ("experiments.vae", "VAE on digits (ELBO or IWELBO training; test ELBO and log-likelihood)",
-            "2.5 min"),
-    "ssvae": ("experiments.ssvae", "semi-supervised VAE (M2), enumerated labels, 10% labelled", "35 s"),
-    "cvae": ("experiments.cvae", "conditional VAE completing digits from one quadrant, with a baseline",
-             "45 s"),
-    "eight_schools": ("experiments.eight_schools",
-                      "eight schools with automatic guides (auto_normal; auto_mvn on the ELBO, "
-                      "Rényi, IWELBO, inclusive KL, and its exact ELBO optimum) beside NUTS",
-                      "55 s"),
-    "logreg": ("experiments.logreg", "Bayesian logistic regression on 100,000 points: gv.plate, "
-               "gv.auto_normal, gv.predictive", "10 s"),
-    "gmm": ("experiments.gmm", "a Gaussian mixture on 100,000 points: global means, gv.plate "
-            "minibatches, assignments enumerated in the plate", "5 s"),
-    "air": ("experiments.air.run",
-            "Attend-Infer-Repeat on multi-digit canvases: REINFORCE, MVD, IWELBO+MVD "
-            "(--quick: one estimator, under a minute; --all: the paper's eight, 2 h 50 min)", "8 min"),
-}
+GROUP = "genvi.experiments"  # the entry-point group experiments register in
+
+
+class _Record(NamedTuple):
+    """A built-in experiment's record (the same three attributes as a plugin's)."""
+
+    module: str
+    about: str
+    time: str
+
+
+# wall time at the defaults on 2 CPU cores, measured 2026-11-23 with `genvi run demo`,
+# compile included
+BUILTIN = {"demo": _Record("genvi.demo", "a short VI run checked against the exact posterior",
+                          "10 s")}
+
+
+def experiments() -> dict[str, Any]:
+    """The experiments `genvi run` knows, name -> record (`module`, `about`, `time`):
+    the built-in demo, then every `genvi.experiments` entry point of the installed
+    packages. Loading an entry point imports only the module holding its record, not
+    the experiment; one that fails to load or lacks the attributes is skipped with a
+    warning on stderr, and a name taken already (by the demo or another package) keeps
+    its first record.
+
+    Example:
+        >>> from genvi.cli import experiments
+        >>> found = experiments()
+        >>> found["demo"].module
+        'genvi.demo'
+        >>> found["noisy_cone"].module, found["noisy_cone"].time
+        ('genvi_experiments.noisy_cone', '20 s')
+    """
+    found: list[tuple[tuple, str, Any]] = []
+    for ep in importlib.metadata.entry_points(group=GROUP):
+        try:
+            record = ep.load()
+            if not all(isinstance(getattr(record, a, None), str)
+                       for a in ("module", "about", "time")):
+                raise TypeError("its record needs str attributes module, about and time")
+        except Exception as e:  # noqa: BLE001 - one broken plugin leaves the others usable
+            print(f"genvi: skipping experiment {ep.name!r} ({ep.value}): {e}", file=sys.stderr)
+            continue
+        # order: by the module holding the records, then where the record is defined there
+        names = list(vars(sys.modules[ep.module]))
+        attr = (ep.attr or "").split(".")[0]
+        found.append(((ep.module, names.index(attr) if attr in names else len(names), ep.name),
+                      ep.name, record))
+    result: dict[str, Any] = dict(BUILTIN)
+    for _, name, record in sorted(found, key=lambda f: f[0]):
+        if name in result:
+            print(f"genvi: experiment {name!r} is registered twice; keeping "
+                  f"{result[name].module}, not {record.module}", file=sys.stderr)
+            continue
+        result[name] = record
+    return result
 
 
 def use_compilation_cache() -> str | None:
@@ -94,6 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         demo ...10 s  a short VI run ...
         0
     """
+    known = experiments()
     ap = argparse.ArgumentParser(prog="genvi", description="genvi experiments")
     sub = ap.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="show the experiments")
@@ -101,26 +161,25 @@ def main(argv: list[str] | None = None) -> int:
     # so the run command leaves -h/--help to the experiment once a name is given
     run = sub.add_parser("run", help="run an experiment", add_help=False,
                          usage="genvi run NAME [options]  (genvi run NAME --help: NAME's options)")
-    run.add_argument("name", nargs="?", choices=sorted(EXPERIMENTS))
+    run.add_argument("name", nargs="?", choices=sorted(known))
     args, rest = ap.parse_known_args(argv)
     if args.command == "run" and args.name is None:
         run.print_usage()
-        print("experiments: " + ", ".join(EXPERIMENTS))
+        print("experiments: " + ", ".join(known))
         return 0 if any(a in ("-h", "--help") for a in rest) else 2
     if args.command == "list":
-        width = max(map(len, EXPERIMENTS))
+        width = max(map(len, known))
         print(f"{'name':<{width}}  {'time':>7}  what (time: at the defaults, 2 CPU cores)")
-        for name, (_, about, seconds) in EXPERIMENTS.items():
-            print(f"{name:<{width}}  {seconds:>7}  {about}")
+        for name, record in known.items():
+            print(f"{name:<{width}}  {record.time:>7}  {record.about}")
         print("genvi run NAME --help shows NAME's options and their defaults")
         return 0
     use_compilation_cache()
-    module = importlib.import_module(EXPERIMENTS[args.name][0])
+    module = importlib.import_module(known[args.name].module)
     if not any(a == "--out" or a.startswith("--out=") for a in rest):
         rest = rest + ["--out", f"out/{args.name}"]
     module.main(rest)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

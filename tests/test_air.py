@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 import genvi as gv
-from experiments.air.config import AIRConfig, pres_prior_probs
-from experiments.air.data import make_canvases
-from experiments.air.estimators import ESTIMATORS, air_objective
-from experiments.air.figures import box_corners
-from experiments.air.model import AIRNets, air_programs
-from experiments.air.spatial import image_to_window, window_to_image
-from experiments.air.train import train_air
+from genvi_experiments.air.config import AIRConfig, pres_prior_probs
+from genvi_experiments.air.data import make_canvases
+from genvi_experiments.air.estimators import ESTIMATORS, air_objective
+from genvi_experiments.air.figures import box_corners
+from genvi_experiments.air.model import AIRNets, air_programs
+from genvi_experiments.air.spatial import image_to_window, window_to_image
+from genvi_experiments.air.train import train_air
 
 TINY = AIRConfig(rnn_hidden=16, predict_hidden=8, encoder_hidden=8, decoder_hidden=8,
                  baseline_hidden=8, z_what=4, window=6, canvas=20)
@@ -191,7 +191,7 @@ def test_projected_lstm_step_equals_flax_lstm_cell():
 def test_pyro_air_runs_and_its_hoisted_lstm_equals_torch_lstm_cell():
     torch = pytest.importorskip("torch")
     pytest.importorskip("pyro")
-    from experiments.bench.air_pyro import _lstm, _lstm_projected, _project, pyro_air_counts, pyro_air_step
+    from genvi_experiments.bench.air_pyro import _lstm, _lstm_projected, _project, pyro_air_counts, pyro_air_step
     cell = torch.nn.LSTMCell(20 + 5, 8)
     image, latents = torch.randn(3, 20), [torch.randn(3, 2), torch.randn(3, 3)]
     h, c = torch.randn(3, 8), torch.randn(3, 8)
@@ -207,7 +207,7 @@ def test_pyro_air_runs_and_its_hoisted_lstm_equals_torch_lstm_cell():
 
 
 def test_canvas_digits_are_enlarged_as_jax_resizes_them_and_overlap_little():
-    from experiments.air.data import _overlap, bilinear_matrix
+    from genvi_experiments.air.data import _overlap, bilinear_matrix
     img = np.random.default_rng(0).random((8, 8)).astype(np.float32)
     for size in (5, 6, 7, 8, 12, 20):
         w = bilinear_matrix(8, size)
@@ -215,7 +215,7 @@ def test_canvas_digits_are_enlarged_as_jax_resizes_them_and_overlap_little():
                                                                    "bilinear"), atol=1e-5)
     # two digits of one canvas: vectorized rejection keeps their boxes' overlap small
     rng = np.random.default_rng(1)
-    from experiments.air.data import _positions
+    from genvi_experiments.air.data import _positions
     owner, sizes = np.arange(500), rng.integers(12, 21, 500)
     first = _positions(rng, owner, sizes, 50, 0.1, [])
     second_sizes = rng.integers(12, 21, 500)
@@ -224,7 +224,7 @@ def test_canvas_digits_are_enlarged_as_jax_resizes_them_and_overlap_little():
 
 
 def test_air_presets_fill_only_what_was_not_given():
-    from experiments.air.run import DEFAULT_ESTIMATORS, PAPER_ESTIMATORS, parse_args
+    from genvi_experiments.air.run import DEFAULT_ESTIMATORS, PAPER_ESTIMATORS, parse_args
     default, quick, full = parse_args([]), parse_args(["--quick"]), parse_args(["--all"])
     assert (default.estimators, default.minutes, default.steps) == (DEFAULT_ESTIMATORS, 2.0, None)
     assert (quick.estimators, quick.steps, quick.chunk, quick.test_size) == (["mvd"], 600, 200, 200)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import genvi as gv
-from experiments.common.data import binarized, load_images
+from genvi_experiments.common.data import binarized, load_images
 
 
 def fake_mnist(rng, n):

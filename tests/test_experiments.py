@@ -2,12 +2,13 @@
 
 import math
 import os
+import pathlib
 import re
 
 import numpy as np
 import pytest
 
-from experiments import noisy_cone
+from genvi_experiments import noisy_cone
 
 
 def test_noisy_cone_tiny(tmp_path):
@@ -34,8 +35,56 @@ def test_cli_lists_and_runs_an_experiment(tmp_path, capsys):
     assert "posterior mean of mu" in capsys.readouterr().out
 
 
+
+def test_every_registered_experiment_has_a_module_with_main():
+    import importlib.util
+
+    from genvi.cli import experiments
+    found = experiments()
+    assert list(found)[:2] == ["demo", "noisy_cone"] and "air" in found
+    for name, record in found.items():
+        spec = importlib.util.find_spec(record.module)  # the module stays unimported
+        assert spec is not None, (name, record.module)
+        assert "def main(" in pathlib.Path(spec.origin).read_text(), (name, record.module)
+
+
+def test_unknown_experiment_is_a_clear_error(capsys):
+    from genvi.cli import main
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "nosuch"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'nosuch'" in err and "'noisy_cone'" in err and "'demo'" in err
+
+
+def test_another_package_registers_an_experiment(tmp_path, monkeypatch, capsys):
+    """A package adds `my_model = "my_registry:MY_MODEL"` to the genvi.experiments
+    entry points: `genvi list` shows it without importing it, `genvi run` runs it, and
+    an entry point that does not load is skipped with a warning."""
+    import importlib.metadata
+    import sys
+
+    (tmp_path / "my_registry.py").write_text(
+        "import types\n"
+        "MY_MODEL = types.SimpleNamespace(module='my_model', about='my model, fitted', time='3 s')\n")
+    (tmp_path / "my_model.py").write_text("def main(argv):\n    print('my_model got', argv)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    installed = importlib.metadata.entry_points
+    extra = [importlib.metadata.EntryPoint("my_model", "my_registry:MY_MODEL", "genvi.experiments"),
+             importlib.metadata.EntryPoint("broken", "no_such_module:X", "genvi.experiments")]
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group: [*installed(group=group), *extra])
+    from genvi.cli import main
+    assert main(["list"]) == 0
+    out, err = capsys.readouterr()
+    assert re.search(r"^my_model\s+3 s  my model, fitted$", out, re.M) and "noisy_cone" in out
+    assert "skipping experiment 'broken'" in err and "my_model" not in sys.modules
+    assert main(["run", "my_model", "--steps", "2"]) == 0
+    assert "my_model got ['--steps', '2', '--out', 'out/my_model']" in capsys.readouterr().out
+
+
 def test_vae_tiny(tmp_path):
-    from experiments import vae
+    from genvi_experiments import vae
     out = vae.main(["--epochs", "2", "--train-size", "200", "--test-size", "50",
                     "--eval-particles", "20", "--hidden", "32", "--out", str(tmp_path)])
     assert [r["epoch"] for r in out["log"]] == [1, 2]
@@ -47,7 +96,7 @@ def test_vae_tiny(tmp_path):
 
 
 def test_vae_iwelbo_training_tiny(tmp_path):
-    from experiments import vae
+    from genvi_experiments import vae
     out = vae.main(["--epochs", "1", "--objective", "iwelbo", "--particles", "3", "--train-size",
                     "100", "--test-size", "20", "--eval-particles", "10", "--hidden", "16",
                     "--out", str(tmp_path)])
@@ -56,7 +105,7 @@ def test_vae_iwelbo_training_tiny(tmp_path):
 
 
 def test_ssvae_tiny(tmp_path):
-    from experiments import ssvae
+    from genvi_experiments import ssvae
     out = ssvae.main(["--epochs", "2", "--eval-every", "1", "--train-size", "300", "--test-size",
                       "60", "--hidden", "32", "--out", str(tmp_path)])
     assert 0.0 <= out["final"]["test accuracy"] <= 1.0
@@ -65,7 +114,7 @@ def test_ssvae_tiny(tmp_path):
 
 
 def test_cvae_tiny(tmp_path):
-    from experiments import cvae
+    from genvi_experiments import cvae
     out = cvae.main(["--epochs", "2", "--train-size", "200", "--test-size", "40", "--hidden", "32",
                      "--eval-particles", "10", "--out", str(tmp_path)])
     losses = out["losses"]
@@ -76,7 +125,7 @@ def test_cvae_tiny(tmp_path):
 
 
 def test_vae_step_harness_tiny():
-    from experiments.bench import vae_step
+    from genvi_experiments.bench import vae_step
     rows = vae_step.main(["--batches", "8", "--systems", "hand", "numpyro", "--pixels", "16",
                           "--hidden", "8", "--latent", "2", "--rounds", "2"])
     assert [r["system"] for r in rows] == ["hand", "numpyro"]
@@ -84,7 +133,7 @@ def test_vae_step_harness_tiny():
 
 
 def test_vae_quality_tiny():
-    from experiments.bench import vae_quality
+    from genvi_experiments.bench import vae_quality
     out = vae_quality.main(["--epochs", "2", "--train-size", "200", "--hidden", "16",
                             "--eval-particles", "10"])
     # the same objective, networks, initialization and data: close after two epochs too
@@ -99,8 +148,8 @@ def test_vae_roofline_counts_the_steps_products():
     import jax.numpy as jnp
     import optax
 
-    from experiments.bench import systems, vae_roofline
-    from experiments.common.nets import VAENets
+    from genvi_experiments.bench import systems, vae_roofline
+    from genvi_experiments.common.nets import VAENets
     nets = VAENets(16, 8, 2)
     key = jax.random.key(0)
     state, step = systems.genvi_vae(nets, nets.init(key), optax.adam(1e-3))
@@ -116,7 +165,7 @@ def test_vae_roofline_counts_the_steps_products():
 
 
 def test_experiment_sizes_must_be_positive(capsys):
-    from experiments import vae
+    from genvi_experiments import vae
     with pytest.raises(SystemExit):
         vae.main(["--epochs", "0"])
     assert "--epochs: must be at least 1, got 0" in capsys.readouterr().err
@@ -134,7 +183,7 @@ def test_run_help_shows_the_experiments_options_with_defaults(capsys):
 
 
 def test_eight_schools_tiny(tmp_path):
-    from experiments import eight_schools
+    from genvi_experiments import eight_schools
     results = eight_schools.main(["--steps", "50", "--particles", "2", "--optimum-draws", "200",
                                   "--optimum-iterations", "3", "--out", str(tmp_path)])
     assert len(results) == 12 and all(np.isfinite(r["max_mean_diff"]) for r in results.values())
@@ -142,13 +191,13 @@ def test_eight_schools_tiny(tmp_path):
 
 
 def test_gmm_tiny(tmp_path):
-    from experiments import gmm
+    from genvi_experiments import gmm
     out = gmm.main(["--points", "300", "--batch-size", "64", "--steps", "300", "--out", str(tmp_path)])
     assert np.isfinite(out["error"]) and (tmp_path / "gmm.png").exists()
 
 
 def test_logreg_tiny(tmp_path):
-    from experiments import logreg
+    from genvi_experiments import logreg
     out = logreg.main(["--points", "2000", "--batch-size", "256", "--steps", "400", "--out", str(tmp_path)])
     # a smoke run (the default run reports coverage and accuracy); the weights are learned
     assert out["covered"] > 0.5 and out["accuracy"] > 0.55 and (tmp_path / "weights.png").exists()

@@ -37,3 +37,65 @@ def test_dockerfile_installs_with_the_script_and_runs_the_demo():
     assert "ARG DEVICE=cpu" in text and 'GENVI_DEVICE="$DEVICE" sh scripts/install.sh' in text
     assert 'CMD ["genvi", "run", "demo"]' in text
     assert "scripts/install.sh" in (ROOT / ".ci" / "run").read_text()
+
+
+# the experiments `genvi run` knows besides the built-in demo
+EXPERIMENTS = {"noisy_cone", "vae", "ssvae", "cvae", "eight_schools", "logreg", "gmm", "air"}
+
+
+def build_wheel(folder: pathlib.Path) -> pathlib.Path:
+    """A wheel of the package (no dependencies), built from a copy of its sources so
+    that the checkout gets no build/ or *.egg-info from it. Offline where this
+    environment can build wheels itself (setuptools >= 70.1, or the wheel package);
+    otherwise in pip's isolated build environment, from the configured package index."""
+    import importlib.metadata
+    import importlib.util
+    import shutil
+    import sys
+
+    source = folder / "source"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    for name in ("genvi", "genvi_experiments"):
+        shutil.copytree(ROOT / name, source / name,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    setuptools = tuple(int(p) for p in importlib.metadata.version("setuptools").split(".")[:2])
+    offline = setuptools >= (70, 1) or (setuptools >= (68, 0) and importlib.util.find_spec("wheel"))
+    isolation = ["--no-build-isolation", "--no-index"] if offline else []
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", *isolation,
+                          "--wheel-dir", str(folder / "dist"), str(source)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (wheel,) = (folder / "dist").glob("genvi-*.whl")
+    return wheel
+
+
+def test_wheel_installs_only_genvi_and_genvi_experiments_and_registers_every_experiment(tmp_path):
+    import importlib.metadata
+    import zipfile
+
+    wheel = build_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        zf.extractall(tmp_path / "unpacked")
+    # no generic top-level name (such as `experiments`) lands in site-packages
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert tops == {"genvi", "genvi_experiments"}, tops
+    (info,) = (tmp_path / "unpacked").glob("genvi-*.dist-info")
+    assert set((info / "top_level.txt").read_text().split()) == {"genvi", "genvi_experiments"}
+    dist = importlib.metadata.PathDistribution(info)
+    assert {ep.value for ep in dist.entry_points.select(group="console_scripts")} == {"genvi.cli:main"}
+    registered = {ep.name: ep for ep in dist.entry_points.select(group="genvi.experiments")}
+    assert set(registered) == EXPERIMENTS, sorted(registered)
+
+    # every entry point names a record of genvi_experiments/registry.py whose module is in
+    # the wheel, and the registry holds no record that is not registered
+    from genvi_experiments import registry
+    records = {name: value for name, value in vars(registry).items()
+               if isinstance(value, registry.Experiment)}
+    assert {ep.value for ep in registered.values()} == \
+        {f"genvi_experiments.registry:{attr}" for attr in records}
+    for ep in registered.values():
+        module = records[ep.attr].module.replace(".", "/")
+        assert f"{module}.py" in names or f"{module}/__init__.py" in names, module

@@ -1,1 +1,0 @@
-"""genvi experiments: shared code in `experiments.common`, benchmarks in `experiments.bench`."""

@@ -1,1 +1,0 @@
-"""Side-by-side benchmarks: run `python -m experiments.bench.<name>`."""

@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks: run `python -m genvi_experiments.bench.<name>`."""

@@ -1,0 +1,174 @@
+"""A benchmark of this package at a baseline commit beside the current tree, interleaved.
+
+Runs `genvi_experiments.bench.NAME` (`experiments.bench.NAME` at a base that still has
+the `experiments/` folder) in a fresh subprocess at the base commit, then in the current
+checkout (uncommitted changes included), and so on for `--rounds` rounds. The base runs
+in a temporary git worktree (removed at the end unless `--keep`) with the worktree first
+on `PYTHONPATH`, which comes before the editable install's import hook; each child
+reports the `genvi` it imported and a run from the wrong checkout stops the comparison.
+Every markdown table row the benchmark prints is parsed: its key is its non-numeric
+cells plus the cells of the `--key-columns` (sizes such as `B` or `batch`), its values
+its other numeric cells, named by the table's header. Prints, per row and column, the
+median over rounds at the base and in the tree and their ratio. `JAX_PLATFORMS=cpu`.
+
+    python -m genvi_experiments.bench.against [--base REV] [--rounds 3] [--keep]
+        [--worktree DIR] [--key-columns B batch] NAME [-- ARGS OF THE BENCHMARK]
+
+Example:
+    python -m genvi_experiments.bench.against --base b94a79c --rounds 3 plate_replays \\
+        -- --sizes 1000 4000 --rounds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TREE = Path(__file__).resolve().parents[2]
+# The child: note which genvi it imports, then run the benchmark module as `python -m` would.
+PROBE = ("import runpy, sys, genvi; print('against: genvi from', genvi.__file__, file=sys.stderr, "
+         "flush=True); runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)")
+SEPARATOR = re.compile(r":?-+:?")
+
+
+def git(*args: str, cwd: Path = TREE) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def base_worktree(rev: str, where: str | None) -> tuple[Path, bool]:
+    """(a checkout of `rev`, whether this call created it)."""
+    sha = git("rev-parse", "--verify", f"{rev}^{{commit}}")
+    if where and Path(where, ".git").exists():
+        if git("rev-parse", "HEAD", cwd=Path(where)) != sha:
+            sys.exit(f"against: {where} is not at {rev}")
+        return Path(where), False
+    path = Path(where) if where else Path(tempfile.mkdtemp(prefix="genvi_base_")) / "checkout"
+    git("worktree", "add", "--detach", str(path), sha)
+    return path, True
+
+
+def run_once(module: str, args: list[str], root: Path) -> tuple[str, float]:
+    """The stdout of one run of `module` from the checkout at `root`, and its seconds."""
+    env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"}
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", PROBE, module, *args], cwd=root, env=env,
+                          capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-6000:])
+        raise SystemExit(f"against: {module} in {root} exited with {proc.returncode}")
+    found = re.search(r"^against: genvi from (.+)$", proc.stderr, re.M)
+    if not found or not Path(found[1]).resolve().is_relative_to(root.resolve()):
+        raise SystemExit(f"against: the run from {root} imported genvi from "
+                         f"{found[1] if found else '(unknown)'}")
+    return proc.stdout, seconds
+
+
+def is_number(cell: str) -> bool:
+    try:
+        float(cell)
+        return True
+    except ValueError:
+        return False
+
+
+def parse_tables(text: str, key_columns: set[str]) -> dict[tuple[str, str], float]:
+    """{(row key, column): value} of every markdown table row in `text`."""
+    values: dict[tuple[str, str], float] = {}
+    header: list[str] | None = None
+    previous: list[str] | None = None
+    for line in text.splitlines():
+        line = line.strip()
+        if not (line.startswith("|") and line.endswith("|") and len(line) > 1):
+            previous = None
+            continue
+        cells = [c.strip() for c in line[1:-1].split("|")]
+        if previous is not None and all(SEPARATOR.fullmatch(c) for c in cells):
+            header, previous = previous, None
+            continue
+        previous = cells
+        if header is None:
+            continue
+        names = [header[i] if i < len(header) else f"column {i + 1}" for i in range(len(cells))]
+        is_key = [not is_number(c) or n.casefold() in key_columns for c, n in zip(cells, names)]
+        key = ", ".join(c if not is_number(c) else f"{n}={c}"
+                        for c, n, k in zip(cells, names, is_key) if k)
+        row = {n: float(c) for c, n, k in zip(cells, names, is_key) if not k}
+        base_key, copy = key, 1
+        while row and any((key, n) in values for n in row):  # a repeated key: number it
+            copy += 1
+            key = f"{base_key} #{copy}"
+        values.update({(key, n): v for n, v in row.items()})
+    return values
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    cut = argv.index("--") if "--" in argv else len(argv)
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("name", help="a module of genvi_experiments.bench, e.g. plate_replays")
+    ap.add_argument("--base", default="HEAD", help="the baseline commit (default HEAD)")
+    ap.add_argument("--rounds", type=int, default=3, help="runs on each side, interleaved")
+    ap.add_argument("--keep", action="store_true", help="keep the base's worktree")
+    ap.add_argument("--worktree", default=None,
+                    help="where the base's worktree is (reused if it is there) or goes")
+    ap.add_argument("--key-columns", nargs="*", default=["B", "batch"],
+                    help="numeric columns that name a row rather than measure it")
+    args = ap.parse_args(argv[:cut])
+    bench_args = argv[cut + 1:]
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    from genvi_experiments.common.timing import describe_machine  # after JAX_PLATFORMS
+
+    worktree, created = base_worktree(args.base, args.worktree)
+    try:
+        old_name = (worktree / "experiments").is_dir()
+        sides = {"base": ((f"experiments.bench.{args.name}" if old_name
+                           else f"genvi_experiments.bench.{args.name}"), worktree),
+                 "tree": (f"genvi_experiments.bench.{args.name}", TREE)}
+        keys = {k.casefold() for k in args.key_columns}
+        samples: dict[str, dict[tuple[str, str], list[float]]] = {"base": {}, "tree": {}}
+        seconds: dict[str, list[float]] = {"base": [], "tree": []}
+        for r in range(args.rounds):
+            for side, (module, root) in sides.items():
+                out, s = run_once(module, bench_args, root)
+                seconds[side].append(s)
+                for cell, v in parse_tables(out, keys).items():
+                    samples[side].setdefault(cell, []).append(v)
+                print(f"against: round {r + 1}/{args.rounds}, {side}: {s:.1f} s",
+                      file=sys.stderr, flush=True)
+        dirty = git("--no-optional-locks", "status", "--porcelain", "--untracked-files=no")
+        tree_rev = git("rev-parse", "--short", "HEAD") + (" + uncommitted changes" if dirty else "")
+        print(f"# {args.name} {' '.join(bench_args)}: base beside tree, median of "
+              f"{args.rounds} interleaved runs each")
+        print(f"machine: {describe_machine()}")
+        print(f"base: {git('rev-parse', '--short', args.base)} ({sides['base'][0]}), "
+              f"tree: {tree_rev} ({sides['tree'][0]})")
+        print(f"seconds per run: base {statistics.median(seconds['base']):.1f}, "
+              f"tree {statistics.median(seconds['tree']):.1f}\n")
+        print("| row | column | base | tree | tree / base |\n|---|---|---|---|---|")
+        for cell in dict.fromkeys([*samples["base"], *samples["tree"]]):
+            b, t = samples["base"].get(cell), samples["tree"].get(cell)
+            mb = statistics.median(b) if b else float("nan")
+            mt = statistics.median(t) if t else float("nan")
+            ratio = mt / mb if b and t and mb != 0 else float("nan")
+            print(f"| {cell[0]} | {cell[1]} | {mb:.4g} | {mt:.4g} | {ratio:.3f} |")
+    finally:
+        if created and not args.keep:
+            git("worktree", "remove", "--force", str(worktree))
+            if not args.worktree:
+                shutil.rmtree(worktree.parent, ignore_errors=True)
+        elif created:
+            print(f"against: kept the base's worktree at {worktree}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

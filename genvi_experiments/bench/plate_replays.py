@@ -1,0 +1,86 @@
+"""Discrete strategies in a plate: REINFORCE, ENUM and MVD gradient steps against B.
+
+The ELBO of a plate of B datapoints: model z_i ~ flip(0.5), y_i ~ normal(±1, 1); guide
+flip(sigmoid(l_i)); both `gv.vmap`'d. ENUM and MVD replay the rest of the objective at
+each lane's other value: lane-locally (`genvi.adev.lanes`, O(B)) by default, or by
+whole-objective replays (O(B²), the general path) when traced under
+`whole_objective_replays()`. Prints ms per jitted gradient step (interleaved, warm,
+median), ratios to REINFORCE, and XLA's FLOP count of each compiled step.
+
+    python -m genvi_experiments.bench.plate_replays [--sizes 1000 4000] [--rounds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+
+import jax
+import jax.numpy as jnp
+
+import genvi as gv
+from genvi_experiments.common.timing import (describe_machine, interleaved_samples, median,
+                                             paired_ratio)
+from genvi.adev.lanes import whole_objective_replays
+
+
+def plate_elbo(strategy: gv.Strategy) -> gv.Expectation:
+    @gv.gen
+    def model_i(l, y):
+        z = gv.flip(0.5) @ "z"
+        gv.observe(gv.normal(jnp.where(z, 1.0, -1.0), 1.0), y)
+
+    @gv.gen
+    def guide_i(l, y):
+        gv.flip(jax.nn.sigmoid(l), grad=strategy) @ "z"
+
+    @gv.gen
+    def model(ls, ys):
+        gv.vmap(model_i)(ls, ys) @ "p"
+
+    @gv.gen
+    def guide(ls, ys):
+        gv.vmap(guide_i)(ls, ys) @ "p"
+
+    return gv.elbo(model, guide)
+
+
+def compiled_step(strategy: gv.Strategy, b: int, general: bool = False):
+    """(call, FLOPs) of the jitted gradient step at plate size b."""
+    key = jax.random.key(0)
+    ls, ys = jnp.zeros(b), jnp.linspace(-2.0, 2.0, b)
+    with whole_objective_replays() if general else contextlib.nullcontext():
+        compiled = jax.jit(plate_elbo(strategy).grad_estimate).lower(key, ls, ys).compile()
+    cost = compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    return (lambda: compiled(key, ls, ys)), cost.get("flops", float("nan"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[1000, 4000])
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--general-up-to", type=int, default=1000,
+                    help="also time whole-objective replays at sizes up to this")
+    args = ap.parse_args()
+    print(f"# plate of flips, {describe_machine()}")
+    print("| B | strategy | ms per step | × REINFORCE | MFLOP per step |")
+    print("|---|---|---|---|---|")
+    for b in args.sizes:
+        steps, flops = {}, {}
+        for name, strategy in (("REINFORCE", gv.REINFORCE), ("ENUM", gv.ENUM), ("MVD", gv.MVD)):
+            steps[name], flops[name] = compiled_step(strategy, b)
+            if b <= args.general_up_to and name != "REINFORCE":
+                label = f"{name} (whole-objective replays)"
+                steps[label], flops[label] = compiled_step(strategy, b, general=True)
+        for fn in steps.values():
+            jax.block_until_ready(fn())
+        samples = interleaved_samples(steps, rounds=args.rounds, reps=5)
+        for name in steps:
+            ratio = paired_ratio(samples, name, "REINFORCE")
+            print(f"| {b} | {name} | {median(samples[name]) * 1e3:.3f} | {ratio:.2f} | "
+                  f"{flops[name] / 1e6:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
