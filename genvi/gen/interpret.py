@@ -10,13 +10,14 @@ records of one address made in different branches of it merge lane by lane
 (`Handler.record`), as the unbatched program would record them in each lane.
 
 Example:
-    >>> import genvi as gv, jax
-    >>> from genvi.gen.handlers import Simulate
+    >>> import genvi as gv
+    >>> from genvi.gen.handlers import Assess
     >>> @gv.gen
     ... def g():
     ...     return gv.normal(0.0, 1.0) @ "x"
-    >>> g.interpret(Simulate(), key=jax.random.key(0)).log_density.shape
-    ()
+    >>> run = g.interpret(Assess(), choices={"x": 0.0})
+    >>> round(float(run.log_density), 4), sorted(run.visited)
+    (-0.9189, [('x',)])
 """
 
 from __future__ import annotations

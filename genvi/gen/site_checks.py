@@ -7,16 +7,16 @@ under `vmap`, `scan` and the lanes of a batched `cond`, where an untaken branch'
 parameters may well be invalid).
 
 Example:
-    >>> import genvi as gv, jax
+    >>> import genvi as gv
     >>> @gv.gen
-    ... def g(s):
-    ...     return gv.normal(0.0, s) @ "x"
+    ... def g(p):
+    ...     gv.flip(p) @ "b"
     >>> try:
     ...     with gv.validation():
-    ...         g.simulate(jax.random.key(0), -1.0)
+    ...         g.log_density(gv.choices({"b": 2}), 0.3)      # 2 is not a coin outcome
     ... except gv.InvalidParameters as e:
     ...     print(str(e).split(":")[0])
-    invalid parameters for gv.normal at address 'x' in program 'g'
+    invalid value for gv.flip at address 'b' in program 'g'
 """
 
 from __future__ import annotations
