@@ -137,6 +137,9 @@ def main(argv: list[str] | None = None) -> None:
         keys = {k.casefold() for k in args.key_columns}
         samples: dict[str, dict[tuple[str, str], list[float]]] = {"base": {}, "tree": {}}
         seconds: dict[str, list[float]] = {"base": [], "tree": []}
+        # the tree as it is measured (a commit made during the run must not be named)
+        dirty = git("--no-optional-locks", "status", "--porcelain", "--untracked-files=no")
+        tree_rev = git("rev-parse", "--short", "HEAD") + (" + uncommitted changes" if dirty else "")
         for r in range(args.rounds):
             for side, (module, root) in sides.items():
                 out, s = run_once(module, bench_args, root)
@@ -145,8 +148,6 @@ def main(argv: list[str] | None = None) -> None:
                     samples[side].setdefault(cell, []).append(v)
                 print(f"against: round {r + 1}/{args.rounds}, {side}: {s:.1f} s",
                       file=sys.stderr, flush=True)
-        dirty = git("--no-optional-locks", "status", "--porcelain", "--untracked-files=no")
-        tree_rev = git("rev-parse", "--short", "HEAD") + (" + uncommitted changes" if dirty else "")
         print(f"# {args.name} {' '.join(bench_args)}: base beside tree, median of "
               f"{args.rounds} interleaved runs each")
         print(f"machine: {describe_machine()}")
