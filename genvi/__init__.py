@@ -18,7 +18,9 @@ Example:
 
 from genvi.adev import dual
 from genvi.adev.continuation import Deferred
-from genvi.adev.expectation import Expectation, batch_mean, expectation
+from genvi.adev.batch_mean import batch_mean
+from genvi.adev.expectation import Expectation, average, exp
+from genvi.adev.program import expectation
 from genvi.adev.sample import sample
 from genvi.adev.smoothness import DiscontinuityError
 from genvi.adev.stochastic_derivatives import SD_ as SD
@@ -110,6 +112,7 @@ __all__ = [
     "Uniform",
     "UnnormalizedError",
     "assume_continuous",
+    "average",
     "batch_mean",
     "bernoulli",
     "beta",
@@ -121,6 +124,7 @@ __all__ = [
     "dirichlet",
     "dreg",
     "elbo",
+    "exp",
     "expectation",
     "fit",
     "fivo",

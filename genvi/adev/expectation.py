@@ -1,31 +1,33 @@
-"""`Expectation`: an objective program and its unbiased estimators.
+"""`Expectation`: an expected value and its unbiased estimators, and its algebra.
 
-`@gv.expectation` traces the function (with `gv.sample` sites and `g.sim` /
-`g.log_density` calls) to a jaxpr; `jvp_estimate` runs the ADEV interpreter on it.
 `estimate`, `grad_estimate` and `value_and_grad_estimate` are one jitted function
-each: a `jax.custom_jvp` whose JVP rule *is* the forward estimator, differentiated
-by `jax.grad` — JAX linearizes and transposes the estimator, so no strategy needs a
-hand-written reverse rule. Expectations add, subtract and scale; `batch_mean` maps
-an objective over a minibatch inside the estimator (a plate), so JAX transposes one
-batched linear map instead of materializing per-example gradients.
+each: a `jax.custom_jvp` whose JVP rule *is* the forward estimator (`_jvp`),
+differentiated by `jax.grad` — JAX linearizes and transposes the estimator, so no
+strategy needs a hand-written reverse rule. Objective programs (`@gv.expectation`)
+are in `genvi.adev.program`, minibatches (`gv.batch_mean`) in `genvi.adev.batch_mean`.
+
+Expectations combine: `e + c`, `c + e`, `e - c`, `c - e`, `e / c`, `c * e`, `e1 + e2`,
+`e1 - e2`, `e1 * e2` (independent estimates), `e ** n`, `gv.exp(e)` and
+`gv.average(e, n)` (the estimators are in `genvi.adev.algebra`); any nonlinear use of
+an `Expectation` object (`jnp.exp(e)`, `float(e)`, `e / e2`) is refused with what it
+would mean and what to write instead.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.custom_derivatives import SymbolicZero
 
-from genvi.adev.dual import Dual
+from genvi.adev import algebra
 from genvi.adev import dual as d
-from genvi.adev import smoothness
+from genvi.adev.dual import Dual
 from genvi.adev.explain import explain
-from genvi.adev.interpreter import estimate_jvp
-from genvi.core.mistakes import arg_names, check_key
-from genvi.core.tracing import IN_OBJECTIVE, merge_args, split_args, trace_cached
+from genvi.core.mistakes import check_key
+from genvi.core.tracing import merge_args, split_args
 from genvi.core.validation import entry_point
 
 
@@ -111,20 +113,75 @@ class Expectation:
     def _label(self) -> str:  # for error messages
         return getattr(self, "name", "objective")
 
-    # -- composition --------------------------------------------------------------
-    def __add__(self, other: "Expectation") -> "Expectation":
-        return _Sum(self, other, 1.0)
+    # -- the algebra (genvi.adev.algebra); anything nonlinear is refused ----------
+    def __add__(self, other: Any) -> "Expectation":
+        if isinstance(other, Expectation):
+            return _Sum(self, other, 1.0)
+        return _Composed(f"{self._label} + {_constant(other, 'e + c')}",
+                         algebra.affine(self._jvp, 1.0, other))
 
-    def __sub__(self, other: "Expectation") -> "Expectation":
-        return _Sum(self, other, -1.0)
+    def __radd__(self, other: Any) -> "Expectation":
+        return _Composed(f"{_constant(other, 'c + e')} + {self._label}",
+                         algebra.affine(self._jvp, 1.0, other))
 
-    def __mul__(self, c: float) -> "Expectation":
-        return _Scaled(self, c)
+    def __sub__(self, other: Any) -> "Expectation":
+        if isinstance(other, Expectation):
+            return _Sum(self, other, -1.0)
+        return _Composed(f"{self._label} - {_constant(other, 'e - c')}",
+                         algebra.affine(self._jvp, 1.0, -other))
+
+    def __rsub__(self, other: Any) -> "Expectation":
+        return _Composed(f"{_constant(other, 'c - e')} - {self._label}",
+                         algebra.affine(self._jvp, -1.0, other))
+
+    def __mul__(self, other: Any) -> "Expectation":
+        if isinstance(other, Expectation):
+            return _Composed(f"({self._label}) * ({other._label})",
+                             algebra.product([self._jvp, other._jvp]))
+        return _Scaled(self, _constant(other, "c * e"))
 
     __rmul__ = __mul__
 
+    def __truediv__(self, other: Any) -> "Expectation":
+        if isinstance(other, Expectation):
+            raise _nonlinear(f"{self._label} / {other._label}", "E[e1] / E[e2]",
+                             "there is no unbiased estimator of a ratio of expectations; "
+                             "write the objective so that it is a product or a sum "
+                             "(e.g. e1 * e2 with e2 estimating 1 / E[...] by other means)")
+        return _Scaled(self, 1.0 / _constant(other, "e / c"))
+
+    def __rtruediv__(self, other: Any) -> "Expectation":
+        raise _nonlinear(f"c / {self._label}", "c / E[e]",
+                         "there is no unbiased estimator of a reciprocal of an expectation")
+
+    def __pow__(self, n: Any) -> "Expectation":
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise _nonlinear(f"{self._label} ** {n!r}", f"E[e] ** {n!r}",
+                             "only a positive integer power has an unbiased estimator (a "
+                             "product of independent estimates): e ** 2, e ** 3, ...")
+        return self if n == 1 else _Composed(f"({self._label}) ** {int(n)}",
+                                             algebra.power(self._jvp, int(n)))
+
+    def __rpow__(self, other: Any) -> "Expectation":
+        raise _nonlinear(f"c ** {self._label}", "c ** E[e] = exp(E[e] log c)",
+                         "write gv.exp(e * math.log(c))")
+
     def __neg__(self) -> "Expectation":
         return _Scaled(self, -1.0)
+
+    def _nonlinear_use(self, *_: Any, kind: type = TypeError) -> Any:
+        raise _nonlinear(f"f({self._label})", "f(E[e]) for a nonlinear f (jnp.exp, jnp.log, "
+                         "float, a comparison, ...)",
+                         "gv.exp(e) estimates exp(E[e]) without bias; there is no unbiased "
+                         "estimator of log E[e] (IWELBO-style bounds, gv.iwelbo, estimate it "
+                         "from below)", kind)
+
+    # JAX looks `__jax_array__` up first (jnp.exp, jnp.log, jnp.asarray). Its jitted
+    # functions replace any TypeError raised there by their own message (`from None`),
+    # so this one is a ValueError: the only way our words reach the user
+    __jax_array__ = property(lambda self: self._nonlinear_use(kind=ValueError))
+    __array__ = __float__ = __int__ = __complex__ = __bool__ = __index__ = _nonlinear_use
+    __abs__ = __lt__ = __le__ = __gt__ = __ge__ = __round__ = _nonlinear_use
 
     # -- machinery ------------------------------------------------------------------
     def _value_fn(self, key: Any, args: tuple) -> Callable:
@@ -202,71 +259,15 @@ class Expectation:
         return explain(self, jax.random.key(0) if key is None else key, args, nums)
 
 
-class ProgramExpectation(Expectation):
-    """An expectation defined by a Python function (see `gv.expectation`)."""
+class _Composed(Expectation):
+    """An expectation built by the algebra from others (`genvi.adev.algebra`)."""
 
-    def __init__(self, fn: Callable, name: str | None = None,
-                 requires: Callable[..., None] | None = None):
+    def __init__(self, name: str, estimator: algebra.Estimator):
         super().__init__()
-        self.fn = fn
-        # `requires(*args)` raises when the strategies it is given make the objective's
-        # gradient estimator biased (checked when differentiating, like smoothness)
-        self.requires = requires
-        self.name = name or getattr(fn, "__name__", "expectation")
-        self._traces: dict = {}
-        self._checked: set = set()  # (trace, differentiated inputs) that passed the check
-        functools.update_wrapper(self, fn, updated=())
-
-    def trace(self, *args: Any):
-        """The traced objective: `(closed jaxpr, dynamic argument leaves)`."""
-        traced, dyn = trace_cached(self._traces, self.fn, args, IN_OBJECTIVE.set,
-                                   name=("objective", self.name, self.fn))
-        out = traced.closed.jaxpr.outvars
-        if len(out) != 1 or out[0].aval.shape != () or not jnp.issubdtype(out[0].aval.dtype, jnp.floating):
-            raise TypeError(f"the objective {self.name!r} must return one float scalar; "
-                            f"it returned {[v.aval.str_short() for v in out]}")
-        return traced.closed, dyn
-
-    def __call__(self, *args: Any) -> jax.Array:
-        """Inside another objective program, the value of this one (its program is
-        inlined, so its sampling sites become part of the caller's estimator).
-
-        Example:
-            >>> import genvi as gv, jax
-            >>> @gv.expectation
-            ... def square(mu):
-            ...     x = gv.sample(gv.normal(mu, 1.0, grad=gv.REPARAM))
-            ...     return x * x
-            >>> @gv.expectation
-            ... def shifted(mu):                    # E[(mu + 1 + eps)^2] = (mu + 1)^2 + 1
-            ...     return square(mu + 1.0)
-            >>> g = shifted.grad_estimate(jax.random.key(0), 0.5)   # unbiased for 2 (mu + 1)
-        """
-        if not IN_OBJECTIVE:
-            raise TypeError(f"the objective {self.name!r} was called outside an objective "
-                            "program; use .estimate(key, *args) for its value")
-        return self.fn(*args)
+        self.name, self._estimator = name, estimator
 
     def _jvp(self, key, args, targs):
-        closed, dyn = self.trace(*args)
-        if targs is None:
-            tdyn = [None] * len(dyn)
-        else:
-            _, _, treedef, mask = split_args(args)
-            tleaves = treedef.flatten_up_to(targs)
-            tdyn = [t for t, m in zip(tleaves, mask) if m]
-            tdyn = [None if (t is None or not jnp.issubdtype(jnp.result_type(p), jnp.inexact)) else t
-                    for t, p in zip(tdyn, dyn)]
-            differentiated = tuple(t is not None for t in tdyn)
-            if (id(closed), differentiated) not in self._checked:  # once per trace and mask
-                if any(differentiated) and self.requires is not None:
-                    self.requires(*args)
-                smoothness.check(closed, differentiated)
-                self._checked.add((id(closed), differentiated))
-        return estimate_jvp(closed, key, dyn, tdyn)
-
-    def __repr__(self) -> str:
-        return f"<gv.expectation {self.name}>"
+        return self._estimator(key, args, targs)
 
 
 class _Sum(Expectation):
@@ -292,101 +293,6 @@ class _Scaled(Expectation):
         return Dual(self.c * x.primal, d.mul(self.c, x.tangent))
 
 
-class _BatchMean(Expectation):
-    def __init__(self, inner: Expectation, in_axes: Any):
-        super().__init__()
-        self.inner, self.in_axes = inner, in_axes
-        self.name = f"batch_mean({inner._label})"
-
-    def _jvp(self, key, args, targs):
-        in_axes = self.in_axes if isinstance(self.in_axes, (tuple, list)) else (self.in_axes,) * len(args)
-        in_axes = tuple(in_axes) + (None,) * (len(args) - len(in_axes))
-        sizes = _batch_sizes(self.inner, args, in_axes)
-        if not sizes:
-            raise ValueError("gv.batch_mean: in_axes maps no argument")
-        keys = jax.random.split(key, sizes[0])
-        targs = targs if targs is not None else (None,) * len(args)
-        t_axes = tuple(None if t is None else ax for t, ax in zip(targs, in_axes))
-
-        def one(k, a, t):
-            out = self.inner._jvp(k, tuple(a), None if all(x is None for x in t) else tuple(t))
-            return out.primal, out.tangent
-
-        primal, tangent = jax.vmap(one, in_axes=(0, in_axes, t_axes))(keys, tuple(args), tuple(targs))
-        return Dual(jnp.mean(primal), None if tangent is None else jnp.mean(tangent))
-
-
-def _batch_sizes(inner: Expectation, args: tuple, in_axes: tuple) -> list:
-    """The size of the mapped axis of each mapped leaf; a ValueError naming the
-    argument when a leaf has no such axis (a Python list, a scalar). An argument's
-    axis may be a pytree prefix of it, as in `jax.vmap` (`{"w": None, "b": 0}`)."""
-    names = arg_names(getattr(inner, "fn", None)) or []
-    sizes = []
-
-    def check(ax, part, label, a):
-        if ax is None:
-            return
-        for leaf in jax.tree_util.tree_leaves(part):
-            shape = jnp.shape(leaf)
-            if not -len(shape) <= ax < len(shape):
-                what = ("a Python list" if isinstance(a, list) else
-                        f"a value of shape {shape}")
-                fix = ("convert it with jnp.asarray(...)" if isinstance(a, list) else
-                       "pass an array whose leading axis indexes the datapoints, or map "
-                       "it with None in in_axes")
-                raise ValueError(
-                    f"gv.batch_mean: {label} of the objective is mapped over axis {ax} "
-                    f"(in_axes), but it is {what}, which has no axis {ax}. A minibatch is an "
-                    f"array with a leading batch axis: {fix}.")
-            sizes.append(shape[ax])
-
-    for i, (a, ax) in enumerate(zip(args, in_axes)):
-        label = f"argument {i}" + (f" ({names[i]})" if i < len(names) else "")
-        try:
-            jax.tree_util.tree_map(lambda x, part: check(x, part, label, a), ax, a,
-                                   is_leaf=lambda x: x is None)
-        except ValueError as err:
-            if str(err).startswith("gv.batch_mean"):
-                raise
-            raise ValueError(f"gv.batch_mean: in_axes for {label} is {ax!r}, which is not a "
-                             f"prefix of the argument's structure "
-                             f"{jax.tree_util.tree_structure(a)}: give one axis (or None) "
-                             "for the whole argument, or a tree of axes shaped like it") from None
-    if len(set(sizes)) > 1:
-        raise ValueError(f"gv.batch_mean: the mapped axes have different sizes {sizes}; "
-                         "every mapped argument needs the same batch size")
-    return sizes
-
-
-def expectation(fn: Callable) -> ProgramExpectation:
-    """Decorate an objective program; returns an `Expectation`.
-
-    Example:
-        >>> import genvi as gv, jax
-        >>> @gv.expectation
-        ... def e(mu):
-        ...     x = gv.sample(gv.normal(mu, 1.0, grad=gv.REPARAM))
-        ...     return x * x
-        >>> g = e.grad_estimate(jax.random.key(1), 0.5)   # unbiased for 2 * mu
-    """
-    return ProgramExpectation(fn)
-
-
-def batch_mean(obj: Expectation, in_axes: Any = (None, 0)) -> Expectation:
-    """The mean over a mapped axis of independent per-datapoint estimates of `obj`.
-
-    Each datapoint's REINFORCE/MVD/ENUM terms see only its own datapoint (a plate);
-    the estimator is vmapped inside the differentiated function, so the gradient
-    costs what a hand-written batched gradient costs.
-
-    Example:
-        >>> import genvi as gv
-        >>> # objective(params, x) over a batch xs of shape (B, ...):
-        >>> # gv.batch_mean(objective, in_axes=(None, 0)).grad_estimate(key, params, xs)
-    """
-    return _BatchMean(obj, in_axes)
-
-
 def non_float_leaves(tree: Any) -> list[tuple[str, str]]:
     """`(pytree path, dtype)` of each leaf that is not floating point (or complex):
     such leaves cannot be differentiated or trained.
@@ -399,3 +305,74 @@ def non_float_leaves(tree: Any) -> list[tuple[str, str]]:
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
     dtypes = [(jax.tree_util.keystr(path), jnp.result_type(x)) for path, x in leaves]
     return [(path, str(dt)) for path, dt in dtypes if not jnp.issubdtype(dt, jnp.inexact)]
+
+
+def _constant(c: Any, form: str) -> Any:
+    """`c` if it is a real constant (a Python or NumPy number, a 0-d real array), else
+    a TypeError naming the expression `form`."""
+    if isinstance(c, Expectation):
+        raise TypeError(f"{form}: both sides are expectations here; this form takes a constant")
+    real = (isinstance(c, (int, float, np.integer, np.floating)) and not isinstance(c, bool)) or (
+        isinstance(c, (np.ndarray, jax.Array)) and np.shape(c) == ()
+        and jnp.issubdtype(jnp.result_type(c), jnp.floating | jnp.integer))
+    if not real:
+        raise TypeError(
+            f"{form} with c = {c!r} ({type(c).__name__}): an expectation combines with real "
+            "constants (Python or NumPy numbers, 0-d real arrays) and with other "
+            "expectations (e1 + e2, e1 * e2); for anything else write an objective program "
+            "that calls e(*args) for a draw of its integrand.")
+    return c
+
+
+def _nonlinear(expression: str, meaning: str, instead: str,
+               kind: type = TypeError) -> Exception:
+    return kind(
+        f"{expression} would mean {meaning}, a nonlinear function of an expected value, "
+        f"which genvi cannot estimate by applying it to one estimate (Jensen's gap): "
+        f"{instead}. The expectation algebra is e + c, c + e, e - c, c - e, e / c, c * e, "
+        "e1 + e2, e1 - e2, e1 * e2, e ** n (positive int n), gv.exp(e, rate, shift) and "
+        "gv.average(e, n); inside an objective program, e(*args) is one draw of e's "
+        "integrand (so jnp.exp(e(*args)) there estimates E[exp f], not exp E[f]).")
+
+
+def exp(e: Expectation, rate: float = 2.0, shift: float = 0.0) -> Expectation:
+    """`exp(E[e])`, estimated without bias in value and gradient by the Poisson
+    estimator: N ~ Poisson(`rate`), then exp(`shift` + `rate`) ∏_{i ≤ N} (X_i −
+    `shift`) / `rate` over independent estimates X_i of `e` (`genvi.adev.algebra.exp`).
+    Its second moment is exp(2 `shift` + `rate` + E[(X − `shift`)²] / `rate`), so the
+    best shift for a given rate is E[e] − `rate`, where the variance is
+    exp(2 E[e]) (exp(Var[X] / `rate`) − 1); each estimate costs 1 + `rate` estimates
+    of `e` on average (docs/algebra.md measures it).
+    Nests (`gv.exp(gv.exp(e))`) and composes (`gv.exp(e1) * e2`).
+
+    Example:
+        >>> import genvi as gv, jax
+        >>> @gv.expectation
+        ... def x(mu):
+        ...     return gv.sample(gv.normal(mu, 0.5, grad=gv.REPARAM))
+        >>> value = gv.exp(x, rate=1.0, shift=1.0).estimate(jax.random.key(0), 1.0)  # ≈ e
+    """
+    if not isinstance(e, Expectation):
+        raise TypeError(f"gv.exp takes an Expectation (an @gv.expectation objective or a "
+                        f"combination of them); got {e!r}. For exp of a value inside an "
+                        "objective program use jnp.exp.")
+    if not float(rate) > 0:
+        raise ValueError(f"gv.exp: rate is the mean number of inner estimates, > 0; got {rate}")
+    return _Composed(f"gv.exp({e._label})", algebra.exp(e._jvp, float(rate), float(shift)))
+
+
+def average(e: Expectation, n: int) -> Expectation:
+    """`E[e]` as the mean of `n` independent estimates, drawn under one `vmap`.
+
+    Example:
+        >>> import genvi as gv, jax
+        >>> @gv.expectation
+        ... def x(mu):
+        ...     return gv.sample(gv.normal(mu, 1.0, grad=gv.REPARAM))
+        >>> value = gv.average(x, 100).estimate(jax.random.key(0), 2.0)   # ≈ 2, sd 0.1
+    """
+    if not isinstance(e, Expectation):
+        raise TypeError(f"gv.average takes an Expectation; got {e!r}")
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"gv.average: n is a positive int, the number of estimates; got {n!r}")
+    return _Composed(f"gv.average({e._label}, {int(n)})", algebra.average(e._jvp, int(n)))

@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
-from genvi.adev.expectation import Expectation, ProgramExpectation
+from genvi.adev.expectation import Expectation
+from genvi.adev.program import ProgramExpectation
 from genvi.gen.language import GenFn
 
 

@@ -17,7 +17,8 @@ import jax.numpy as jnp
 from jax.lax import stop_gradient
 from jax.scipy.special import logsumexp
 
-from genvi.adev.expectation import Expectation, ProgramExpectation
+from genvi.adev.expectation import Expectation
+from genvi.adev.program import ProgramExpectation
 from genvi.adev.strategies import REINFORCE
 from genvi.core.strategy import Strategy
 from genvi.distributions.discrete import Categorical

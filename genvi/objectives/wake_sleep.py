@@ -14,7 +14,8 @@ import jax.numpy as jnp
 from jax.lax import stop_gradient
 from jax.scipy.special import logsumexp
 
-from genvi.adev.expectation import Expectation, ProgramExpectation
+from genvi.adev.expectation import Expectation
+from genvi.adev.program import ProgramExpectation
 from genvi.adev.strategies import REINFORCE
 from genvi.inference.importance import importance, normalize
 from genvi.gen.language import GenFn

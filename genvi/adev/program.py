@@ -1,0 +1,109 @@
+"""Objectives written as programs: `@gv.expectation` and `ProgramExpectation`.
+
+An objective program's jaxpr (traced once per argument shapes) is run by the ADEV
+interpreter (`genvi.adev.interpreter`) as a forward-mode estimator; the smoothness
+check (`genvi.adev.smoothness`) and an objective's own requirements are checked once
+per trace and set of differentiated inputs.
+
+Example:
+    >>> import genvi as gv, jax
+    >>> @gv.expectation
+    ... def e(mu):
+    ...     return gv.sample(gv.normal(mu, 1.0, grad=gv.REPARAM)) ** 2
+    >>> float(e.grad_estimate(jax.random.key(0), 0.0)) != 0.0
+    True
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from genvi.adev import smoothness
+from genvi.adev.expectation import Expectation
+from genvi.adev.interpreter import estimate_jvp
+from genvi.core.tracing import IN_OBJECTIVE, split_args, trace_cached
+
+
+class ProgramExpectation(Expectation):
+    """An expectation defined by a Python function (see `gv.expectation`)."""
+
+    def __init__(self, fn: Callable, name: str | None = None,
+                 requires: Callable[..., None] | None = None):
+        super().__init__()
+        self.fn = fn
+        # `requires(*args)` raises when the strategies it is given make the objective's
+        # gradient estimator biased (checked when differentiating, like smoothness)
+        self.requires = requires
+        self.name = name or getattr(fn, "__name__", "expectation")
+        self._traces: dict = {}
+        self._checked: set = set()  # (trace, differentiated inputs) that passed the check
+        functools.update_wrapper(self, fn, updated=())
+
+    def trace(self, *args: Any):
+        """The traced objective: `(closed jaxpr, dynamic argument leaves)`."""
+        traced, dyn = trace_cached(self._traces, self.fn, args, IN_OBJECTIVE.set,
+                                   name=("objective", self.name, self.fn))
+        out = traced.closed.jaxpr.outvars
+        if len(out) != 1 or out[0].aval.shape != () or not jnp.issubdtype(out[0].aval.dtype, jnp.floating):
+            raise TypeError(f"the objective {self.name!r} must return one float scalar; "
+                            f"it returned {[v.aval.str_short() for v in out]}")
+        return traced.closed, dyn
+
+    def __call__(self, *args: Any) -> jax.Array:
+        """Inside another objective program, the value of this one (its program is
+        inlined, so its sampling sites become part of the caller's estimator).
+
+        Example:
+            >>> import genvi as gv, jax
+            >>> @gv.expectation
+            ... def square(mu):
+            ...     x = gv.sample(gv.normal(mu, 1.0, grad=gv.REPARAM))
+            ...     return x * x
+            >>> @gv.expectation
+            ... def shifted(mu):                    # E[(mu + 1 + eps)^2] = (mu + 1)^2 + 1
+            ...     return square(mu + 1.0)
+            >>> g = shifted.grad_estimate(jax.random.key(0), 0.5)   # unbiased for 2 (mu + 1)
+        """
+        if not IN_OBJECTIVE:
+            raise TypeError(f"the objective {self.name!r} was called outside an objective "
+                            "program; use .estimate(key, *args) for its value")
+        return self.fn(*args)
+
+    def _jvp(self, key, args, targs):
+        closed, dyn = self.trace(*args)
+        if targs is None:
+            tdyn = [None] * len(dyn)
+        else:
+            _, _, treedef, mask = split_args(args)
+            tleaves = treedef.flatten_up_to(targs)
+            tdyn = [t for t, m in zip(tleaves, mask) if m]
+            tdyn = [None if (t is None or not jnp.issubdtype(jnp.result_type(p), jnp.inexact)) else t
+                    for t, p in zip(tdyn, dyn)]
+            differentiated = tuple(t is not None for t in tdyn)
+            if (id(closed), differentiated) not in self._checked:  # once per trace and mask
+                if any(differentiated) and self.requires is not None:
+                    self.requires(*args)
+                smoothness.check(closed, differentiated)
+                self._checked.add((id(closed), differentiated))
+        return estimate_jvp(closed, key, dyn, tdyn)
+
+    def __repr__(self) -> str:
+        return f"<gv.expectation {self.name}>"
+
+
+def expectation(fn: Callable) -> ProgramExpectation:
+    """Decorate an objective program; returns an `Expectation`.
+
+    Example:
+        >>> import genvi as gv, jax
+        >>> @gv.expectation
+        ... def e(mu):
+        ...     x = gv.sample(gv.normal(mu, 1.0, grad=gv.REPARAM))
+        ...     return x * x
+        >>> g = e.grad_estimate(jax.random.key(1), 0.5)   # unbiased for 2 * mu
+    """
+    return ProgramExpectation(fn)
