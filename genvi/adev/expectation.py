@@ -180,7 +180,8 @@ class Expectation:
     # functions replace any TypeError raised there by their own message (`from None`),
     # so this one is a ValueError: the only way our words reach the user
     __jax_array__ = property(lambda self: self._nonlinear_use(kind=ValueError))
-    __array__ = __float__ = __int__ = __complex__ = __bool__ = __index__ = _nonlinear_use
+    # (truthiness stays an object's: `report or objective` is a choice of objects)
+    __array__ = __float__ = __int__ = __complex__ = __index__ = _nonlinear_use
     __abs__ = __lt__ = __le__ = __gt__ = __ge__ = __round__ = _nonlinear_use
 
     # -- machinery ------------------------------------------------------------------
