@@ -43,11 +43,12 @@ from genvi.adev.dual import Dual
 Estimator = Callable[[Any, tuple, "tuple | None"], Dual]
 
 
-def affine(f: Estimator, scale: Any, offset: Any = 0.0) -> Estimator:
-    """`scale · E[X] + offset` (constants)."""
+def affine(f: Estimator, scale: Any, offset: Any = None) -> Estimator:
+    """`scale · E[X] + offset` (constants; `offset=None`: none added)."""
     def run(key, args, targs):
         x = f(key, args, targs)
-        return Dual(scale * x.primal + offset, d.mul(scale, x.tangent))
+        primal = scale * x.primal
+        return Dual(primal if offset is None else primal + offset, d.mul(scale, x.tangent))
     return run
 
 

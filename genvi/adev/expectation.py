@@ -138,7 +138,7 @@ class Expectation:
         if isinstance(other, Expectation):
             return _Composed(f"({self._label}) * ({other._label})",
                              algebra.product([self._jvp, other._jvp]))
-        return _Scaled(self, _constant(other, "c * e"))
+        return self._scaled(_constant(other, "c * e"))
 
     __rmul__ = __mul__
 
@@ -148,7 +148,7 @@ class Expectation:
                              "there is no unbiased estimator of a ratio of expectations; "
                              "write the objective so that it is a product or a sum "
                              "(e.g. e1 * e2 with e2 estimating 1 / E[...] by other means)")
-        return _Scaled(self, 1.0 / _constant(other, "e / c"))
+        return self._scaled(1.0 / _constant(other, "e / c"))
 
     def __rtruediv__(self, other: Any) -> "Expectation":
         raise _nonlinear(f"c / {self._label}", "c / E[e]",
@@ -167,7 +167,10 @@ class Expectation:
                          "write gv.exp(e * math.log(c))")
 
     def __neg__(self) -> "Expectation":
-        return _Scaled(self, -1.0)
+        return self._scaled(-1.0)
+
+    def _scaled(self, c: Any) -> "Expectation":
+        return _Composed(f"{c} * {self._label}", algebra.affine(self._jvp, c))
 
     def _nonlinear_use(self, *_: Any, kind: type = TypeError) -> Any:
         raise _nonlinear(f"f({self._label})", "f(E[e]) for a nonlinear f (jnp.exp, jnp.log, "
@@ -281,17 +284,6 @@ class _Sum(Expectation):
         ka, kb = jax.random.split(key)
         x, y = self.a._jvp(ka, args, targs), self.b._jvp(kb, args, targs)
         return Dual(x.primal + self.sign * y.primal, d.add(x.tangent, d.mul(self.sign, y.tangent)))
-
-
-class _Scaled(Expectation):
-    def __init__(self, inner: Expectation, c: float):
-        super().__init__()
-        self.inner, self.c = inner, c
-        self.name = f"{c} * {inner._label}"
-
-    def _jvp(self, key, args, targs):
-        x = self.inner._jvp(key, args, targs)
-        return Dual(self.c * x.primal, d.mul(self.c, x.tangent))
 
 
 def non_float_leaves(tree: Any) -> list[tuple[str, str]]:
