@@ -39,7 +39,7 @@ from genvi.distributions.tfp import from_tfp
 from genvi.gen import handlers
 from genvi.gen.combinators import repeat, scan, vmap
 from genvi.gen.handlers import UnnormalizedError
-from genvi.gen.language import GenFn, Trace, gen, observe
+from genvi.gen.language import GenFn, Trace, factor, gen, observe
 from genvi.gen.plate import plate
 from genvi.gen.predictive import predictive
 from genvi.guides.auto import AutoGuide
@@ -142,6 +142,7 @@ __all__ = [
     "mv_normal_diag",
     "normal",
     "normalize",
+    "factor",
     "observe",
     "plate",
     "plot_history",

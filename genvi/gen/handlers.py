@@ -216,13 +216,20 @@ class UnnormalizedError(ValueError):
     """A program with `gv.observe` is used where a normalized density is needed."""
 
 
+def observation_text(eqn: Any) -> str:
+    """How the user wrote an observation equation: `gv.observe(gv.normal(...), ...)`
+    or `gv.factor(...)`."""
+    name = eqn.params["dist"].name
+    return "gv.factor(...)" if name == "factor" else f"gv.observe(gv.{name}(...), ...)"
+
+
 def unnormalized_error(program: str, eqn: Any, role: str) -> UnnormalizedError:
     return UnnormalizedError(
         f"{program} is {role}, where a normalized density is needed, but it calls "
-        f"gv.observe(gv.{eqn.params['dist'].name}(...), ...) at {jx.source_line(eqn)}. "
-        "An observation makes its density unnormalized, so its samples and log density "
+        f"{observation_text(eqn)} at {jx.source_line(eqn)}. "
+        "An observation (or a factor) makes its density unnormalized, so its samples and log density "
         "would not be those of a distribution and the objective would be silently wrong. "
-        "Remove the observation from this program, or, to sample its posterior, use "
+        "Remove it from this program, or, to sample its posterior, use "
         f"gv.normalize({program}, gv.importance(particles=K)) instead.")
 class Generate(Handler):
     """Sites with a value in `state.reads` are constrained and scored; the others are

@@ -23,6 +23,7 @@ from genvi.core.primitives import bind_observe
 from genvi.core.tracing import IN_OBJECTIVE, PLAIN, trace_cached
 from genvi.core.validation import entry_point
 from genvi.distributions.base import DistCall
+from genvi.distributions.factor import FACTOR
 from genvi.gen import handlers as h
 from genvi.gen import sites
 from genvi.gen.interpret import run as interpret
@@ -64,6 +65,34 @@ def observe(call: DistCall, value: Any, *, name: str | None = None) -> None:
     value = jnp.asarray(value)
     addr = None if name is None else prefix + (name,)
     bind_observe(call.dist, value, call.params, addr=addr, nest=nesting(), missing=missing)
+
+
+def factor(log_weight: Any) -> None:
+    """Multiply the program's density by exp(`log_weight`) (Pyro's `factor`).
+
+    A program with a factor is unnormalized, as one that observes is: use it as a
+    model, not as a guide. Inside `gv.plate`/`gv.vmap` a factor of shape [lanes] is one
+    weight per lane (scaled like an observation in a subsampled plate).
+
+    Example (a soft constraint that z stays near 1):
+        >>> import genvi as gv, jax.numpy as jnp
+        >>> @gv.gen
+        ... def model():
+        ...     z = gv.normal(0.0, 1.0) @ "z"
+        ...     gv.factor(-0.5 * (z - 1.0) ** 2 / 0.1)
+        >>> round(float(model.log_density(gv.choices({"z": 1.0}))), 4)
+        -1.4189
+    """
+    current_prefix("gv.factor")
+    if isinstance(log_weight, DistCall):
+        raise TypeError(f"gv.factor takes a log weight (an array), not a distribution call "
+                        f"{log_weight!r}; to score a value under a distribution use "
+                        "gv.observe(dist(...), value)")
+    log_weight = jnp.asarray(log_weight)
+    if not jnp.issubdtype(log_weight.dtype, jnp.floating):
+        log_weight = log_weight.astype(jnp.result_type(float))
+    bind_observe(FACTOR, jnp.zeros(log_weight.shape, log_weight.dtype), (log_weight,),
+                 nest=nesting())
 
 
 class Trace(NamedTuple):

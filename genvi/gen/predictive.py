@@ -19,7 +19,7 @@ from genvi.core import jaxpr as jx
 from genvi.core.choices import ChoiceMap
 from genvi.core.mistakes import check_key, did_you_mean
 from genvi.core.primitives import observe_p
-from genvi.gen.handlers import Handler, MissingChoice, site_parts
+from genvi.gen.handlers import Handler, MissingChoice, observation_text, site_parts
 from genvi.gen.language import GenFn
 
 
@@ -84,8 +84,7 @@ def _unnamed_observations(jaxpr: Any) -> list[str]:
     out = []
     for eqn in jaxpr.eqns:
         if eqn.primitive is observe_p and eqn.params["addr"] is None:
-            out.append(f"gv.observe(gv.{eqn.params['dist'].name}(...), ...) at "
-                       f"{jx.source_line(eqn)}")
+            out.append(f"{observation_text(eqn)} at {jx.source_line(eqn)}")
         for j in jx.sub_jaxprs(eqn):
             out += _unnamed_observations(j)
     return out
