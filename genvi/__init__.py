@@ -24,7 +24,8 @@ from genvi.adev.program import expectation
 from genvi.adev.sample import sample
 from genvi.adev.smoothness import DiscontinuityError
 from genvi.adev.stochastic_derivatives import SD_ as SD
-from genvi.adev.strategies import ENUM, MVD_ as MVD, REINFORCE, REPARAM, decaying_average
+from genvi.adev.strategies import (ENUM, MVD_ as MVD, REINFORCE, REPARAM, RLOO,
+                                   decaying_average)
 from genvi.adev.switch import switch
 from genvi.core.choices import ChoiceMap, choices
 from genvi.core.scopes import assume_continuous
@@ -106,6 +107,7 @@ __all__ = [
     "Poisson",
     "REINFORCE",
     "REPARAM",
+    "RLOO",
     "SD",
     "Strategy",
     "Trace",
