@@ -52,6 +52,7 @@ from genvi.guides.params import (Constrained, constrain, interval, lower_cholesk
 from genvi.objectives.control_variates import dreg, vimco
 from genvi.objectives.elbo import elbo, iwelbo, renyi
 from genvi.objectives.smc import fivo, smc
+from genvi.inference.enumeration import enumeration
 from genvi.inference.importance import importance, marginal, normalize
 from genvi.objectives.wake_sleep import forward_kl_sir, sleep_guide, wake_guide, wake_model
 from genvi.training.checkpoints import CheckpointError
@@ -126,6 +127,7 @@ __all__ = [
     "dirichlet",
     "dreg",
     "elbo",
+    "enumeration",
     "exp",
     "expectation",
     "fit",

@@ -107,7 +107,9 @@ def _site_errors(who: str, name: str, dist: Any, domain: Any, scale: float) -> N
             f"combine it: auto = gv.{who}(model, exclude=[{name!r}]); in a @gv.gen guide "
             f"with the model's arguments, call auto.inline(*args) and sample "
             f"gv.{dist.name}(..., grad=gv.ENUM) @ {name!r} (or another discrete "
-            "strategy), or marginalize the site out of the model.")
+            "strategy). Or sum it out of the model exactly: gv.marginal(model, keep=[its "
+            "continuous sites], algorithm=gv.enumeration()), whose automatic guide covers "
+            "the kept sites only.")
     if domain is None:
         raise ValueError(
             f"gv.{who}: site {name!r} (gv.{dist.name}) declares no support: set its "
@@ -126,6 +128,8 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
     distribution and plate scale and returns the support parameters of interval /
     TFP sites. Those must be the same in every draw (a support that moves with other
     latents is refused by name)."""
+    # a marginal (gv.marginal) is discovered through its program, keeping its kept sites
+    program, kept = getattr(model, "kept_sites_program", lambda: (model, None))()
     dyn, static, treedef, mask = split_args(args)
     cache_key = (treedef, mask, draws, tuple((jnp.shape(x), str(jnp.result_type(x)))
                                              for x in dyn))
@@ -138,7 +142,7 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
 
         def one(k, dyn):
             a = merge_args(dyn, static, treedef, mask)
-            values = model.interpret(handler, *a, key=k).choices.flat()
+            values = program.interpret(handler, *a, key=k).choices.flat()
             bounds = {a: (p[:2] if getattr(d, "domain", None) == "interval" else p)
                       for a, (d, p, _) in handler.found.items()
                       if getattr(d, "domain", None) in ("interval", "tfp")}
@@ -169,7 +173,7 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
                        f"{sorted('/'.join(map(str, a)) for a in handler.found)}")
     sites = []
     for addr, (dist, _, scale) in handler.found.items():
-        if addr in excluded:
+        if addr in excluded or (kept is not None and not kept(addr)):
             continue
         name = "/".join(map(str, addr))
         value = values[addr][0]

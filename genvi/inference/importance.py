@@ -124,6 +124,10 @@ class Marginal(_Estimated):
     def _is_kept(self, path: tuple) -> bool:
         return any(path[:len(k)] == k for k in self.keep)
 
+    def kept_sites_program(self) -> tuple[GenFn, Any]:
+        """(the program whose sites automatic guides discover, which of them are kept)."""
+        return self.g, self._is_kept
+
     def _split(self, cm: ChoiceMap) -> tuple[ChoiceMap, ChoiceMap]:
         flat = cm.flat()
         return (ChoiceMap({p: v for p, v in flat.items() if self._is_kept(p)}),
@@ -201,10 +205,11 @@ class Normalize(_Estimated):
         return log_p - _log_mean_exp(log_w)
 
 
-def marginal(g: GenFn, keep: Sequence, algorithm: Importance | None = None) -> Marginal:
+def marginal(g: GenFn, keep: Sequence, algorithm: Any = None) -> Marginal:
     """`g`'s marginal over the addresses in `keep`; its other choices are auxiliary
-    and marginalized by `algorithm` (default: `gv.importance()` from the prior),
-    whose proposal takes `(kept_choices, *args)`.
+    and marginalized by `algorithm`: `gv.importance()` (the default, from the prior;
+    its proposal takes `(kept_choices, *args)`), or `gv.enumeration()`, which sums
+    discrete auxiliary sites exactly (`genvi.inference.enumeration`).
 
     Example (a hierarchical guide, for HVI / IWHVI / DIWHVI):
         >>> import genvi as gv, jax.numpy as jnp
@@ -218,7 +223,14 @@ def marginal(g: GenFn, keep: Sequence, algorithm: Importance | None = None) -> M
         >>> guide = gv.marginal(joint, keep=["x"], algorithm=gv.importance(reverse, particles=5))
         >>> # gv.elbo(model, guide): IWHVI(5); gv.iwelbo(model, guide, particles=5): DIWHVI
     """
-    return Marginal(g, keep, algorithm or importance())
+    algorithm = algorithm or importance()
+    if not isinstance(algorithm, Importance):  # another algorithm (gv.enumeration()) builds it
+        build = getattr(algorithm, "marginal", None)
+        if build is None:
+            raise TypeError(f"gv.marginal: algorithm={algorithm!r} is not an algorithm; use "
+                            "gv.importance(proposal, particles) or gv.enumeration()")
+        return build(g, keep)
+    return Marginal(g, keep, algorithm)
 
 
 def normalize(g: GenFn, algorithm: Importance | None = None) -> Normalize:

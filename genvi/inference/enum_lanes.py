@@ -1,0 +1,192 @@
+"""Lane-by-lane sums for `gv.enumeration`: the log density as a sum of per-lane terms.
+
+A model's log density, traced with a batched discrete site's value as an input, is
+evaluated with that value set to v in every lane at once (a `Local` of
+`genvi.adev.values`, carried through by the lane rules of `genvi.adev.lane_rules`:
+slice l depends on lane l of the site only). A sum over the lanes turns a `Local`
+into an `Additive`: a lane-free part plus one term per lane. If the whole log density
+comes out `Additive` (adding, negating and scaling by constants keep it so), it is
+
+    log p(kept, z) = free + Σ_l term_l(z_l),
+
+so Σ_z p = exp(free) Π_l Σ_v exp(term_l(v)): one evaluation per value v gives every
+lane's terms, O(lanes × support). In a subsampled `gv.plate` (each lane counting
+`scale` times) a lane's terms arrive scaled; its marginal is summed unscaled and then
+scaled, as the full-data marginal's minibatch estimate must be. Anything else (the lanes couple: a sum over lanes
+used nonlinearly, a max across lanes, a scan or cond on the site) raises
+`NotSummable`, naming the primitive.
+
+Example:
+    >>> from genvi.inference.enum_lanes import Additive
+    >>> import jax.numpy as jnp
+    >>> a = Additive(jnp.float32(1.0), jnp.array([0.5, -0.5]))
+    >>> float(a.free), a.lanes.shape
+    (1.0, (2,))
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.special import logsumexp
+
+from genvi.adev.lane_rules import ELEMENTWISE, RULES, elementwise
+from genvi.adev.values import Local, Perturbed
+from genvi.core import jaxpr as jx
+
+
+class NotSummable(Exception):
+    """The log density is not a sum of per-lane (or per-step) terms here."""
+
+
+@dataclass
+class Additive:
+    """A scalar equal to `free` + Σ_l `lanes[l]`, where lane l's term depends on lane l
+    of the enumerated sites only and `free` on none of them."""
+
+    free: Any
+    lanes: Any  # [L]
+
+
+def is_tracked(x: Any) -> bool:
+    """Whether `x` is an evaluator's value rather than an array (markers of
+    `genvi.inference.enum_scan` say so with `enum_marker`)."""
+    return isinstance(x, (Local, Additive, Perturbed)) or getattr(x, "enum_marker", False)
+
+
+def evaluate(closed: Any, inputs: list, other: Any = None) -> list:
+    """Evaluate a closed jaxpr on values that may be `Local` or `Additive`; `other(eqn,
+    ins)` handles equations the lane rules do not (None: refuse)."""
+    env = dict(zip(closed.jaxpr.constvars, closed.consts))
+    env.update(zip(closed.jaxpr.invars, inputs))
+    return _level(closed.jaxpr, env, other)
+
+
+def _level(jaxpr: Any, env: dict, other: Any) -> list:
+    for eqn in jaxpr.eqns:
+        ins = [jx.read(env, v) for v in eqn.invars]
+        if not any(is_tracked(x) for x in ins):
+            outs = jx.eval_eqn(eqn, ins)
+        elif jx.kind(eqn) in ("call", "custom") and jx.call_body(eqn) is not None \
+                and len(jx.call_body(eqn).jaxpr.invars) == len(ins):
+            outs = evaluate(jx.call_body(eqn), ins, other)
+        else:
+            outs = other(eqn, ins) if other is not None else None
+            if outs is None:
+                outs = _tracked(eqn, ins)
+        for var, x in zip(eqn.outvars, outs):
+            if isinstance(x, Perturbed):
+                raise NotSummable(f"their lanes couple at `{eqn.primitive.name}` "
+                                  f"({jx.source_line(eqn)})")
+            env[var] = x
+    return [jx.read(env, v) for v in jaxpr.outvars]
+
+
+def _tracked(eqn: Any, ins: list) -> list:
+    name = eqn.primitive.name
+    where = f"`{name}` ({jx.source_line(eqn)})"
+    if any(isinstance(x, Additive) for x in ins):
+        out = _additive(name, eqn, ins)
+        if out is None:
+            raise NotSummable(f"a sum over lanes is used by {where}, so the log density is not "
+                              "a sum of per-lane terms")
+        return [out]
+    if jx.kind(eqn) != "other":
+        raise NotSummable(f"a {jx.kind(eqn)} at {jx.source_line(eqn)} depends on them")
+    if name == "reduce_sum":
+        out = _sum_over_lanes(eqn, ins)
+        if out is not None:
+            return [out]
+    rule = RULES.get(name) or (elementwise if name in ELEMENTWISE else None)
+    out = None if rule is None else rule(eqn, ins)
+    if out is None:
+        raise NotSummable(f"their lanes couple at {where}")
+    return out
+
+
+def _sum_over_lanes(eqn: Any, ins: list) -> Additive | None:
+    (v,) = ins
+    axes = tuple(eqn.params["axes"])
+    if not set(v.axes) & set(axes):
+        return None  # along other axes: the lane rules keep it lane-local
+    if not set(v.axes) <= set(axes) or eqn.outvars[0].aval.shape != ():
+        raise NotSummable(f"a partial sum over their lanes ({jx.source_line(eqn)})")
+    nd = jnp.ndim(v.base)
+    rest = tuple(a for a in range(nd) if a not in v.axes)
+    per_lane = jnp.sum(v.base, axis=rest) if rest else v.base
+    if len(v.axes) > 1:  # the remaining axes ascend; put the site's lane axes in order
+        ascending = sorted(v.axes)
+        per_lane = jnp.transpose(per_lane, [ascending.index(a) for a in v.axes])
+    dtype = eqn.outvars[0].aval.dtype
+    return Additive(jnp.zeros((), dtype), per_lane.reshape(-1).astype(dtype))
+
+
+def _additive(name: str, eqn: Any, ins: list) -> Additive | None:
+    """Rules that keep `free + Σ lanes`: adding, negating, scaling by a constant."""
+    def parts(x):
+        return (x.free, x.lanes) if isinstance(x, Additive) else (x, 0.0)
+    if any(isinstance(x, Local) or (not isinstance(x, Additive) and jnp.ndim(x) != 0)
+           for x in ins):
+        return None
+    if name in ("add", "sub", "add_any"):
+        (fa, la), (fb, lb) = parts(ins[0]), parts(ins[1])
+        sign = -1.0 if name == "sub" else 1.0
+        return Additive(fa + sign * fb, la + sign * lb)
+    if name == "neg":
+        return Additive(-ins[0].free, -ins[0].lanes)
+    if name in ("mul", "div"):
+        a, b = ins
+        if isinstance(b, Additive) and name == "mul":
+            a, b = b, a
+        if isinstance(b, Additive):
+            return None
+        op = jnp.multiply if name == "mul" else jnp.divide
+        return Additive(op(a.free, b), op(a.lanes, b))
+    if name in ("convert_element_type", "copy", "copy_p", "reduce_sum", "reshape",
+                "broadcast_in_dim", "squeeze") and eqn.outvars[0].aval.shape == ():
+        dtype = eqn.outvars[0].aval.dtype
+        return Additive(ins[0].free.astype(dtype), ins[0].lanes.astype(dtype))
+    return None
+
+
+def lane_sums(closed: Any, sites: list, fixed: dict, flat_in: list) -> jax.Array:
+    """log Σ over the batched sites' values (lane by lane) of the density `closed`
+    computes from (site values, *flat_in); scalar sites' values are in `fixed`."""
+    batched = [s for s in sites if s.addr not in fixed]
+    shape = batched[0].shape
+    lanes = math.prod(shape)
+    combos = list(itertools.product(*[range(len(s.support)) for s in batched]))
+    table = [jnp.asarray(np.array([s.support[c[i]] for c in combos]), s.dtype)
+             for i, s in enumerate(batched)]
+    lane_axes = tuple(range(len(shape)))
+
+    def at(values):
+        given = dict(zip([s.addr for s in batched], values))
+        inputs = []
+        for s in sites:
+            if s.addr in fixed:
+                inputs.append(fixed[s.addr])
+            else:
+                full = jnp.full(shape, given[s.addr], s.dtype)
+                inputs.append(Local(full, full, lane_axes))
+        (out,) = evaluate(closed, inputs + list(flat_in))
+        if isinstance(out, Additive):
+            return out.free, out.lanes
+        if isinstance(out, Local):
+            raise NotSummable("the log density keeps their lanes apart")
+        return out, jnp.zeros((lanes,), jnp.result_type(out))
+
+    free, per_lane = jax.vmap(at)(table)  # [C], [C, L]
+    # In a subsampled gv.plate every lane's terms count `scale` times: the lane's
+    # marginal is summed first, then scaled (scale · log Σ_v p_l(v), not log Σ_v p_l(v)^scale)
+    scales = {s.scale for s in batched}
+    if len(scales) > 1:
+        raise NotSummable("they lie in gv.plates of different scales")
+    scale = scales.pop()
+    return free[0] + scale * jnp.sum(logsumexp(per_lane / scale, axis=0))
