@@ -62,16 +62,16 @@ def _dependence(jaxpr: Any) -> list[set]:
     return [of(v) for v in jaxpr.outvars]
 
 
-def _accumulators(jaxpr: Any, nc: int, ncar: int) -> list[int]:
-    """Carries updated as `out = in + term`, their input used nowhere else."""
-    found = []
-    for j in range(ncar):
-        var = jaxpr.invars[nc + j]
-        uses = [e for e in jaxpr.eqns if var in e.invars]
-        if (len(uses) == 1 and uses[0].primitive.name == "add"
-                and uses[0].outvars[0] is jaxpr.outvars[j] and var not in jaxpr.outvars):
-            found.append(j)
-    return found
+def _log_density_carry(jaxpr: Any, nc: int, ncar: int) -> int | None:
+    """The carry the interpreter accumulates the log density in (`genvi.gen.interpret`
+    puts it last): `out = in + term`, its input used nowhere else."""
+    j = ncar - 1
+    var = jaxpr.invars[nc + j]
+    uses = [e for e in jaxpr.eqns if var in e.invars]
+    if (ncar and len(uses) == 1 and uses[0].primitive.name == "add"
+            and uses[0].outvars[0] is jaxpr.outvars[j] and var not in jaxpr.outvars):
+        return j
+    return None
 
 
 def _forward(eqn: Any, ins: list) -> list | None:
@@ -90,7 +90,10 @@ def _forward(eqn: Any, ins: list) -> list | None:
     zpos = steps[0]
     site = ins[zpos].site
     deps = _dependence(body.jaxpr)
-    acc = _accumulators(body.jaxpr, nc, ncar)
+    a = _log_density_carry(body.jaxpr, nc, ncar)
+    if a is None:
+        raise NotSummable(f"the scan at {jx.source_line(eqn)} is not a gv.scan of the model")
+    acc = [a]
     state: set = set()
     changed = True
     while changed:  # carries whose value depends on the discrete values
@@ -105,9 +108,6 @@ def _forward(eqn: Any, ins: list) -> list | None:
             raise NotSummable(f"the carry of the scan at {jx.source_line(eqn)} remembers more "
                               "than the previous step's discrete value (a step's state must be "
                               "a function of that step's value alone)")
-    if len(acc) != 1:
-        raise NotSummable(f"the scan at {jx.source_line(eqn)} has no single log-density carry")
-    (a,) = acc
     support = jnp.asarray(site.support, site.dtype)
     consts, init, xs = ins[:nc], list(ins[nc:nc + ncar]), ins[nc + ncar:]
     xs = [jnp.flip(x, 0) if sp["reverse"] and not isinstance(x, Steps) else x for x in xs]
