@@ -201,3 +201,13 @@ def test_logreg_tiny(tmp_path):
     out = logreg.main(["--points", "2000", "--batch-size", "256", "--steps", "400", "--out", str(tmp_path)])
     # a smoke run (the default run reports coverage and accuracy); the weights are learned
     assert out["covered"] > 0.5 and out["accuracy"] > 0.55 and (tmp_path / "weights.png").exists()
+
+
+def test_enumeration_bench_tiny():
+    from genvi_experiments.bench import enumeration
+    out = enumeration.main(["--points", "60", "--steps-hmm", "8", "--fit-steps", "5",
+                            "--rounds", "1"])
+    for rows in out.values():
+        assert set(rows) == {"enumeration in the model", "ENUM in the guide",
+                             "NumPyro TraceEnum_ELBO"}
+        assert all(t > 0 and math.isfinite(err) for t, err in rows.values())

@@ -1,0 +1,228 @@
+"""Discrete latents summed out in the model: genvi's `gv.enumeration()` beside the same
+models with `grad=gv.ENUM` in the guide and beside NumPyro's `TraceEnum_ELBO`
+(`infer={"enumerate": "parallel"}`, funsor), on a 1-d Gaussian mixture (K = 3,
+full-data plate) and a hidden Markov model (K = 3 states, `gv.scan` / NumPyro's
+`contrib.control_flow.scan`).
+
+Each method fits the continuous latents (mixture weights and means; transition rows
+and emission means) with a mean-field normal guide (genvi's `gv.auto_normal`,
+NumPyro's `AutoNormal`) and Adam. Reports the warm time of one jitted gradient step,
+interleaved rounds, medians (ratios to genvi's enumeration); then, after
+`--fit-steps` steps of each, the largest error of the fitted means (posterior means
+of the guide) against the truth, components matched by sorting.
+
+    python -m genvi_experiments.bench.enumeration [--points 1000] [--steps-hmm 100]
+        [--fit-steps 2000] [--rounds 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import genvi as gv
+from genvi_experiments.common.timing import describe_machine, interleaved_medians
+
+K = 3
+MIX_MEANS = np.array([-2.0, 0.5, 3.0])
+MIX_WEIGHTS = np.array([0.3, 0.3, 0.4])
+HMM_MEANS = np.array([-1.5, 0.5, 2.5])
+STAY = 0.85
+SD = 0.5
+
+
+def mixture_data(n: int, seed: int = 0) -> jax.Array:
+    rng = np.random.default_rng(seed)
+    z = rng.choice(K, size=n, p=MIX_WEIGHTS)
+    return jnp.asarray(MIX_MEANS[z] + SD * rng.normal(size=n), jnp.float32)
+
+
+def hmm_data(t: int, seed: int = 0) -> jax.Array:
+    rng = np.random.default_rng(seed)
+    trans = np.full((K, K), (1 - STAY) / (K - 1)) + (STAY - (1 - STAY) / (K - 1)) * np.eye(K)
+    z, out = 0, []
+    for _ in range(t):
+        z = rng.choice(K, p=trans[z])
+        out.append(HMM_MEANS[z] + SD * rng.normal())
+    return jnp.asarray(out, jnp.float32)
+
+
+# -- genvi models ------------------------------------------------------------------------
+@gv.gen
+def point(mu, w, y):
+    z = gv.categorical(jnp.log(w)) @ "z"
+    gv.observe(gv.normal(mu[z], SD), y)
+
+
+@gv.gen
+def mixture(params, y):
+    w = gv.dirichlet(jnp.ones(K)) @ "w"
+    mu = gv.normal(jnp.linspace(-1.0, 1.0, K), 3.0) @ "mu"
+    gv.vmap(point, in_axes=(None, None, 0))(mu, w, y) @ "data"
+
+
+@gv.gen
+def hmm_step(carry, y):
+    z_prev, trans, means = carry
+    z = gv.categorical(jnp.log(trans[z_prev])) @ "z"
+    gv.observe(gv.normal(means[z], SD), y)
+    return (z, trans, means), None
+
+
+@gv.gen
+def hmm(params, ys):
+    trans = gv.dirichlet(jnp.ones((K, K)) + 2.0 * jnp.eye(K)) @ "trans"
+    means = gv.normal(jnp.linspace(-1.0, 1.0, K), 3.0) @ "means"
+    gv.scan(hmm_step)((0, trans, means), ys) @ "steps"
+
+
+@gv.gen
+def lane(logits):
+    gv.categorical(logits, grad=gv.ENUM) @ "z"
+
+
+@gv.gen
+def guide_step(carry, logits):
+    gv.categorical(logits, grad=gv.ENUM) @ "z"
+    return carry, None
+
+
+def genvi_methods(model, site: str, means: str, data: jax.Array, key: jax.Array) -> dict:
+    """{name: (objective, start params, fitted means of params)} for enumeration in the
+    model and ENUM in the guide (a categorical per datapoint / step, its own logits)."""
+    enumerated = gv.marginal(model, keep=[k for k in ("w", "mu", "trans", "means")],
+                             algorithm=gv.enumeration())
+    auto = gv.auto_normal(enumerated)
+    local = gv.auto_normal(model, exclude=[site])
+
+    @gv.gen
+    def guide(params, y):
+        local.inline(params, y)
+        if site == "data/z":
+            gv.vmap(lane)(params["logits"]) @ "data"
+        else:
+            gv.scan(guide_step)(0, params["logits"]) @ "steps"
+    logits = jnp.zeros((len(data), K))
+    return {
+        "enumeration in the model": (gv.elbo(enumerated, auto),
+                                     {"guide": auto.init(key, {}, data)},
+                                     lambda p: auto.mean(p)[means]),
+        "ENUM in the guide": (gv.elbo(model, guide),
+                              {"guide": local.init(key, {}, data), "logits": logits},
+                              lambda p: local.mean(p)[means]),
+    }
+
+
+def genvi_step(objective, lr: float, data: jax.Array):
+    opt = optax.adam(lr)
+
+    @jax.jit
+    def step(params, state, key):
+        grads = objective.grad_estimate(key, params, data)
+        updates, state = opt.update(jax.tree_util.tree_map(jnp.negative, grads), state, params)
+        return optax.apply_updates(params, updates), state
+    return opt, step
+
+
+# -- NumPyro ----------------------------------------------------------------------------
+def numpyro_method(kind: str, data: jax.Array, lr: float):
+    """(svi, fitted means of svi params) for NumPyro's TraceEnum_ELBO."""
+    import numpyro  # noqa: PLC0415
+    import numpyro.distributions as dist  # noqa: PLC0415
+    from numpyro.contrib.control_flow import scan  # noqa: PLC0415
+    from numpyro.infer import SVI, TraceEnum_ELBO  # noqa: PLC0415
+    from numpyro.infer.autoguide import AutoNormal  # noqa: PLC0415
+
+    def mixture_model(y):
+        w = numpyro.sample("w", dist.Dirichlet(jnp.ones(K)))
+        mu = numpyro.sample("mu", dist.Normal(jnp.linspace(-1.0, 1.0, K), 3.0).to_event(1))
+        with numpyro.plate("data", len(y)):
+            z = numpyro.sample("z", dist.Categorical(w), infer={"enumerate": "parallel"})
+            numpyro.sample("y", dist.Normal(mu[z], SD), obs=y)
+
+    def hmm_model(ys):
+        trans = numpyro.sample("trans", dist.Dirichlet(jnp.ones((K, K)) + 2.0 * jnp.eye(K))
+                               .to_event(1))
+        means = numpyro.sample("means", dist.Normal(jnp.linspace(-1.0, 1.0, K), 3.0)
+                               .to_event(1))
+
+        def transition(z_prev, y):
+            z = numpyro.sample("z", dist.Categorical(trans[z_prev]),
+                               infer={"enumerate": "parallel"})
+            numpyro.sample("y", dist.Normal(means[z], SD), obs=y)
+            return z, None
+        scan(transition, 0, ys)
+
+    model = mixture_model if kind == "mixture" else hmm_model
+    guide = AutoNormal(numpyro.handlers.block(model, hide=["z"]))
+    svi = SVI(model, guide, optax.adam(lr), TraceEnum_ELBO(max_plate_nesting=1))
+    name = "mu" if kind == "mixture" else "means"
+    return svi, lambda params: guide.median(params)[name]
+
+
+def max_error(fitted: jax.Array, truth: np.ndarray) -> float:
+    return float(np.max(np.abs(np.sort(np.asarray(fitted)) - truth)))
+
+
+def run(kind: str, data: jax.Array, truth: np.ndarray, fit_steps: int, rounds: int,
+        lr: float = 0.05) -> dict:
+    key = jax.random.key(0)
+    model, site, means = ((mixture, "data/z", "mu") if kind == "mixture"
+                          else (hmm, "steps/z", "means"))
+    methods = genvi_methods(model, site, means, data, key)
+    steps, results = {}, {}
+    for name, (objective, params, fitted) in methods.items():
+        opt, step = genvi_step(objective, lr, data)
+        state = [params, opt.init(params)]
+        jax.block_until_ready(step(*state, key))
+
+        def one(step=step, state=state):
+            state[0], state[1] = step(state[0], state[1], key)
+            return state[0]
+        steps[name] = one
+        fit = gv.fit(objective, params, data, optimizer=optax.adam(lr), steps=fit_steps,
+                     key=jax.random.key(1), progress=False)
+        results[name] = max_error(fitted(fit.params), truth)
+    svi, fitted = numpyro_method(kind, data, lr)
+    svi_state = [svi.init(key, data)]
+    update = jax.jit(svi.update)
+    jax.block_until_ready(update(svi_state[0], data))
+
+    def numpyro_one():
+        svi_state[0], loss = update(svi_state[0], data)
+        return loss
+    steps["NumPyro TraceEnum_ELBO"] = numpyro_one
+    done = svi.run(jax.random.key(1), fit_steps, data, progress_bar=False)
+    results["NumPyro TraceEnum_ELBO"] = max_error(fitted(done.params), truth)
+    times = interleaved_medians(steps, rounds=rounds, reps=5)
+    return {name: (times[name], results[name]) for name in steps}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--points", type=int, default=1000)
+    p.add_argument("--steps-hmm", type=int, default=100)
+    p.add_argument("--fit-steps", type=int, default=2000)
+    p.add_argument("--rounds", type=int, default=15)
+    a = p.parse_args(argv)
+    print(describe_machine())
+    out = {}
+    for kind, data, truth in (("mixture", mixture_data(a.points), MIX_MEANS),
+                              ("hmm", hmm_data(a.steps_hmm), HMM_MEANS)):
+        rows = run(kind, data, truth, a.fit_steps, a.rounds)
+        base = rows["enumeration in the model"][0]
+        size = f"{a.points} points" if kind == "mixture" else f"{a.steps_hmm} steps"
+        print(f"\n{kind} ({size}), {a.fit_steps} fit steps")
+        print(f"{'method':<28} {'ms/step':>8} {'ratio':>6} {'max |mean error|':>17}")
+        for name, (t, err) in rows.items():
+            print(f"{name:<28} {1e3 * t:8.3f} {t / base:6.2f} {err:17.3f}")
+        out[kind] = rows
+    return out
+
+
+if __name__ == "__main__":
+    main()
