@@ -266,3 +266,16 @@ def test_too_many_scalar_sites_and_no_site_and_vectors_are_refused():
         b = gv.flip(jnp.full(4, 0.5)) @ "b"
         gv.observe(gv.normal(mu + jnp.sum(a) * 0 + jnp.sum(b) * 0, 1.0), y)
     refused(two_plates, ["mu"], 1.0, match="different shapes")
+
+
+def test_an_enumerated_model_works_with_every_objective():
+    m = gv.marginal(hmm, keep=["logit"], algorithm=gv.enumeration())
+
+    @gv.gen
+    def guide(phi, ys):
+        gv.normal(phi, 0.6, grad=gv.REPARAM) @ "logit"
+    ys = jnp.asarray(YS)
+    for obj in (gv.elbo(m, guide), gv.iwelbo(m, guide, particles=4),
+                gv.renyi(m, guide, 0.5, 4), gv.dreg(m, guide, 4)):
+        value, grad = obj.value_and_grad_estimate(jax.random.key(0), 0.3, ys)
+        assert np.isfinite(float(value)) and np.isfinite(float(grad))
