@@ -35,16 +35,24 @@ def latest_step(directory: str) -> int | None:
     return max(steps) if steps else None
 
 
-def save(directory: str, step: int, payload: dict, keep: int = 2) -> str:
-    """Write `payload` (a pytree) as the checkpoint for `step`; keep the newest `keep`."""
+def save(directory: str, step: int, payload: dict, keep: int = 2, primary: bool = True) -> str:
+    """Write `payload` (a pytree) as the checkpoint for `step`; keep the newest `keep`.
+
+    Under `jax.distributed` every process calls it (orbax writes collectively) and
+    only the `primary` one removes old checkpoints."""
     path = os.path.abspath(os.path.join(directory, f"step_{step:09d}"))
     os.makedirs(directory, exist_ok=True)
     ckpt = _checkpointer()
     ckpt.save(path, jax.tree_util.tree_map(np.asarray, payload), force=True)
     ckpt.wait_until_finished()
-    old = sorted(int(m.group(1)) for n in os.listdir(directory) if (m := _STEP_DIR.match(n)))
-    for s in old[:-keep]:
-        _remove(os.path.join(directory, f"step_{s:09d}"))
+    if primary:
+        old = sorted(int(m.group(1)) for n in os.listdir(directory)
+                     if (m := _STEP_DIR.match(n)))
+        for s in old[:-keep]:
+            _remove(os.path.join(directory, f"step_{s:09d}"))
+    if jax.process_count() > 1:  # the others wait until the old ones are gone
+        from jax.experimental import multihost_utils  # noqa: PLC0415 - only across processes
+        multihost_utils.sync_global_devices(f"genvi checkpoint {step}")
     return path
 
 

@@ -16,6 +16,7 @@ fraction of the run, warned about.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -29,6 +30,8 @@ import optax
 from genvi.adev.expectation import Expectation
 from genvi.training import checkpoints
 from genvi.training import minibatch
+from genvi.training.distributed import (check_batch, data_parallel, local, per_process,
+                                        place_data, reports)
 from genvi.training.fit_checks import (NonFiniteError, as_arrays, check_float_params,
                                        check_objective, nonfinite_message, warn_if_skipped)
 from genvi.core.validation import entry_point
@@ -96,7 +99,9 @@ def fit(objective: Expectation, params: Any, *data: Any,
       run would. `resume=True` requires a checkpoint (a clear error if there is
       none); `resume=False` ignores existing ones.
     * `shard`: split each batch over all devices (`jax.sharding`), parameters
-      replicated. For several hosts, call `jax.distributed.initialize()` first.
+      replicated. Under `jax.distributed` (several processes) every process calls
+      `gv.fit` alike with its own rows of each data argument, and `batch_size` is the
+      global batch (see `genvi/training/distributed.py` and docs/distributed.md).
 
     Example:
         >>> import genvi as gv, jax, jax.numpy as jnp, optax
@@ -120,13 +125,13 @@ def fit(objective: Expectation, params: Any, *data: Any,
     params = _strongly_typed(params)
     data = tuple(as_arrays(d, i) for i, d in enumerate(data))
     step_key, data_key = jax.random.split(key)
-    sharding = _data_sharding(shard)
-    if shard:
-        params = jax.device_put(params, sharding.replicated)
+    sharding = data_parallel(shard)
+    check_batch(batch_size, sharding)
+    data = place_data(data, sharding)
     n = _dataset_size(data) if batch_size else None
     order = _check_order(shuffle, batch_size, n)
     if order == "once":
-        data = _shuffle_once(data, data_key, batch_size, n)
+        data = _shuffle_once(data, data_key, batch_size, n, sharding.processes)
     chunk = _compiled_chunk(objective, optimizer, (batch_size, order), n, skip_nonfinite,
                             sharding)
     capacity = max(1, min(chunk_size, steps))
@@ -141,8 +146,10 @@ def fit(objective: Expectation, params: Any, *data: Any,
             f"{os.path.abspath(checkpoint_dir) if checkpoint_dir else '(no checkpoint_dir given)'!r}")
     if found and resume is not False:
         start, params, state, history = _resume(checkpoint_dir, params, state, key)
+    if shard:
+        params, state = jax.device_put((params, state), sharding.replicated)
     evaluate = _make_eval(eval_objective, eval_data, eval_estimates, key)
-    bar = _ProgressBar(steps, enabled=progress)
+    bar = _ProgressBar(steps, enabled=progress and reports(sharding))
     bar.advance(start)
     boundaries = _boundaries(start, steps, chunk_size, eval_every, checkpoint_every)
     try:
@@ -150,6 +157,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
             before = (params, state)
             (params, state), (values, skipped), (done, failed) = chunk.run(
                 before, begin, end - begin, data, step_key, data_key, capacity=capacity)
+            done, values, skipped, failed = local((done, values, skipped, failed), sharding)
             done, values, skipped = int(done), np.asarray(values), np.asarray(skipped)
             history["objective"] = np.concatenate([history["objective"], values[:done]])
             history["skipped"] = np.concatenate([history["skipped"], skipped[:done]])
@@ -161,13 +169,15 @@ def fit(objective: Expectation, params: Any, *data: Any,
                 history["eval_step"].append(end)
                 history["eval"].append(float(evaluate(params)))
             if checkpoint_dir and checkpoint_every and (end % checkpoint_every == 0 or end == steps):
-                checkpoints.save(checkpoint_dir, end, _payload(params, state, end, key, history))
+                checkpoints.save(checkpoint_dir, end,
+                                 _payload(*local((params, state), sharding), end, key, history),
+                                 primary=reports(sharding))
             for callback in callbacks:
                 callback(end, params, history)
             bar.advance(end - begin, float(np.mean(values[:done])))
     finally:
         bar.close()
-    result = _finish(params, state, history)
+    result = _finish(*local((params, state), sharding), history)
     warn_if_skipped(result.history, skip_warn_fraction)
     return result
 
@@ -194,7 +204,8 @@ def _compiled_chunk(objective, optimizer, batching, n, skip_nonfinite, sharding)
     the error; compiled only when needed). Data and keys are arguments, never baked-in
     constants, so a second `gv.fit` with the same objective and optimizer objects
     reuses the compiled program."""
-    cache_key = (id(objective), id(optimizer), batching, n, skip_nonfinite, sharding.batch)
+    cache_key = (id(objective), id(optimizer), batching, n, skip_nonfinite, sharding.batch,
+                 sharding.processes)
     hit = _CHUNKS.get(cache_key)
     if hit is not None and hit[0] is objective and hit[1] is optimizer:
         return hit[2]
@@ -249,19 +260,24 @@ def _check_order(shuffle: str, batch_size: int | None, n: int | None) -> str | N
     return shuffle if batch_size else None
 
 
-_shuffle_once = jax.jit(minibatch.shuffle_once, static_argnums=(2, 3))
+@functools.partial(jax.jit, static_argnums=(2, 3, 4))
+def _shuffle_once(data, key, batch_size, n, processes):
+    """`shuffle="once"`'s permutation, of each process's rows among themselves."""
+    return per_process(lambda block, k, _, rows: minibatch.shuffle_once(block, k, batch_size, rows),
+                       data, key, processes, batch_size, n)
 
 
 def _make_step(objective, optimizer, data, batching, n, step_key, data_key, sharding):
     batch_size, order = batching
 
     def batch_at(step):
-        # O(batch_size) whatever n (genvi/training/minibatch.py)
-        if order == "epoch":
-            return minibatch.epoch_batch(data, data_key, step, batch_size, n)
-        if order == "once":
-            return minibatch.window_batch(data, data_key, step, batch_size, n)
-        return data
+        # O(batch_size) whatever n (genvi/training/minibatch.py); several processes:
+        # equal shares, each from one process's rows (genvi/training/distributed.py)
+        if order is None:
+            return data
+        draw = minibatch.epoch_batch if order == "epoch" else minibatch.window_batch
+        return per_process(lambda block, k, size, rows: draw(block, k, step, size, rows),
+                           data, data_key, sharding.processes, batch_size, n)
 
     def grads_at(params, step):
         batch = batch_at(step)
@@ -324,18 +340,6 @@ def _dataset_size(data) -> int:
         raise ValueError(f"gv.fit: minibatched data arrays need one leading size; got {sorted(sizes)}")
     return sizes.pop()
 
-
-class _Sharding(NamedTuple):
-    batch: Any
-    replicated: Any
-
-
-def _data_sharding(shard: bool) -> _Sharding:
-    if not shard:
-        return _Sharding(None, None)
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: PLC0415
-    mesh = Mesh(np.array(jax.devices()), ("data",))
-    return _Sharding(NamedSharding(mesh, PartitionSpec("data")), NamedSharding(mesh, PartitionSpec()))
 
 
 def _boundaries(start: int, steps: int, chunk: int, *every: int | None) -> list[tuple[int, int]]:

@@ -1,0 +1,58 @@
+"""One process of a `gv.fit(shard=True)` run under `jax.distributed` (or alone), for
+tests/test_distributed.py: `python tests/distributed_worker.py PID NPROC PORT SPECS OUT`.
+
+SPECS is JSON: a list of fits ({"steps", "batch_size", "checkpoint_dir", "resume",
+"checkpoint_every"}); OUT receives each fit's parameters (JSON)."""
+
+import json
+import sys
+
+import jax
+
+pid, nproc, port, specs, out = (int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]),
+                                json.loads(sys.argv[4]), sys.argv[5])
+if nproc > 1:
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(f"localhost:{port}", num_processes=nproc, process_id=pid)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import optax  # noqa: E402
+
+import genvi as gv  # noqa: E402
+
+N = 64
+rng = np.random.default_rng(0)
+x = rng.normal(size=(N, 2)).astype(np.float32)
+y = (x @ np.array([1.0, -0.5]) + 0.3 * rng.normal(size=N)).astype(np.float32)
+mine = slice(pid * N // nproc, (pid + 1) * N // nproc)   # this process's rows
+
+
+@gv.gen
+def point(w, x, y):
+    gv.observe(gv.normal(x @ w, 0.3), y)
+
+
+@gv.gen
+def model(params, x, y):
+    w = gv.normal(jnp.zeros(2), 1.0) @ "w"
+    gv.plate(point, size=N, in_axes=(None, 0, 0))(w, x, y) @ "data"
+
+
+@gv.gen
+def guide(params, x, y):
+    gv.normal(params["loc"], jnp.exp(params["log_scale"]), grad=gv.REPARAM) @ "w"
+
+
+objective = gv.elbo(model, guide)
+results = []
+for spec in specs:
+    result = gv.fit(objective, {"loc": jnp.zeros(2), "log_scale": jnp.full(2, -1.0)},
+                    x[mine], y[mine], optimizer=optax.adam(0.05), steps=spec["steps"],
+                    key=jax.random.key(0), batch_size=spec.get("batch_size"), shard=True,
+                    progress=False, checkpoint_dir=spec.get("checkpoint_dir"),
+                    checkpoint_every=spec.get("checkpoint_every"), resume=spec.get("resume"))
+    results.append({k: np.asarray(v).tolist() for k, v in result.params.items()}
+                   | {"steps_done": len(result.history["objective"])})
+with open(out, "w") as f:
+    json.dump(results, f)
