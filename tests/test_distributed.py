@@ -47,8 +47,10 @@ def runs(tmp_path_factory):
     ckpt = str(tmp / "ckpt")
     two = launch(2, [{"steps": 200, "checkpoint_dir": ckpt, "checkpoint_every": 100}], tmp)
     two_more = launch(2, [{"steps": 300, "checkpoint_dir": ckpt, "resume": True},
-                          {"steps": 200, "batch_size": 16}], tmp)
-    one = launch(1, [{"steps": 200}, {"steps": 300}], tmp, devices=2)
+                          {"steps": 200, "batch_size": 16},
+                          {"steps": 200, "objective": "batch_mean"}], tmp)
+    one = launch(1, [{"steps": 200}, {"steps": 300}, {"steps": 200, "objective": "batch_mean"}],
+                 tmp, devices=2)
     return two, two_more, one
 
 
@@ -71,3 +73,10 @@ def test_a_global_batch_in_equal_shares_agrees_across_processes(runs):
     a, b = two_more[0][1], two_more[1][1]
     assert a == b
     assert np.allclose(a["loc"], [1.0, -0.5], atol=0.15)   # it fits the regression
+
+
+def test_batch_mean_over_processes_matches_one_process(runs):
+    _, two_more, one = runs
+    assert two_more[0][2] == two_more[1][2]
+    assert close(two_more[0][2], one[0][2], rtol=1e-4)
+    assert np.allclose(two_more[0][2]["loc"], [1.0, -0.5], atol=0.15)
