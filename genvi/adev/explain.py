@@ -6,9 +6,13 @@ sampling site it differentiates (address, distribution, strategy, the plates and
 around it and its lanes) and how the site's replays are evaluated: none (REPARAM,
 REINFORCE), lane-local (one evaluation of the rest of the objective for all lanes),
 whole-objective replays (one per lane and alternative), or exact enumeration of the
-rest of the program. The compiled value and gradient steps' FLOPs (XLA's cost
-analysis) put a number on it: someone asking "why is this step 20× slower than
-REINFORCE?" reads the answer off the table.
+rest of the program, and how many times in all each site runs the rest of the
+objective (`runs`: alternatives × lanes × the steps of the scans around it). Two
+numbers put a cost on it: the operations of the value and gradient steps counted on
+their jaxprs with every loop at its trip count (`work_*`: a scan of T steps, the
+`lax.map` that runs a scan's replays, count T times their body), and XLA's FLOPs of the
+compiled steps (`flops_*`), which count each loop body once. Someone asking "why is
+this step 20× slower than REINFORCE?" reads the answer off the table.
 """
 
 from __future__ import annotations
@@ -40,17 +44,28 @@ def note_site(eqn: Any, dist: Any, strategy: Any, value: Any, steps: tuple) -> N
             elif k == "cond":
                 within.append("cond")
     addr = eqn.params.get("addr")
+    repeat = math.prod(s.params["length"] for s in steps
+                       if hasattr(s, "primitive") and jx.kind(s) == "scan")
     log[id(eqn)] = dict(addr="/".join(map(str, addr)) if addr else "(gv.sample)",
                         dist=f"gv.{getattr(dist, 'name', '?')}", strategy=repr(strategy),
                         shape=tuple(getattr(value, "shape", ())), within=within,
-                        replays="none")
+                        replays="none", repeat=repeat, runs=0)
 
 
 def note_replays(eqn: Any, alternatives: Any, path: str) -> None:
-    """Record how a site's replays are evaluated (`alternatives`: `[J, *lanes]`)."""
+    """Record how a site's replays are evaluated (`alternatives`: `[J, *lanes]`, one
+    step's): lane-local paths run the rest once per alternative, whole-objective
+    replays once per alternative and lane; at every step of the scans around it."""
     shape = getattr(alternatives, "shape", (1,))
     lanes = math.prod(shape[1:])
     note_path(eqn, f"{shape[0]} × {lanes} lane{'s' if lanes != 1 else ''}: {path}")
+    _note_runs(eqn, shape[0] * (1 if path.startswith("lane-local") else lanes))
+
+
+def _note_runs(eqn: Any, per_step: int) -> None:
+    log = _LOG.get()
+    if log is not None and id(eqn) in log:
+        log[id(eqn)]["runs"] = per_step * log[id(eqn)]["repeat"]
 
 
 def note_path(eqn: Any, text: str) -> None:
@@ -62,6 +77,7 @@ def note_path(eqn: Any, text: str) -> None:
 
 def note_enumeration(eqn: Any, values: int) -> None:
     note_path(eqn, f"rest of the program at {values} values (exact enumeration)")
+    _note_runs(eqn, values)
 
 
 @dataclass
@@ -73,22 +89,29 @@ class Explanation:
     sites: list = field(default_factory=list)
     flops_value: float = float("nan")
     flops_gradient: float = float("nan")
+    work_value: tuple = (float("nan"), float("nan"))     # (operations, elements)
+    work_gradient: tuple = (float("nan"), float("nan"))
 
     def __str__(self) -> str:
-        rows = [("address", "distribution", "strategy", "within", "shape", "replays")]
+        rows = [("address", "distribution", "strategy", "within", "shape", "runs", "replays")]
         for s in self.sites:
             shape = "×".join(map(str, s["shape"])) or "scalar"
             rows.append((s["addr"], s["dist"], s["strategy"], " > ".join(s["within"]) or "top",
-                         shape, s["replays"]))
+                         shape, f"{s['runs']:,}", s["replays"]))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         lines = [f"gradient estimator of {self.name}:"]
         for j, r in enumerate(rows):
             lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
             if j == 0:
                 lines.append("  " + "  ".join("-" * w for w in widths))
+        (ov, ev), (og, eg) = self.work_value, self.work_gradient
+        lines.append(f"operations executed, loops at their trip counts: value step {ov:,.0f} "
+                     f"({ev:,.0f} elements); gradient step {og:,.0f} ({eg:,.0f} elements), "
+                     f"{og / ov if ov else float('nan'):.1f}× the value")
         ratio = self.flops_gradient / self.flops_value if self.flops_value else float("nan")
         lines.append(f"compiled value step: {self.flops_value:,.0f} FLOPs; gradient step: "
-                     f"{self.flops_gradient:,.0f} FLOPs ({ratio:.1f}× the value)")
+                     f"{self.flops_gradient:,.0f} FLOPs ({ratio:.1f}× the value; XLA counts "
+                     "each loop body once)")
         return "\n".join(lines)
 
     __repr__ = __str__
@@ -98,6 +121,38 @@ def _flops(compiled: Any) -> float:
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
     return float((cost or {}).get("flops", float("nan")))
+
+
+def work(jaxpr: Any) -> tuple[float, float]:
+    """(operations executed, elements they write) by a jaxpr, every loop at its trip
+    count: a scan's body `length` times, a cond's costliest branch, a while loop's body
+    once (its trip count is not known). On a CPU a step's time is close to a fixed
+    dispatch cost plus a few ns per operation executed while arrays are small, and
+    follows the elements once they are large.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from genvi.adev.explain import work
+        >>> step = lambda c, _: (c * 2.0 + 1.0, None)
+        >>> work(jax.make_jaxpr(lambda c: jax.lax.scan(step, c, None, length=10))(jnp.ones(3)))
+        (20.0, 60.0)
+    """
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    ops = elements = 0.0
+    for eqn in jaxpr.eqns:
+        kind, subs = jx.kind(eqn), jx.sub_jaxprs(eqn)
+        if kind == "scan":
+            o, e = work(eqn.params["jaxpr"])
+            ops, elements = ops + eqn.params["length"] * o, elements + eqn.params["length"] * e
+            continue
+        if kind == "cond":
+            o, e = max(work(b) for b in jx.cond_branches(eqn))
+        elif subs:
+            o, e = (sum(x) for x in zip(*(work(j) for j in subs)))
+        else:
+            o, e = 1.0, float(sum(math.prod(getattr(v.aval, "shape", ())) for v in eqn.outvars))
+        ops, elements = ops + o, elements + e
+    return ops, elements
 
 
 def explain(objective: Any, key: Any, args: tuple, argnums: tuple) -> Explanation:
@@ -110,9 +165,12 @@ def explain(objective: Any, key: Any, args: tuple, argnums: tuple) -> Explanatio
         def grad_step(key, *a):
             return objective._value_and_grad_uncached(key, a, argnums)
         gradient = jax.jit(grad_step).lower(key, *args).compile()
+        gradient_jaxpr = jax.make_jaxpr(grad_step)(key, *args)
     finally:
         _LOG.reset(token)
-    value = jax.jit(lambda key, *a: objective._value_fn(key, a)(
-        split_args(a)[0])).lower(key, *args).compile()
-    return Explanation(objective._label, list(log.values()),
-                       _flops(value), _flops(gradient))
+
+    def value_step(key, *a):
+        return objective._value_fn(key, a)(split_args(a)[0])
+    value = jax.jit(value_step).lower(key, *args).compile()
+    return Explanation(objective._label, list(log.values()), _flops(value), _flops(gradient),
+                       work(jax.make_jaxpr(value_step)(key, *args)), work(gradient_jaxpr))
