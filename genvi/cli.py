@@ -31,9 +31,10 @@ import argparse
 import copy
 import importlib
 import importlib.metadata
-import os
 import sys
 from typing import Any, NamedTuple
+
+from genvi.core.compile_cache import use_compilation_cache
 
 
 class ShowDefaults(argparse.HelpFormatter):
@@ -116,31 +117,6 @@ def experiments() -> dict[str, Any]:
             continue
         result[name] = record
     return result
-
-
-def use_compilation_cache() -> str | None:
-    """Keep compiled steps on disk between runs, so a second `genvi run` of an
-    experiment skips XLA's compile (AIR's steps take seconds each to compile on a CPU).
-    The folder is `$GENVI_CACHE`, default `~/.cache/genvi/xla`; `GENVI_CACHE=off`
-    turns it off, and a JAX cache configured already (JAX_COMPILATION_CACHE_DIR) wins.
-
-    Example:
-        >>> import os
-        >>> from unittest import mock
-        >>> from genvi.cli import use_compilation_cache
-        >>> with mock.patch.dict(os.environ, GENVI_CACHE="off"):
-        ...     print(use_compilation_cache())
-        None
-    """
-    import jax  # noqa: PLC0415 - `genvi list` stays instant
-
-    folder = os.environ.get("GENVI_CACHE", os.path.join("~", ".cache", "genvi", "xla"))
-    if folder.lower() in ("off", "0", "") or jax.config.jax_compilation_cache_dir:
-        return None
-    folder = os.path.expanduser(folder)
-    jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
-    return folder
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -191,3 +191,22 @@ def test_chunks_of_every_length_share_one_compiled_program(caplog):
     assert odd.history["objective"].shape == (23,)
     np.testing.assert_array_equal(odd.history["objective"], whole.history["objective"])
     np.testing.assert_array_equal(np.asarray(odd.params["m"]), np.asarray(whole.params["m"]))
+
+
+def test_fit_turns_the_persistent_compilation_cache_on(tmp_path):
+    """Unless GENVI_CACHE=off (as in this suite), gv.fit keeps compiled steps on disk."""
+    import os
+    import subprocess
+    import sys
+    script = ("import genvi as gv, jax, optax\n"
+              "@gv.expectation\n"
+              "def e(m):\n"
+              "    return -(gv.sample(gv.normal(m, 1.0, grad=gv.REPARAM)) - 1.0) ** 2\n"
+              "gv.fit(e, 0.0, optimizer=optax.adam(0.1), steps=5, key=jax.random.key(0),"
+              " progress=False)\n"
+              "print(jax.config.jax_compilation_cache_dir)\n")
+    env = dict(os.environ, GENVI_CACHE=str(tmp_path / "xla"), JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith(str(tmp_path / "xla"))

@@ -34,6 +34,7 @@ from genvi.training.distributed import (check_batch, data_parallel, local, per_p
                                         place_data, reports)
 from genvi.training.fit_checks import (NonFiniteError, as_arrays, check_float_params,
                                        check_objective, nonfinite_message, warn_if_skipped)
+from genvi.core.compile_cache import use_compilation_cache
 from genvi.core.validation import entry_point
 
 
@@ -102,6 +103,9 @@ def fit(objective: Expectation, params: Any, *data: Any,
       replicated. Under `jax.distributed` (several processes) every process calls
       `gv.fit` alike with its own rows of each data argument, and `batch_size` is the
       global batch (see `genvi/training/distributed.py` and docs/distributed.md).
+    * Compiled steps are kept in a persistent XLA cache (`~/.cache/genvi/xla`, or
+      `$GENVI_CACHE`; `GENVI_CACHE=off` turns it off), so a second run of a script
+      loads them instead of compiling again.
 
     Example:
         >>> import genvi as gv, jax, jax.numpy as jnp, optax
@@ -118,6 +122,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
         >>> round(float(result.params["m"]), 1)   # posterior mean y / 2
         0.5
     """
+    use_compilation_cache()
     check_objective(objective, "objective")
     if eval_objective is not None:
         check_objective(eval_objective, "eval_objective")
