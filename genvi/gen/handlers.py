@@ -8,6 +8,8 @@ user tools build on (see docs/extending.md):
   its gradient strategy; `g.sim`.
 * `Generate` — constrained sites scored, the others sampled; `g.generate`.
 * `Dream`    — `Sim` that also samples the observations; `g.dream`.
+* `RecordSites` — `Simulate` that also notes each site's distribution, parameters
+  and plate scale (what automatic guides and `gv.enumeration` read of a program).
 
 A handler receives each site as its equation and operands (`site_parts` splits them
 into distribution, parameters, strategy and address) and the `State` threaded through
@@ -36,7 +38,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -185,6 +187,42 @@ class Simulate(Handler):
         value = dist.sample(sub, *params)
         log_p = _log_prob(dist, value, params, self.scale)
         return value, replace(self.record(state, addr, value, log_p, dist), key=key)
+
+
+class RecordedSite(NamedTuple):
+    """A site as `RecordSites` saw it: its distribution (unmasked), parameters, the
+    product of the `gv.plate` factors around it, and whether it is masked (in a branch
+    of a cond that differs by lane)."""
+
+    dist: Any
+    params: tuple
+    scale: float
+    masked: bool
+
+
+class RecordSites(Simulate):
+    """`Simulate` that also records each site, by address, in `found` (`RecordedSite`).
+
+    Example:
+        >>> import genvi as gv, jax
+        >>> from genvi.gen.handlers import RecordSites
+        >>> @gv.gen
+        ... def g():
+        ...     return gv.normal(0.0, 2.0) @ "x"
+        >>> h = RecordSites()
+        >>> _ = g.interpret(h, key=jax.random.key(0))
+        >>> h.found[("x",)].dist, h.found[("x",)].scale
+        (gv.normal, 1.0)
+    """
+
+    def __init__(self):
+        self.found: dict = {}
+
+    def site(self, eqn, params, state):
+        dist, dparams, _, addr = site_parts(eqn, params)
+        self.found[addr] = RecordedSite(getattr(dist, "base", dist), dparams,
+                                        float(self.scale), hasattr(dist, "base"))
+        return super().site(eqn, params, state)
 
 
 def _objective_sample(dist: Any, params: tuple, strategy: Any, addr: tuple) -> Any:

@@ -1,7 +1,7 @@
 """A model's latent sites, found by running it: what automatic guides are built from.
 
 `discover(model, key, args)` runs the model a few times on example arguments with
-genvi's own `Simulate` handler, extended to record each site's distribution,
+genvi's `RecordSites` handler, `Simulate` that records each site's distribution,
 parameters and `gv.plate` scale (`g.interpret`, the public interpreter API). Each
 continuous site becomes a `Site`: address, shape, distribution, support (`domain`)
 and the shape of its unconstrained value; sites an automatic guide cannot cover (a
@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from genvi.core.tracing import merge_args, split_args
-from genvi.gen.handlers import Simulate, site_parts
+from genvi.gen.handlers import RecordSites
 from genvi.guides import supports
 
 PRIOR_DRAWS = 15  # initial locations: the median of this many prior draws (unconstrained)
@@ -70,20 +70,6 @@ class Site:
 
     def __eq__(self, other):
         return self is other
-
-
-class _Discover(Simulate):
-    """`Simulate` that also records each site's distribution, parameters and scale."""
-
-    def __init__(self):
-        self.found: dict = {}
-
-    def site(self, eqn, params, state):
-        dist, dparams, _, addr = site_parts(eqn, params)
-        # the product of the enclosing gv.plate factors (1 outside subsampled plates)
-        scale = getattr(self, "scale", 1.0)
-        self.found[addr] = (getattr(dist, "base", dist), dparams, float(scale))
-        return super().site(eqn, params, state)
 
 
 _MOVING = ("gv.{who}: the support of site {name!r} (gv.{dist}) {why}; automatic guides "
@@ -138,14 +124,15 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
     except TypeError:  # unhashable static arguments: no cache
         cached = None
     if cached is None:
-        handler = _Discover()
+        handler = RecordSites()
 
         def one(k, dyn):
             a = merge_args(dyn, static, treedef, mask)
             values = program.interpret(handler, *a, key=k).choices.flat()
-            bounds = {a: (p[:2] if getattr(d, "domain", None) == "interval" else p)
-                      for a, (d, p, _) in handler.found.items()
-                      if getattr(d, "domain", None) in ("interval", "tfp")}
+            bounds = {a: (r.params[:2] if getattr(r.dist, "domain", None) == "interval"
+                          else r.params)
+                      for a, r in handler.found.items()
+                      if getattr(r.dist, "domain", None) in ("interval", "tfp")}
             return values, bounds
         cached = (jax.jit(one), handler)   # unbatched: compiles faster than a vmap
     run, handler = cached
@@ -157,8 +144,8 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
         except TypeError:
             pass
     except jax.errors.UnexpectedTracerError:
-        moving = [(a, d) for a, (d, _, _) in handler.found.items()
-                  if getattr(d, "domain", None) in ("interval", "tfp")]
+        moving = [(a, r.dist) for a, r in handler.found.items()
+                  if getattr(r.dist, "domain", None) in ("interval", "tfp")]
         if not moving:
             raise
         raise ValueError(_MOVING.format(who=who, name="/".join(map(str, moving[0][0])),
@@ -172,7 +159,7 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
                        f"site of {model.name}; its sites are "
                        f"{sorted('/'.join(map(str, a)) for a in handler.found)}")
     sites = []
-    for addr, (dist, _, scale) in handler.found.items():
+    for addr, (dist, _, scale, _) in handler.found.items():
         if addr in excluded or (kept is not None and not kept(addr)):
             continue
         name = "/".join(map(str, addr))

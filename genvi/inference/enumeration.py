@@ -48,7 +48,7 @@ from genvi.core.choices import ChoiceMap, choices as to_choices
 from genvi.core.mistakes import addr_name
 from genvi.core.tracing import merge_args, split_args
 from genvi.core import validation
-from genvi.gen.handlers import Simulate, site_parts
+from genvi.gen.handlers import RecordSites
 from genvi.gen.language import GenFn
 from genvi.inference.enum_lanes import NotSummable, evaluate, lane_sums
 from genvi.inference.enum_scan import forward_sums
@@ -76,22 +76,6 @@ def enumeration() -> Enumeration:
         Enumeration()
     """
     return Enumeration()
-
-
-class _Record(Simulate):
-    """`Simulate` recording each site's distribution and parameter shapes."""
-
-    def __init__(self):
-        self.found: dict = {}
-
-    def site(self, eqn, params, state):
-        dist, dparams, _, addr = site_parts(eqn, params)
-        self.found[addr] = (getattr(dist, "base", dist),
-                            tuple(jax.ShapeDtypeStruct(jnp.shape(p), jnp.result_type(p))
-                                  for p in dparams),
-                            float(getattr(self, "scale", 1.0)),  # its gv.plate factor
-                            hasattr(dist, "base"))  # masked: in a branch of a batched cond
-        return super().site(eqn, params, state)
 
 
 @dataclass(frozen=True)
@@ -132,7 +116,7 @@ class EnumeratedMarginal(Marginal):
             return self._aux_cache[key]
         except (KeyError, TypeError):
             pass
-        handler = _Record()
+        handler = RecordSites()
 
         def run(k, dyn):
             return self.g.interpret(handler, *merge_args(dyn, static, treedef, mask),
@@ -142,7 +126,7 @@ class EnumeratedMarginal(Marginal):
         for addr, sd in shapes.items():
             if self._is_kept(addr):
                 continue
-            dist, params, scale, masked = handler.found[addr]
+            dist, params, scale, masked = handler.found[addr]   # params: shapes only
             if masked:
                 raise ValueError(f"gv.enumeration: site {addr_name(addr)!r} (gv.{dist.name}) "
                                  "is sampled in a branch of a cond that differs by lane; "
@@ -189,7 +173,7 @@ def _aux_site(m: EnumeratedMarginal, addr: tuple, sd: Any, dist: Any, params: tu
             f"Keep it (keep=[..., {name!r}]) and give it a guide, or marginalize it with "
             "gv.importance instead.")
     with jax.ensure_compile_time_eval():  # a constant, also inside a traced objective
-        zeros = [jnp.zeros(p.shape, p.dtype) for p in params]
+        zeros = [jnp.zeros(jnp.shape(p), jnp.result_type(p)) for p in params]
         support = np.asarray(dist.support(*zeros))
     draw = jax.eval_shape(lambda *p: dist.sample(jax.random.key(0), *p), *zeros)
     if support.ndim != 1 or dist.value_event_ndim != 0:
