@@ -43,6 +43,10 @@ class Importance:
     particles: int = 1
     resample: Strategy = ENUM
 
+    def marginal(self, g: GenFn, keep: Sequence) -> "Marginal":
+        """`g`'s marginal over `keep`, estimated by this algorithm (`gv.marginal`)."""
+        return Marginal(g, keep, self)
+
 
 def importance(proposal: GenFn | None = None, particles: int = 1,
                resample: Strategy = ENUM) -> Importance:
@@ -224,13 +228,10 @@ def marginal(g: GenFn, keep: Sequence, algorithm: Any = None) -> Marginal:
         >>> # gv.elbo(model, guide): IWHVI(5); gv.iwelbo(model, guide, particles=5): DIWHVI
     """
     algorithm = algorithm or importance()
-    if not isinstance(algorithm, Importance):  # another algorithm (gv.enumeration()) builds it
-        build = getattr(algorithm, "marginal", None)
-        if build is None:
-            raise TypeError(f"gv.marginal: algorithm={algorithm!r} is not an algorithm; use "
-                            "gv.importance(proposal, particles) or gv.enumeration()")
-        return build(g, keep)
-    return Marginal(g, keep, algorithm)
+    if not hasattr(algorithm, "marginal"):  # each algorithm builds its marginal
+        raise TypeError(f"gv.marginal: algorithm={algorithm!r} is not an algorithm; use "
+                        "gv.importance(proposal, particles) or gv.enumeration()")
+    return algorithm.marginal(g, keep)
 
 
 def normalize(g: GenFn, algorithm: Importance | None = None) -> Normalize:
