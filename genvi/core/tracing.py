@@ -45,6 +45,20 @@ def _aval_key(x: Any) -> tuple:
     return (a.shape, str(a.dtype), getattr(a, "weak_type", False))
 
 
+def shapes_key(args: tuple) -> tuple:
+    """A hashable key of `args` for caches of traces: the structure, the dynamic
+    leaves' shapes and dtypes, and the static leaves (by identity where unhashable).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from genvi.core.tracing import shapes_key
+        >>> shapes_key((jnp.zeros(3), 2)) == shapes_key((jnp.ones(3), 2))
+        True
+    """
+    dyn, static, treedef, mask = split_args(args)
+    return (treedef, mask, tuple(_aval_key(x) for x in dyn), tuple(map(_static_key, static)))
+
+
 class TracedFn:
     """A traced function: its closed jaxpr and how to rebuild its outputs."""
 
@@ -61,8 +75,7 @@ def trace_cached(cache: dict, fn: Callable, args: tuple,
     dict argument, a distribution returned without `@ "addr"`."""
     dyn, static, treedef, mask = split_args(args)
     # validation adds run-time checks to what is traced: a trace is valid in one state
-    key = (treedef, mask, tuple(_aval_key(x) for x in dyn), tuple(map(_static_key, static)),
-           validating())
+    key = shapes_key(args) + (validating(),)
     hit = cache.get(key)
     if hit is None:
         out_tree_box = []

@@ -155,15 +155,28 @@ def _additive(name: str, eqn: Any, ins: list) -> Additive | None:
     return None
 
 
+def joint_values(sites: list) -> list:
+    """Every joint value of `sites`, each over its support: one array [C] per site.
+
+    Example:
+        >>> from types import SimpleNamespace as S
+        >>> import numpy as np
+        >>> a = S(support=np.array([0, 1]), dtype=np.int32)
+        >>> [v.tolist() for v in joint_values([a, a])]
+        [[0, 0, 1, 1], [0, 1, 0, 1]]
+    """
+    combos = list(itertools.product(*[range(len(s.support)) for s in sites]))
+    return [jnp.asarray(np.array([s.support[c[i]] for c in combos]), s.dtype)
+            for i, s in enumerate(sites)]
+
+
 def lane_sums(closed: Any, sites: list, fixed: dict, flat_in: list) -> jax.Array:
     """log Σ over the batched sites' values (lane by lane) of the density `closed`
     computes from (site values, *flat_in); scalar sites' values are in `fixed`."""
     batched = [s for s in sites if s.addr not in fixed]
     shape = batched[0].shape
     lanes = math.prod(shape)
-    combos = list(itertools.product(*[range(len(s.support)) for s in batched]))
-    table = [jnp.asarray(np.array([s.support[c[i]] for c in combos]), s.dtype)
-             for i, s in enumerate(batched)]
+    table = joint_values(batched)
     lane_axes = tuple(range(len(shape)))
 
     def at(values):

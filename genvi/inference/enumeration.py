@@ -35,7 +35,7 @@ Example (a two-component mixture, its assignments summed out):
 
 from __future__ import annotations
 
-import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -46,11 +46,11 @@ from jax.scipy.special import logsumexp
 
 from genvi.core.choices import ChoiceMap, choices as to_choices
 from genvi.core.mistakes import addr_name
-from genvi.core.tracing import merge_args, split_args
+from genvi.core.tracing import merge_args, shapes_key, split_args, trace_cached
 from genvi.core import validation
 from genvi.gen.handlers import RecordSites
 from genvi.gen.language import GenFn
-from genvi.inference.enum_lanes import NotSummable, evaluate, lane_sums
+from genvi.inference.enum_lanes import NotSummable, evaluate, joint_values, lane_sums
 from genvi.inference.enum_scan import forward_sums
 from genvi.inference.importance import Marginal
 
@@ -105,17 +105,15 @@ class EnumeratedMarginal(Marginal):
         super().__init__(g, keep, algorithm)
         self.name = f"marginal({g.name}, enumeration)"
         self._aux_cache: dict = {}
+        self._log_joints: dict = {}  # traced log densities, per argument shapes
 
     # -- which sites are summed ---------------------------------------------------------
     def aux_sites(self, *args: Any) -> list[AuxSite]:
         """The discrete sites summed out, found by running `g` abstractly on `args`."""
-        dyn, static, treedef, mask = split_args(args)
-        key = (treedef, mask, tuple(static), tuple((jnp.shape(x), str(jnp.result_type(x)))
-                                                   for x in dyn))
-        try:
+        key = shapes_key(args)
+        if key in self._aux_cache:
             return self._aux_cache[key]
-        except (KeyError, TypeError):
-            pass
+        dyn, static, treedef, mask = split_args(args)
         handler = RecordSites()
 
         def run(k, dyn):
@@ -137,18 +135,13 @@ class EnumeratedMarginal(Marginal):
             raise ValueError(f"gv.enumeration: {self.g.name} has no site outside keep="
                              f"{[addr_name(k) for k in self.keep]} to sum out; use the model "
                              "itself")
-        try:
-            self._aux_cache[key] = sites
-        except TypeError:
-            pass
+        self._aux_cache[key] = sites
         return sites
 
     # -- densities ----------------------------------------------------------------------
     def log_density(self, choices: Any, *args: Any) -> jax.Array:
         """The exact log marginal density of the kept `choices`."""
-        kept = to_choices(choices)
-        sites = self.aux_sites(*args)
-        return exact_log_density(self.g, sites, kept, args)
+        return exact_log_density(self, self.aux_sites(*args), to_choices(choices), args)
 
     def sim(self, *args: Any) -> tuple[ChoiceMap, jax.Array]:
         """A draw of the kept choices (the whole program sampled with its strategies)
@@ -185,59 +178,65 @@ def _aux_site(m: EnumeratedMarginal, addr: tuple, sd: Any, dist: Any, params: tu
     return AuxSite(addr, tuple(sd.shape), tuple(draw.shape), sd.dtype, dist, support, scale)
 
 
-def exact_log_density(g: GenFn, sites: list[AuxSite], kept: ChoiceMap, args: tuple) -> jax.Array:
-    """log Σ over the sites' values of g's density at (kept, values)."""
-    dyn, static, treedef, mask = split_args(args)
-    kept_flat = kept.flat()
+def exact_log_density(m: "EnumeratedMarginal", sites: list[AuxSite], kept: ChoiceMap,
+                      args: tuple) -> jax.Array:
+    """log Σ over the sites' values of `m.g`'s density at (kept, values). The density is
+    traced once per argument shapes (`m`'s cache), with the sites' values as inputs."""
+    g = m.g
 
-    def log_joint(aux_values, kept_values, dyn):
-        cm = ChoiceMap({**dict(zip(kept_flat, kept_values)),
-                        **{s.addr: v for s, v in zip(sites, aux_values)}})
-        return g.log_density(cm, *merge_args(list(dyn), static, treedef, mask))
+    def log_joint(aux_values, kept, *args):
+        return g.log_density(kept | ChoiceMap({s.addr: v for s, v in zip(sites, aux_values)}),
+                             *args)
 
     placeholders = [jnp.zeros(s.shape, s.dtype) for s in sites]
-    with validation.validation(False):  # values are summed over their supports
-        closed = jax.make_jaxpr(log_joint)(placeholders, list(kept_flat.values()), list(dyn))
-    flat_in = list(kept_flat.values()) + list(dyn)
-    scanned = [s for s in sites if s.shape != s.draw_shape]
-    scalars = [s for s in sites if s.shape == () and s not in scanned]
-    batched = [s for s in sites if s.shape != () and s not in scanned]
+    # validation off: the traced values are placeholders for every value of the supports
+    traced, dyn = trace_cached(m._log_joints, log_joint, (placeholders, kept) + tuple(args),
+                               lambda: validation.validation(False))
+    closed, flat_in = traced.closed, list(dyn[len(sites):])
+    scalars = [s for s in sites if s.shape == ()]
     try:
-        if scanned:
-            if batched:
-                raise NotSummable(
-                    f"sites {[s.name for s in scanned]} are inside a gv.scan and "
-                    f"{[s.name for s in batched]} in a plate")
-            inner = lambda fixed: forward_sums(closed, sites, fixed, flat_in)  # noqa: E731
-        elif batched:
-            if len({s.shape for s in batched}) > 1:
-                raise NotSummable(
-                    "the batched discrete sites have different shapes "
-                    f"({', '.join(f'{s.name}: {s.shape}' for s in batched)}); enumeration "
-                    "sums lanes of one plate together")
-            inner = lambda fixed: lane_sums(closed, sites, fixed, flat_in)  # noqa: E731
-        else:
-            inner = None
+        rest = _summation(sites, scalars)
     except NotSummable as why:
         raise _refusal(g, sites, why) from None
-    combos = list(itertools.product(*[range(len(s.support)) for s in scalars]))
-    if len(combos) > MAX_JOINT:
+    count = math.prod(len(s.support) for s in scalars)
+    if count > MAX_JOINT:
         raise ValueError(f"gv.enumeration: the scalar discrete sites "
-                         f"{[s.name for s in scalars]} of {g.name} have {len(combos):,} joint "
+                         f"{[s.name for s in scalars]} of {g.name} have {count:,} joint "
                          f"values (more than {MAX_JOINT:,}): put repeated sites in a gv.plate "
                          "or gv.scan, where they are summed lane by lane or step by step")
-    table = {s.addr: jnp.asarray(np.array([s.support[c[i]] for c in combos]), s.dtype)
-             for i, s in enumerate(scalars)}
 
-    def one(fixed):
-        if inner is None:
-            return evaluate(closed, [fixed[s.addr] for s in sites] + flat_in)[0]
-        return inner(fixed)
+    def at(values):  # the log density summed over the other sites, scalar sites fixed
+        return rest(closed, sites, dict(zip([s.addr for s in scalars], values)), flat_in)
     try:
-        per_combo = jax.vmap(one)(table) if scalars else one({})[None]
+        per_combo = jax.vmap(at, axis_size=count)(joint_values(scalars))
     except NotSummable as why:
         raise _refusal(g, sites, why) from None
     return logsumexp(per_combo)
+
+
+def _summation(sites: list[AuxSite], scalars: list[AuxSite]):
+    """How the sites other than the scalar ones are summed: `(closed, sites, fixed,
+    flat_in) -> log density`, with the scalar sites' values in `fixed`."""
+    scanned = [s for s in sites if s.shape != s.draw_shape]
+    batched = [s for s in sites if s not in scanned and s not in scalars]
+    if scanned:
+        if batched:
+            raise NotSummable(f"sites {[s.name for s in scanned]} are inside a gv.scan and "
+                              f"{[s.name for s in batched]} in a plate")
+        return forward_sums
+    if batched:
+        if len({s.shape for s in batched}) > 1:
+            raise NotSummable(
+                "the batched discrete sites have different shapes "
+                f"({', '.join(f'{s.name}: {s.shape}' for s in batched)}); enumeration "
+                "sums lanes of one plate together")
+        return lane_sums
+    return _evaluated
+
+
+def _evaluated(closed: Any, sites: list[AuxSite], fixed: dict, flat_in: list) -> jax.Array:
+    """The log density with every site's value given (scalar sites only)."""
+    return evaluate(closed, [fixed[s.addr] for s in sites] + flat_in)[0]
 
 
 def _refusal(g: GenFn, sites: list[AuxSite], why: Exception) -> ValueError:
