@@ -71,11 +71,11 @@ def evaluate(closed: Any, inputs: list, other: Any = None) -> list:
 def _level(jaxpr: Any, env: dict, other: Any) -> list:
     for eqn in jaxpr.eqns:
         ins = [jx.read(env, v) for v in eqn.invars]
+        body = jx.call_body(eqn) if jx.kind(eqn) in ("call", "custom") else None
         if not any(is_tracked(x) for x in ins):
             outs = jx.eval_eqn(eqn, ins)
-        elif jx.kind(eqn) in ("call", "custom") and jx.call_body(eqn) is not None \
-                and len(jx.call_body(eqn).jaxpr.invars) == len(ins):
-            outs = evaluate(jx.call_body(eqn), ins, other)
+        elif body is not None and len(body.jaxpr.invars) == len(ins):
+            outs = evaluate(body, ins, other)
         else:
             outs = other(eqn, ins) if other is not None else None
             if outs is None:

@@ -77,35 +77,32 @@ def _log_density_carry(jaxpr: Any, nc: int, ncar: int) -> int | None:
 def _forward(eqn: Any, ins: list) -> list | None:
     if jx.kind(eqn) != "scan":
         return None
-    if any(isinstance(x, AfterScan) for x in ins):
-        raise NotSummable(f"results of a scan that depend on the discrete values are used "
-                          f"at {jx.source_line(eqn)}")
+    where = jx.source_line(eqn)
     sp = jx.scan_params(eqn)
     body, nc, ncar, length = sp["body"], sp["num_consts"], sp["num_carry"], sp["length"]
     steps = [i for i, x in enumerate(ins) if isinstance(x, Steps)]
     if len(steps) != 1 or steps[0] < nc + ncar or any(
-            not isinstance(x, (Steps,)) and not _plain(x) for x in ins):
-        raise NotSummable(f"the scan at {jx.source_line(eqn)} reads them other than as its "
+            not isinstance(x, Steps) and is_tracked(x) for x in ins):
+        raise NotSummable(f"the scan at {where} reads them other than as its "
                           "per-step input")
     zpos = steps[0]
     site = ins[zpos].site
     deps = _dependence(body.jaxpr)
     a = _log_density_carry(body.jaxpr, nc, ncar)
     if a is None:
-        raise NotSummable(f"the scan at {jx.source_line(eqn)} is not a gv.scan of the model")
-    acc = [a]
+        raise NotSummable(f"the scan at {where} is not a gv.scan of the model")
     state: set = set()
     changed = True
     while changed:  # carries whose value depends on the discrete values
         changed = False
         for j in range(ncar):
-            if j not in acc and j not in state and (
+            if j != a and j not in state and (
                     zpos in deps[j] or any(nc + s in deps[j] for s in state)):
                 state.add(j)
                 changed = True
     for j in state:
         if any(nc + s in deps[j] for s in state):
-            raise NotSummable(f"the carry of the scan at {jx.source_line(eqn)} remembers more "
+            raise NotSummable(f"the carry of the scan at {where} remembers more "
                               "than the previous step's discrete value (a step's state must be "
                               "a function of that step's value alone)")
     support = jnp.asarray(site.support, site.dtype)
@@ -140,29 +137,14 @@ def _forward(eqn: Any, ins: list) -> list | None:
 
     if length > 1:
         (alpha, carry0), _ = jax.lax.scan(step, (alpha, carry0), [x[1:] for x in others])
-    out_deps = deps
-    results: list = []
-    for j in range(ncar):
-        if j == a:
-            results.append(init[a] + logsumexp(alpha))
-        elif j in state:
-            results.append(AfterScan(jx.source_line(eqn)))
-        else:
-            results.append(carry0[j])
-    for i in range(ncar, len(body.jaxpr.outvars)):
-        if zpos in out_deps[i] or any(nc + s in out_deps[i] for s in state) or (
-                nc + a in out_deps[i]):
-            results.append(AfterScan(jx.source_line(eqn)))
-        else:  # a per-step output free of the discrete values: the scan's own
-            results.append(None)
-    if any(r is None for r in results):
-        raise NotSummable(f"the scan at {jx.source_line(eqn)} returns per-step values "
-                          "alongside its discrete site")
+    results = [init[a] + logsumexp(alpha) if j == a else AfterScan(where) if j in state
+               else carry0[j] for j in range(ncar)]
+    for i in range(ncar, len(body.jaxpr.outvars)):  # per-step outputs
+        if not (zpos in deps[i] or nc + a in deps[i] or any(nc + s in deps[i] for s in state)):
+            raise NotSummable(f"the scan at {where} returns per-step values alongside its "
+                              "discrete site")
+        results.append(AfterScan(where))
     return results
-
-
-def _plain(x: Any) -> bool:
-    return not is_tracked(x)
 
 
 def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list) -> jax.Array:
@@ -184,6 +166,6 @@ def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list) -> jax.Ar
                               "discrete values outside the scan")
         return out
     (out,) = evaluate(closed, inputs + list(flat_in), other)
-    if not _plain(out):
+    if is_tracked(out):
         raise NotSummable("the log density depends on the discrete values outside the scan")
     return out
