@@ -91,11 +91,11 @@ def guide_step(carry, logits):
     return carry, None
 
 
-def genvi_methods(model, site: str, means: str, data: jax.Array, key: jax.Array) -> dict:
+def genvi_methods(model, site: str, keep: list, means: str, data: jax.Array,
+                  key: jax.Array) -> dict:
     """{name: (objective, start params, fitted means of params)} for enumeration in the
     model and ENUM in the guide (a categorical per datapoint / step, its own logits)."""
-    enumerated = gv.marginal(model, keep=[k for k in ("w", "mu", "trans", "means")],
-                             algorithm=gv.enumeration())
+    enumerated = gv.marginal(model, keep=keep, algorithm=gv.enumeration())
     auto = gv.auto_normal(enumerated)
     local = gv.auto_normal(model, exclude=[site])
 
@@ -171,9 +171,9 @@ def max_error(fitted: jax.Array, truth: np.ndarray) -> float:
 def run(kind: str, data: jax.Array, truth: np.ndarray, fit_steps: int, rounds: int,
         lr: float = 0.05) -> dict:
     key = jax.random.key(0)
-    model, site, means = ((mixture, "data/z", "mu") if kind == "mixture"
-                          else (hmm, "steps/z", "means"))
-    methods = genvi_methods(model, site, means, data, key)
+    model, site, keep = ((mixture, "data/z", ["w", "mu"]) if kind == "mixture"
+                         else (hmm, "steps/z", ["trans", "means"]))
+    methods = genvi_methods(model, site, keep, keep[1], data, key)
     steps, results = {}, {}
     for name, (objective, params, fitted) in methods.items():
         opt, step = genvi_step(objective, lr, data)
