@@ -151,8 +151,12 @@ class RLOO(Strategy):
 
     def jvp(self, dist, key, primals, tangents, k):
         n = self.num_samples
-        xs = jax.vmap(lambda kk: dist.sample(kk, *primals))(jax.random.split(key, n))
-        x = xs[0]
+        # the first draw is the one a replay draws with this key, so replays of the
+        # objective see the run's own value at every step and lane they do not change
+        x = dist.sample(key, *primals)
+        others = jax.vmap(lambda kk: dist.sample(kk, *primals))(
+            jax.random.split(jax.random.fold_in(key, 1), n - 1))
+        xs = jnp.concatenate([x[None], others])
         if all(t is None for t in tangents):
             return k.dual(x)
         _, scores = d.jvp(lambda *p: jax.vmap(lambda v: dist.lane_log_prob(v, *p))(xs),
