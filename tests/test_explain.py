@@ -1,6 +1,8 @@
 """`objective.explain`: every replay counted (alternatives × lanes × scan steps), and
 the steps' work counted with loops at their trip counts, where XLA's FLOPs count each
-loop body once."""
+loop body once. The HMM's guide here is autoregressive, so its ENUM site replays the
+objective at each step (a mean-field guide's would be Markov-local:
+tests/test_markov_replays.py)."""
 
 import jax
 import jax.numpy as jnp
@@ -10,13 +12,13 @@ import genvi as gv
 
 def hmm_elbo(strategy):
     @gv.gen
-    def guide_step(c, logit):
-        gv.flip(jax.nn.sigmoid(logit), grad=strategy) @ "z"
-        return c, None
+    def guide_step(z_prev, logit):
+        z = gv.flip(jax.nn.sigmoid(logit + jnp.where(z_prev, 0.5, -0.5)), grad=strategy) @ "z"
+        return z, None
 
     @gv.gen
     def guide(logits, ys):
-        gv.scan(guide_step)(0, logits) @ "s"
+        gv.scan(guide_step)(False, logits) @ "s"
 
     @gv.gen
     def model_step(z_prev, y):

@@ -243,5 +243,7 @@ def test_plates_inside_scan_are_lane_local_and_equal_whole_replays(strategy):
         general = scan_plate_elbo(strategy)
         slow = jax.jit(jax.vmap(lambda k: general.grad_estimate(k, logits, ys)))(keys)
     (entry,) = objective.explain(logits, ys).sites
-    assert entry["replays"].endswith("lane-local, after the scan"), entry
+    # the guide's carry keeps each step's change (it feeds the next step's logits), so
+    # each step is replayed, lane-locally
+    assert "lane-local, after the scan; not Markov-local" in entry["replays"], entry
     np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=2e-5)

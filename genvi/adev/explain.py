@@ -62,10 +62,26 @@ def note_replays(eqn: Any, alternatives: Any, path: str) -> None:
     _note_runs(eqn, shape[0] * (1 if path.startswith("lane-local") else lanes))
 
 
-def _note_runs(eqn: Any, per_step: int) -> None:
+def note_markov(eqn: Any, alternatives: Any, steps: int, window: int,
+                coupled: list) -> None:
+    """Record Markov-local replays of a site in a scan of `steps` steps (`alternatives`:
+    one step's, `[J, *lanes]`): the rest of the objective runs once per alternative for
+    every step and lane at once, each step's body `window` + 1 times."""
+    shape = getattr(alternatives, "shape", (1,))
+    lanes = math.prod(shape[1:])
+    note_path(eqn, f"{shape[0]} × {steps} steps × {lanes} lane{'s' if lanes != 1 else ''}: "
+                   f"Markov-local, after the scan (a step's value reaches {window} "
+                   f"step{'s' if window != 1 else ''})"
+                   + (f" (lanes coupled at {', '.join(coupled)})" if coupled else ""))
+    _note_runs(eqn, shape[0], steps)
+
+
+def _note_runs(eqn: Any, per_step: int, shared_by: int = 1) -> None:
+    """`per_step` runs at each step of the scans around the site; `shared_by` of
+    those steps share one run."""
     log = _LOG.get()
     if log is not None and id(eqn) in log:
-        log[id(eqn)]["runs"] = per_step * log[id(eqn)]["repeat"]
+        log[id(eqn)]["runs"] = per_step * log[id(eqn)]["repeat"] // shared_by
 
 
 def note_path(eqn: Any, text: str) -> None:

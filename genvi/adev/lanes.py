@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +42,7 @@ import numpy as np
 
 from genvi.adev.lane_rules import ELEMENTWISE, RULES, elementwise
 from genvi.adev.lane_scan import lane_scan
+from genvi.adev.markov_scan import markov_scan, scans_over_lanes
 from genvi.adev.replay import Replay, same_site, split_keys
 from genvi.adev.values import Coupled, Local, Perturbed
 from genvi.core import jaxpr as jx
@@ -71,14 +72,26 @@ def whole_objective_replays():
 class LaneEval:
     """Evaluates the rest of one objective (after one site) on lane-tracked values."""
 
-    def __init__(self, replay: Replay, site_shape: tuple, target: tuple | None = None):
+    def __init__(self, replay: Replay, site_shape: tuple, target: tuple | None = None,
+                 every_step: tuple | None = None):
         self.replay = replay  # the run's key, inputs and overrides (`genvi.adev.replay`)
         # (location, alternative): the site made lane-tracked where it is sampled (a
         # site inside `scan`, at a traced step); None when the caller sets its value
         self.target = target
+        # (scan location, site location below a step, alternatives [T, ...]): the site
+        # at every step of a scan, the steps being the first lane axis (Markov-local)
+        self.every_step = every_step
         self.site_shape = tuple(site_shape)
         self.lanes = math.prod(self.site_shape)
         self.coupled: list[str] = []  # primitives where lanes coupled (for `explain`)
+        self.windows: list[int] = []  # steps a change reaches, per Markov-local scan
+
+    def sub(self, site_shape: tuple, target: tuple | None) -> "LaneEval":
+        """An evaluator for one step's body of a Markov-local scan: lanes `site_shape`
+        (the site's own), the same replay, notes shared with this one."""
+        ev = LaneEval(self.replay, site_shape, target)
+        ev.coupled, ev.windows = self.coupled, self.windows
+        return ev
 
     # -- values -----------------------------------------------------------------------
     def materialize(self, v: Any) -> Perturbed:
@@ -88,6 +101,8 @@ class LaneEval:
         if not isinstance(v, Local):
             return Perturbed(jnp.broadcast_to(v, (self.lanes,) + jnp.shape(v)))
         shape = jnp.shape(v.base)
+        if not self.site_shape:  # a single lane: its replay is the alternative
+            return Perturbed(v.alt[None])
         lane_index = np.unravel_index(np.arange(self.lanes), self.site_shape)
         mask = np.ones((self.lanes,) + (1,) * len(shape), bool)
         for coord, axis in zip(lane_index, v.axes):
@@ -97,7 +112,7 @@ class LaneEval:
 
     def _general(self, eqn: Any, ins: list) -> list:
         """Evaluate `eqn` once per lane's replay (lanes coupled here)."""
-        if any(isinstance(x, Local) for x in ins):
+        if self.lanes > 1 and any(isinstance(x, Local) for x in ins):
             self.coupled.append(eqn.primitive.name)
         ins = [self.materialize(x) if isinstance(x, Local) else x for x in ins]
         axes = [0 if isinstance(x, Perturbed) else None for x in ins]
@@ -116,12 +131,12 @@ class LaneEval:
             elif jx.kind(eqn) not in ("call", "custom") and any(
                     jx.contains(j, SAMPLES) for j in jx.sub_jaxprs(eqn)):
                 if jx.kind(eqn) == "scan" and (not same or self._holds_target(eqn, steps)):
-                    outs = lane_scan(self, eqn, ins, keys.get(i), steps)
+                    outs = self._scan(eqn, ins, keys.get(i), steps)
                 elif not same:
                     raise Coupled(eqn.primitive.name)  # sites in a cond: replays
                 else:
                     outs = self.replay.control(eqn, ins, keys.get(i), steps)
-            elif same:
+            elif same and not self._holds_target(eqn, steps):
                 outs = jx.eval_eqn(eqn, ins)
             else:
                 outs = self._eqn(eqn, ins, keys.get(i), steps)
@@ -130,8 +145,17 @@ class LaneEval:
         return [jx.read(env, v) for v in jaxpr.outvars]
 
     def _holds_target(self, eqn: Any, steps: tuple) -> bool:
-        loc = () if self.target is None else self.target[0]
+        """Whether `eqn` (at `steps`) holds the site that becomes lane-tracked."""
+        loc = (self.every_step[0] if self.every_step is not None
+               else () if self.target is None else self.target[0])
         return len(loc) > len(steps) and loc[len(steps)] is eqn
+
+    def _scan(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
+        if self.every_step is not None and _at(self.every_step[0], steps + (eqn,)):
+            return markov_scan(self, eqn, ins, key, steps, self.every_step[1:])
+        if scans_over_lanes(eqn, ins):
+            return markov_scan(self, eqn, ins, key, steps)
+        return lane_scan(self, eqn, ins, key, steps)
 
     def _sample(self, eqn: Any, ins: list, key: Any, steps: tuple) -> Any:
         value = self._draw(eqn, ins, key, steps)
@@ -164,7 +188,8 @@ class LaneEval:
             alt = replay_site(eqn, [x.alt if isinstance(x, Local) else x for x in ins],
                               key, steps)
             return Local(base, alt, locals_[0].axes)
-        self.coupled.append(f"gv.{getattr(dist, 'name', '?')} sample")
+        if self.lanes > 1:
+            self.coupled.append(f"gv.{getattr(dist, 'name', '?')} sample")
         ins = [self.materialize(x) if isinstance(x, Local) else x for x in ins]
         axes = [0 if isinstance(x, Perturbed) else None for x in ins]
         vals = [x.values if isinstance(x, Perturbed) else x for x in ins]
@@ -182,7 +207,7 @@ class LaneEval:
                 sub_keys = split_keys(body.jaxpr, key)
                 return self.level(body.jaxpr, 0, env, sub_keys, steps + (eqn,))
         if kind == "scan":
-            return lane_scan(self, eqn, ins, key, steps)
+            return self._scan(eqn, ins, key, steps)
         if any(isinstance(x, Perturbed) for x in ins) or kind != "other":
             return self._general(eqn, ins)
         rule = RULES.get(name)
@@ -190,6 +215,11 @@ class LaneEval:
             rule = elementwise
         out = None if rule is None else rule(eqn, ins)
         return self._general(eqn, ins) if out is None else out
+
+
+def _at(location: tuple, here: tuple) -> bool:
+    """Whether two locations made of equations only are the same (by identity)."""
+    return len(location) == len(here) and all(a is b for a, b in zip(location, here))
 
 
 def _shape_of(x: Any) -> Any:
@@ -252,3 +282,46 @@ def lane_replay_values_at(replay: Replay, location: tuple, x: Any,
     except Coupled:
         return None
     return values, coupled
+
+
+class MarkovReplays(NamedTuple):
+    """Every step's replays of a site in a scan (see `markov_replay_values`)."""
+
+    values: Any     # [J, T, *lanes]: the objective at each step's, lane's alternative
+    coupled: list   # primitives where one step's lanes coupled
+    windows: list   # per scan over the steps: how many steps a step's value reaches
+
+
+def markov_replay_values(replay: Replay, location: tuple, below: tuple, x: Any,
+                         alternatives: Any) -> MarkovReplays | str | None:
+    """The objective's value with the site at step t of the scan at `location` (its
+    enclosing equations; `below`: the site's place in the body) set to
+    `alternatives[t, j]` lane by lane, others kept, for every (t, j, lane), where the
+    rest of the objective depends on step t through nearby steps only
+    (`genvi.adev.markov_scan`). Where it cannot be evaluated so (a carry that keeps
+    the step's value, a scan nested in another), why not, in words: replay per step
+    then. None when lane-local replays are switched off.
+
+    `x`: the site's values `[T, *lanes]`; `alternatives`: `[T, J, *lanes]`."""
+    if not _ENABLED.get():
+        return None
+    if not all(hasattr(s, "primitive") for s in location):
+        return "a scan inside another scan"
+    closed = replay.closed
+    start = dict(zip(closed.jaxpr.constvars, closed.consts))
+    start.update(zip(closed.jaxpr.invars, replay.primals))
+    keys = split_keys(closed.jaxpr, replay.key)
+    notes = MarkovReplays(None, [], [])
+
+    def one(alt):
+        evaluator = LaneEval(replay, jnp.shape(x), every_step=(location, below, alt))
+        (out,) = evaluator.level(closed.jaxpr, 0, dict(start), keys, ())
+        notes.coupled.extend(evaluator.coupled)
+        notes.windows.extend(evaluator.windows)
+        return evaluator.materialize(out).values.reshape(jnp.shape(x))
+
+    try:
+        values = jax.vmap(one, in_axes=1)(alternatives)
+    except Coupled as why:
+        return str(why)
+    return notes._replace(values=values)

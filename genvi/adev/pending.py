@@ -21,8 +21,8 @@ import jax.numpy as jnp
 
 from genvi.adev import dual as d
 from genvi.adev.continuation import Deferred, Replays, replay_sum, replays_total
-from genvi.adev.explain import note_replays
-from genvi.adev.lanes import lane_replay_values_at
+from genvi.adev.explain import note_markov, note_replays
+from genvi.adev.lanes import MarkovReplays, lane_replay_values_at, markov_replay_values
 from genvi.adev.replay import Replay
 
 
@@ -55,6 +55,16 @@ class Pending:
         `replay_with(override)` the objective's value with one more site overridden."""
         total = None
         for below, arrays in zip(self.sites, deferred):
+            _, x, alternatives, weights, live = arrays
+            # every step's replays at once, where a step's value reaches nearby steps only
+            got = markov_replay_values(replay, at, below, x, alternatives)
+            if isinstance(got, MarkovReplays):
+                total = d.add(total, replays_total(jnp.moveaxis(got.values, 0, 1),
+                                                   Replays(alternatives, weights, live)))
+                note_markov(below[-1], alternatives[0], at[-1].params["length"],
+                            max(got.windows), sorted(set(got.coupled)))
+                continue
+            why_not = f"; not Markov-local: {got}" if got else ""
             coupled: list = []
 
             def at_step(arrays, below=below, coupled=coupled):
@@ -76,7 +86,10 @@ class Pending:
             if coupled:
                 named = sorted({p for c in coupled for p in c})
                 note_replays(below[-1], arrays[2][0], "lane-local, after the scan" + (
-                    f" (lanes coupled at {', '.join(named)})" if named else ""))
+                    f" (lanes coupled at {', '.join(named)})" if named else "") + why_not)
+            else:
+                note_replays(below[-1], arrays[2][0],
+                             "whole-objective replays, after the scan" + why_not)
         return total
 
 

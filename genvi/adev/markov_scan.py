@@ -1,0 +1,310 @@
+"""Markov-local replays: a `scan` whose steps are lanes, evaluated in O(T).
+
+A discrete site inside a `scan` body (ENUM, MVD, RLOO...) asks for the objective at
+each step t with the site's value at step t changed. Replaying the objective per step
+costs O(T) each, O(T²) in all. In a mean-field guide or an HMM, step t's value reaches
+the rest of the objective only through the next few steps: the model's carry holds
+z_{t-1} for one step and is then overwritten, and the log densities are *accumulated*
+(`acc + term`), so a change at step t adds a difference to the total and is gone.
+
+Here the steps are the first lane axis of the lane-tracked evaluator
+(`genvi.adev.lanes`): the scan holding the site, with every step at its alternative,
+returns its stacked outputs as `Local` along the step axis; a later scan over such a
+value (the model's log density over the guide's z) is a scan over the lanes. Both are
+evaluated by `markov_scan` in one `lax.scan`; at each step t the body runs
+
+* once at the sampled values (the base run, whose carry goes on);
+* once with step t's value at its alternative (round 0);
+* once per earlier step whose change still sits in a carry (rounds 1 … W-1), on
+  that carry as the previous step left it.
+
+The window W is found before the scan, as JAX's batching rule finds batched carries:
+the body is evaluated abstractly on the kinds of its carries, round after round, until
+no carry depends on the change any more. Carries that only accumulate (`c + term`,
+`c` used nowhere else) are run at zero and their differences summed per lane after
+the scan, so they never keep a change alive. A carry that keeps a change for ever (an
+autoregressive guide's state, an RNN) makes the window unbounded: `Coupled` is raised
+and the objective is replayed whole, as exact as before.
+
+Cost: (W + 1) body evaluations per step and alternative, against T per step before.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from genvi.adev.lane_scan import PERTURBED, SAME, _decode, _encode, _kind
+from genvi.adev.replay import split_keys
+from genvi.adev.values import Coupled, Local, Perturbed
+from genvi.core import jaxpr as jx
+
+
+def scans_over_lanes(eqn: Any, ins: list) -> bool:
+    """Whether `eqn` is a scan over the first lane axis: an operand it scans over is
+    `Local` with that lane axis on its step axis."""
+    sp = jx.scan_params(eqn)
+    xs = ins[sp["num_consts"] + sp["num_carry"]:]
+    return any(isinstance(x, Local) and x.axes and x.axes[0] == 0 for x in xs)
+
+
+def accumulators(body: Any, num_consts: int, num_carry: int) -> frozenset:
+    """The carries `j` whose new value is `c_j + term` or `c_j - term`, `c_j` used
+    nowhere else and the sum used only as the new carry: a change in an earlier step
+    shifts them by a constant, so their differences can be summed per lane."""
+    jaxpr = body.jaxpr
+    uses: dict = {}
+    for eqn in jaxpr.eqns:
+        for v in eqn.invars:
+            if not isinstance(v, jx.Literal):
+                uses.setdefault(v, []).append(eqn)
+    for v in jaxpr.outvars:
+        if not isinstance(v, jx.Literal):
+            uses.setdefault(v, []).append(None)
+    found = set()
+    for j in range(num_carry):
+        c, out = jaxpr.invars[num_consts + j], jaxpr.outvars[j]
+        (eqn, *more) = uses.get(c, [None, None])
+        if more or eqn is None or eqn.outvars[0] is not out or len(uses.get(out, [])) != 1:
+            continue
+        name = eqn.primitive.name
+        if name == "add" or (name == "sub" and eqn.invars[0] is c and eqn.invars[1] is not c):
+            found.add(j)
+    return frozenset(found)
+
+
+def markov_scan(ev: Any, eqn: Any, ins: list, key: Any, steps: tuple,
+                holding: tuple | None = None) -> list:
+    """Evaluate `scan` when its steps are the evaluator's first lane axis: a scan over
+    `Local` operands along that axis, or (`holding = (below, alternatives)`) the scan
+    holding the site, every step's value at `alternatives[t]`. Outputs are lane-tracked
+    over all lanes (steps × the site's own lanes)."""
+    scan = _MarkovScan(ev, eqn, ins, key, steps, holding)
+    rounds = scan.window()
+    ev.windows.append(len(rounds))
+    final, incoming, terms, base_ys = scan.base_run()
+    results = scan.rounds(rounds, incoming, terms)
+    carries = [scan.final_carry(j, rounds, results, final[j]) for j in range(scan.ncar)]
+    ys = [base_y if kd == SAME else _stacked_over_steps(y, kd)
+          for base_y, y, kd in zip(base_ys, results[0][2], rounds[0][2])]
+    return carries + ys
+
+
+class _MarkovScan:
+    """One scan over the steps (see `markov_scan`): its body run at the base values, in
+    round 0 and in the later rounds."""
+
+    def __init__(self, ev: Any, eqn: Any, ins: list, key: Any, steps: tuple,
+                 holding: tuple | None):
+        sp = jx.scan_params(eqn)
+        self.ev, self.eqn, self.steps, self.sp = ev, eqn, steps, sp
+        self.body, nc, self.ncar, self.length = (sp["body"], sp["num_consts"],
+                                                 sp["num_carry"], sp["length"])
+        self.consts, self.init, xs = ins[:nc], ins[nc:nc + self.ncar], ins[nc + self.ncar:]
+        if any(isinstance(v, (Local, Perturbed)) for v in list(self.consts) + list(self.init)):
+            raise Coupled("scan over the steps with lane-tracked constants or initial carries")
+        if self.length != ev.site_shape[0]:
+            raise Coupled("scan over the steps of another scan")
+        self.inner = ev.site_shape[1:]
+        self.acc = accumulators(self.body, nc, self.ncar)
+        self.x_base = [x.base if isinstance(x, Local) else x for x in xs]
+        self.x_round0, self.x_kinds = zip(*[_step_slices(x) for x in xs]) if xs else ((), ())
+        self.keys = None if key is None else jax.random.split(key, self.length)
+        self.below, self.alternatives = ((), None) if holding is None else holding
+        self.direction = -1 if sp["reverse"] else 1
+        positions = jnp.arange(self.length, dtype=jnp.int32)
+        # a step's location holds its iteration, which runs backwards in a reverse scan
+        self.iterations = positions if self.direction > 0 else self.length - 1 - positions
+        self.lane_free = ev.sub(self.inner, None)  # materializes one step's lanes
+
+    def run(self, carry: list, x_vals: list, i: Any, k: Any, alt: Any = None) -> list:
+        """The body at step `i` (key `k`) on lane-tracked operands, accumulators at
+        zero (their outputs are the step's terms); `alt`: the site's alternative at
+        this step (round 0 of the scan holding the site)."""
+        carry = [jnp.zeros_like(c) if j in self.acc else c for j, c in enumerate(carry)]
+        target = None if alt is None else (self.steps + (self.eqn, i) + self.below, alt)
+        sub = self.ev.sub(self.inner, target)
+        body = self.body.jaxpr
+        env = dict(zip(body.constvars, self.body.consts))
+        env.update(zip(body.invars, list(self.consts) + list(carry) + list(x_vals)))
+        return sub.level(body, 0, env, {} if k is None else split_keys(body, k),
+                         self.steps + (self.eqn, i))
+
+    def window(self) -> list:
+        """Per round, the kinds of the carries it reads, of its carries out and of its
+        outputs: round 0 sees the step's change, round r the carries round r - 1 left;
+        the rounds end when only accumulators hold the change."""
+        first = functools.partial(jax.tree.map, lambda leaf: leaf[0])
+        i, k = jnp.zeros((), jnp.int32), None if self.keys is None else self.keys[0]
+        alt = None if self.alternatives is None else self.alternatives[0]
+        found: dict = {}
+
+        def probe(carry_enc, kinds, r):
+            carry = [_decode(e, kd) for e, kd in zip(carry_enc, kinds)]
+            if r == 0:
+                x_vals = [_decode(e, kd) for e, kd in zip(first(list(self.x_round0)),
+                                                          self.x_kinds)]
+                outs = self.run(carry, x_vals, i, k, alt)
+            else:
+                outs = self.run(carry, first(self.x_base), i, k)
+            found["out"] = [_kind(v) for v in outs]
+
+        rounds: list = []
+        kinds = [SAME] * self.ncar
+        while not rounds or any(kd != SAME for kd in kinds):
+            if len(rounds) > self.ncar:
+                raise Coupled("a scan carry that keeps a step's value")
+            jax.eval_shape(functools.partial(probe, kinds=kinds, r=len(rounds)),
+                           [_encode(self.lane_free, v, kd) for v, kd in zip(self.init, kinds)])
+            out = found["out"]
+            rounds.append((kinds, out[:self.ncar], out[self.ncar:]))
+            if len(rounds) > 1 and any(kd != SAME for kd in out[self.ncar:]):
+                raise Coupled("a scan output that depends on an earlier step's value")
+            kinds = [SAME if j in self.acc else kd for j, kd in enumerate(out[:self.ncar])]
+        if any(kd == PERTURBED for kd in rounds[0][2]):
+            raise Coupled("a scan output that mixes the lanes of one step")
+        return rounds
+
+    def base_run(self) -> tuple:
+        """The body at the base values, in order: the final carries, and per step the
+        incoming carries (accumulators: None), accumulators' terms and outputs."""
+        acc = self.acc
+
+        def step(carry, x):
+            base, i = carry
+            xb, k = x
+            outs = self.run(base, xb, i, k)
+            new = [c + o if j in acc else o for j, (c, o) in enumerate(zip(base, outs))]
+            return (new, i + 1), ([None if j in acc else c for j, c in enumerate(base)],
+                                  [outs[j] if j in acc else None for j in range(self.ncar)],
+                                  outs[self.ncar:])
+
+        (final, _), per_step = jax.lax.scan(
+            step, (list(self.init), jnp.zeros((), jnp.int32)), (self.x_base, self.keys),
+            length=self.length, reverse=self.sp["reverse"], unroll=self.sp["unroll"])
+        return (final,) + per_step
+
+    def rounds(self, rounds: list, incoming: list, terms: list) -> list:
+        """Every round at every step at once (`vmap` over the steps): round r at step t
+        starts from round r - 1's carries at the step before, so none waits on another
+        step. Per round: (carries for the next round, accumulators' differences from
+        their base terms, outputs), stacked over the steps."""
+        incoming = [jnp.zeros((self.length,) + jnp.shape(c), jnp.result_type(c))
+                    if j in self.acc else incoming[j] for j, c in enumerate(self.init)]
+
+        def one(r, carry, x_vals, i, k, alt, term):
+            outs = self.run(carry, x_vals, i, k, alt)
+            kinds = rounds[r][1]
+            onward = rounds[r + 1][0] if r + 1 < len(rounds) else [SAME] * self.ncar
+            lane_free = self.ev.sub(self.inner, None)
+            carries = [None if kd == SAME else _encode(lane_free, outs[j], kinds[j])
+                       for j, kd in enumerate(onward)]
+            deltas = [_delta(lane_free, outs[j], term[j], kinds[j]) if j in self.acc else None
+                      for j in range(self.ncar)]
+            ys = [] if r else [_encode(lane_free, y, kd)
+                               for y, kd in zip(outs[self.ncar:], rounds[0][2])]
+            return carries, deltas, ys
+
+        def round0(carry, x0, i, k, alt, term):
+            x0 = [_decode(e, kd) for e, kd in zip(x0, self.x_kinds)]
+            return one(0, carry, x0, i, k, alt, term)
+
+        results = [jax.vmap(round0)(incoming, list(self.x_round0), self.iterations,
+                                    self.keys, self.alternatives, terms)]
+        for r in range(1, len(rounds)):
+            kinds = rounds[r][0]
+            before = [None if kd == SAME else _shift(
+                results[-1][0][j], _encode(self.lane_free, self.init[j], kd), self.direction)
+                for j, kd in enumerate(kinds)]
+
+            def later(carry, before, xb, i, k, term, r=r, kinds=kinds):
+                carry = [c if kd == SAME else _decode(b, kd)
+                         for c, b, kd in zip(carry, before, kinds)]
+                return one(r, carry, xb, i, k, None, term)
+
+            results.append(jax.vmap(later)(incoming, before, self.x_base, self.iterations,
+                                           self.keys, terms))
+        return results
+
+    def final_carry(self, j: int, rounds: list, results: list, final: Any) -> Any:
+        """Carry `j` after the last step in every lane's replay: accumulators with their
+        differences summed; other carries differ only in the lanes of the last steps,
+        whose change has not left them yet."""
+        if j in self.acc:
+            return _accumulated(self.ev, final, [res[1][j] for res in results],
+                                [rnd[1][j] for rnd in rounds], self.inner, self.direction)
+        kinds = [rnd[0][j] for rnd in rounds[1:]]
+        if all(kd == SAME for kd in kinds):
+            return final
+        lanes, last = math.prod(self.inner), (self.length - 1 if self.direction > 0 else 0)
+        values = jnp.broadcast_to(final, (self.length, lanes) + jnp.shape(final))
+        for r, kd in enumerate(kinds):  # round r's carry at the last step: lane r back
+            if kd != SAME:
+                changed = jax.tree.map(lambda a: a[last], results[r][0][j])
+                values = values.at[last - self.direction * r].set(
+                    self.lane_free.materialize(_decode(changed, kd)).values)
+        return Perturbed(values.reshape((self.length * lanes,) + jnp.shape(final)))
+
+
+def _shift(stacked: Any, first: Any, direction: int) -> Any:
+    """`stacked` (per step, in position order) moved one step along the scan: the value
+    at step t is the one at the step before it (`first` where there is none)."""
+    def move(a, f):
+        f = jnp.broadcast_to(f, a.shape[1:])[None]
+        return jnp.concatenate([f, a[:-1]]) if direction > 0 else jnp.concatenate([a[1:], f])
+    return jax.tree.map(move, stacked, first)
+
+
+def _step_slices(x: Any) -> tuple[Any, tuple]:
+    """An operand scanned over, in round 0: `Local` along the step axis becomes, per
+    step, `Local` along the site's own lane axes."""
+    if isinstance(x, Local) and x.axes and x.axes[0] == 0:
+        if 0 in x.axes[1:]:
+            raise Coupled("scan over two lane axes")
+        return (x.base, x.alt), ("local", tuple(a - 1 for a in x.axes[1:]))
+    if isinstance(x, (Local, Perturbed)):
+        raise Coupled("scan over the steps of an operand tracked along other lanes")
+    return x, SAME
+
+
+def _delta(sub: Any, out: Any, base_out: Any, kind: tuple) -> Any:
+    """An accumulator's term in one round minus its base term (both run at zero)."""
+    if kind == SAME:
+        return None
+    if isinstance(out, Local):
+        return out.alt - out.base
+    return sub.materialize(out).values - base_out[None]
+
+
+def _accumulated(ev: Any, final: Any, deltas: list, kinds: list, inner: tuple,
+                 direction: int) -> Any:
+    """An accumulator's final value in every lane's replay: the base value plus the
+    differences its terms took in the steps each lane's change reached."""
+    if all(kd == SAME for kd in kinds):
+        return final
+    length, lanes = ev.site_shape[0], math.prod(inner)
+    sub = ev.sub(inner, None)
+    total = jnp.zeros((length, lanes) + jnp.shape(final), jnp.result_type(final))
+    for r, (dl, kd) in enumerate(zip(deltas, kinds)):
+        if kd == SAME:
+            continue
+        if kd != PERTURBED:  # slice l of a `Local` difference is lane l's
+            dl = jax.vmap(lambda d, kd=kd: sub.materialize(
+                Local(jnp.zeros_like(d), d, kd[1])).values)(dl)
+        # the difference at step t in round r belongs to the lane r steps back
+        pad = jnp.zeros((r,) + dl.shape[1:], dl.dtype)
+        dl = (jnp.concatenate([dl[r:], pad]) if direction > 0
+              else jnp.concatenate([pad, dl[:length - r]]))
+        total = total + dl
+    return Perturbed((final + total).reshape((length * lanes,) + jnp.shape(final)))
+
+
+def _stacked_over_steps(enc: Any, kind: tuple) -> Any:
+    """A round-0 output stacked over the steps: `Local` along the step axis too."""
+    if kind == SAME:
+        return enc
+    return Local(enc[0], enc[1], (0,) + tuple(a + 1 for a in kind[1]))

@@ -1,0 +1,261 @@
+"""Markov-local replays (`genvi.adev.markov_scan`): ENUM, MVD and RLOO sites in a scan
+replay every step at once, in O(T), where a step's value reaches nearby steps only.
+Each case gives the same estimate, for the same key, as one replay per step (the
+general path), and the estimates' mean matches the exact gradient on a small chain."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import genvi as gv
+from genvi.adev.lanes import whole_objective_replays
+from genvi.adev.markov_scan import accumulators
+
+T = 6
+LOGITS, YS = jnp.linspace(-1.0, 1.0, T), jnp.sin(jnp.arange(T) * 1.0)
+
+
+def hmm(strategy, guide_carries_z=False, order=1):
+    """Model: a 2-state HMM (order 1 or 2); guide: mean-field flips, or autoregressive."""
+
+    @gv.gen
+    def model_step(c, y):
+        p = jnp.where(c[0] ^ c[1], 0.8, 0.3) if order == 2 else jnp.where(c, 0.8, 0.2)
+        z = gv.flip(p) @ "z"
+        gv.observe(gv.normal(jnp.where(z, 1.0, -1.0), 1.0), y)
+        return ((z, c[0]) if order == 2 else z), None
+
+    @gv.gen
+    def model(logits, ys):
+        gv.scan(model_step)((False, False) if order == 2 else False, ys) @ "s"
+
+    @gv.gen
+    def guide_step(z_prev, logit):
+        shift = jnp.where(z_prev, 1.0, -1.0) if guide_carries_z else 0.0
+        z = gv.flip(jax.nn.sigmoid(logit + shift), grad=strategy) @ "z"
+        return (z if guide_carries_z else z_prev), None
+
+    @gv.gen
+    def guide(logits, ys):
+        gv.scan(guide_step)(False, logits) @ "s"
+
+    return model, guide
+
+
+def categorical_hmm(strategy, states=3):
+    transition = jnp.log(jnp.full((states, states), 0.1) + jnp.eye(states) * 0.7)
+    means = jnp.linspace(-1.5, 1.5, states)
+
+    @gv.gen
+    def model_step(z_prev, y):
+        z = gv.categorical(transition[z_prev]) @ "z"
+        gv.observe(gv.normal(means[z], 1.0), y)
+        return z, None
+
+    @gv.gen
+    def model(logits, ys):
+        gv.scan(model_step)(0, ys) @ "s"
+
+    @gv.gen
+    def guide_step(c, logit):
+        gv.categorical(logit, grad=strategy) @ "z"
+        return c, None
+
+    @gv.gen
+    def guide(logits, ys):
+        gv.scan(guide_step)(0, logits) @ "s"
+
+    return model, guide, transition, means
+
+
+def chains(strategy, inner_plate):
+    """Several flips per step: HMM chains in a plate (a scan inside `gv.vmap`), or a
+    plate inside each step."""
+
+    @gv.gen
+    def m_lane(z_prev, y):
+        z = gv.flip(jnp.where(z_prev, 0.7, 0.3)) @ "z"
+        gv.observe(gv.normal(jnp.where(z, 1.0, -1.0), 1.0), y)
+        return z
+
+    @gv.gen
+    def g_lane(logit):
+        return gv.flip(jax.nn.sigmoid(logit), grad=strategy) @ "z"
+
+    if inner_plate:
+        @gv.gen
+        def model_step(z_prev, y):
+            return gv.vmap(m_lane)(z_prev, y) @ "p", None
+
+        @gv.gen
+        def model(ls, ys):
+            gv.scan(model_step)(jnp.zeros(ys.shape[1], bool), ys) @ "s"
+
+        @gv.gen
+        def guide_step(c, ls):
+            gv.vmap(g_lane)(ls) @ "p"
+            return c, None
+
+        @gv.gen
+        def guide(ls, ys):
+            gv.scan(guide_step)(0, ls) @ "s"
+        return model, guide
+
+    @gv.gen
+    def m_step(z_prev, y):
+        return m_lane(z_prev, y) @ "l", None
+
+    @gv.gen
+    def g_step(c, logit):
+        g_lane(logit) @ "l"
+        return c, None
+
+    @gv.gen
+    def model_chain(ls, ys):
+        gv.scan(m_step)(False, ys) @ "s"
+
+    @gv.gen
+    def guide_chain(ls, ys):
+        gv.scan(g_step)(0, ls) @ "s"
+
+    @gv.gen
+    def model(ls, ys):
+        gv.vmap(model_chain)(ls, ys) @ "c"
+
+    @gv.gen
+    def guide(ls, ys):
+        gv.vmap(guide_chain)(ls, ys) @ "c"
+    return model, guide
+
+
+def reverse_scans(strategy):
+    """A hand-written objective: a reverse `lax.scan` holding the site, another reverse
+    scan over its values whose carry keeps the previous value and whose outputs are
+    used after it."""
+
+    @gv.expectation
+    def objective(theta):
+        def guide_step(c, logit):
+            z = gv.sample(gv.flip(jax.nn.sigmoid(logit + theta), grad=strategy))
+            return c + jnp.where(z, 0.3, -0.1), z
+
+        acc, zs = jax.lax.scan(guide_step, 0.0, LOGITS, reverse=True)
+
+        def model_step(c, z):
+            prev, total = c
+            return (z, total + jnp.where(z == prev, 1.0, -0.5) * theta), jnp.where(z, 1.0, 0.0)
+
+        (last, total), outs = jax.lax.scan(model_step, (False, 0.0), zs, reverse=True)
+        return acc + total + jnp.sum(outs * jnp.arange(T)) + jnp.where(last, 2.0, 0.0)
+    return objective
+
+
+def lanes_ys(b):
+    return (jnp.linspace(-1.0, 1.0, T * b).reshape(T, b), jnp.cos(jnp.arange(T * b)).reshape(T, b))
+
+
+CASES = {
+    "hmm ENUM": (lambda: gv.elbo(*hmm(gv.ENUM)), (LOGITS, YS), 2),
+    "hmm MVD": (lambda: gv.elbo(*hmm(gv.MVD)), (LOGITS, YS), 2),
+    "hmm RLOO": (lambda: gv.elbo(*hmm(gv.RLOO(3))), (LOGITS, YS), 2),
+    "second-order hmm": (lambda: gv.elbo(*hmm(gv.ENUM, order=2)), (LOGITS, YS), 3),
+    "3 states ENUM": (lambda: gv.elbo(*categorical_hmm(gv.ENUM)[:2]),
+                      (jnp.zeros((T, 3)), YS), 2),
+    "3 states MVD": (lambda: gv.elbo(*categorical_hmm(gv.MVD)[:2]),
+                     (jnp.zeros((T, 3)), YS), 2),
+    "iwelbo": (lambda: gv.iwelbo(*hmm(gv.ENUM), 4), (LOGITS, YS), 2),
+    "iwelbo RLOO": (lambda: gv.iwelbo(*hmm(gv.RLOO(3)), 4), (LOGITS, YS), 2),
+    "chains in a plate": (lambda: gv.elbo(*chains(gv.MVD, False)),
+                          tuple(a.T for a in lanes_ys(3)), 2),
+    "a plate in each step": (lambda: gv.elbo(*chains(gv.ENUM, True)), lanes_ys(4), 2),
+    "reverse scans": (lambda: reverse_scans(gv.ENUM), (0.3,), 2),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_same_estimate_as_a_replay_per_step(name):
+    make, args, window = CASES[name]
+    key = jax.random.key(7)
+    objective = make()
+    (site,) = objective.explain(*args, key=key).sites
+    assert "Markov-local" in site["replays"], site["replays"]
+    assert f"reaches {window} steps" in site["replays"]
+    markov = objective.grad_estimate(key, *args)
+    with whole_objective_replays():
+        per_step = make().grad_estimate(key, *args)
+    for a, b in zip(jax.tree.leaves(markov), jax.tree.leaves(per_step)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def exact_elbo(logits, ys, transition, means):
+    """The ELBO of `categorical_hmm` by enumerating every path of the guide."""
+    states = logits.shape[1]
+    paths = jnp.array(list(itertools.product(range(states), repeat=logits.shape[0])))
+    log_q = jax.nn.log_softmax(logits)
+
+    def one(path):
+        prev = jnp.concatenate([jnp.zeros(1, int), path[:-1]])
+        log_p = jnp.sum(jax.nn.log_softmax(transition)[prev, path]
+                        + jax.scipy.stats.norm.logpdf(ys, means[path], 1.0))
+        lq = jnp.sum(log_q[jnp.arange(len(path)), path])
+        return jnp.exp(lq) * (log_p - lq)
+    return jnp.sum(jax.vmap(one)(paths))
+
+
+@pytest.mark.parametrize("strategy", [gv.ENUM, gv.MVD, gv.RLOO(2)], ids=repr)
+def test_unbiased_against_enumeration_on_a_small_chain(strategy):
+    length, n = 4, 20_000
+    logits = jnp.array([[0.3, -0.2, 0.1], [0.0, 0.5, -0.4], [-0.3, 0.2, 0.6], [0.1, 0.1, -0.5]])
+    ys = jnp.array([-1.2, 0.1, 1.4, 0.9])
+    model, guide, transition, means = categorical_hmm(strategy)
+    objective = gv.elbo(model, guide)
+    assert "Markov-local" in objective.explain(logits, ys).sites[0]["replays"]
+    exact = jax.grad(exact_elbo)(logits, ys, transition, means)
+    keys = jax.random.split(jax.random.key(11), n)
+    grads = jax.jit(jax.vmap(lambda k: objective.grad_estimate(k, logits, ys)))(keys)
+    mean, se = jnp.mean(grads, 0), jnp.std(grads, 0) / np.sqrt(n)
+    assert grads.shape == (n, length, 3)
+    assert np.all(np.abs(mean - exact) < 5 * se + 1e-6), (mean, exact, se)
+
+
+def test_a_carry_that_keeps_the_change_replays_every_step():
+    """An autoregressive guide redraws every later step in a replay (same key, other
+    parameters): the change never leaves the carry, so each step is replayed whole."""
+    key = jax.random.key(3)
+    objective = gv.elbo(*hmm(gv.ENUM, guide_carries_z=True))
+    (site,) = objective.explain(LOGITS, YS, key=key).sites
+    assert site["replays"].startswith("1 × 1 lane: whole-objective replays, after the scan")
+    assert "not Markov-local" in site["replays"] and site["runs"] == T
+    with whole_objective_replays():
+        per_step = gv.elbo(*hmm(gv.ENUM, guide_carries_z=True)).grad_estimate(key, LOGITS, YS)
+    np.testing.assert_allclose(objective.grad_estimate(key, LOGITS, YS), per_step,
+                               rtol=1e-6)
+
+
+def test_runs_count_one_evaluation_per_alternative():
+    for length in (20, 80):
+        z = jnp.zeros(length)
+        (site,) = gv.elbo(*hmm(gv.ENUM)).explain(z, z).sites
+        assert site["runs"] == 1 and f"1 × {length} steps × 1 lane" in site["replays"]
+
+
+def test_accumulators_are_found_in_the_body():
+    def body(c, x):
+        total, prev, count = c
+        term = jnp.where(x == prev, 1.0, 0.0)
+        return (total + term, x, count - 1), prev + total * 0  # `total` used twice
+
+    closed = jax.make_jaxpr(lambda: jax.lax.scan(body, (0.0, 0.0, 5), jnp.ones(3)))()
+    (scan_eqn,) = [e for e in closed.jaxpr.eqns if e.primitive.name == "scan"]
+    assert accumulators(scan_eqn.params["jaxpr"], 0, 3) == frozenset({2})
+
+    def body2(c, x):
+        total, prev = c
+        return (total - jnp.where(x == prev, 1.0, 0.0), x), None
+
+    closed = jax.make_jaxpr(lambda: jax.lax.scan(body2, (0.0, 0.0), jnp.ones(3)))()
+    (scan_eqn,) = [e for e in closed.jaxpr.eqns if e.primitive.name == "scan"]
+    assert accumulators(scan_eqn.params["jaxpr"], 0, 2) == frozenset({0})
