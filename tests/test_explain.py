@@ -50,3 +50,18 @@ def test_work_counts_loops_at_their_trip_counts():
     xla = large.flops_gradient / large.flops_value
     assert xla < 2 and large.work_gradient[0] / large.work_value[0] > 10 * xla
     assert "operations executed" in str(large) and "runs" in str(large)
+
+
+def test_launches_count_loops_run_kernel_by_kernel():
+    """XLA:CPU compiles a loop that touches under 1 KiB per step into one kernel; a
+    larger one runs its body kernel by kernel at every step."""
+    from genvi.adev.explain import launches
+
+    def loop(carry):
+        return jax.lax.scan(lambda c, a: (jnp.sin(c) * a + 1.0, None), carry,
+                            jnp.ones(400))[0]
+
+    small, large = (jax.jit(loop).lower(jnp.ones(n)).compile().as_text() for n in (4, 4096))
+    if jax.default_backend() == "cpu":
+        assert launches(small) < 10
+    assert launches(large) >= 400

@@ -13,6 +13,7 @@ import pytest
 import genvi as gv
 from genvi.adev.lanes import whole_objective_replays
 from genvi.adev.markov_scan import accumulators
+from genvi_experiments.bench.scan_replays import categorical_hmm
 
 T = 6
 LOGITS, YS = jnp.linspace(-1.0, 1.0, T), jnp.sin(jnp.arange(T) * 1.0)
@@ -43,32 +44,6 @@ def hmm(strategy, guide_carries_z=False, order=1):
         gv.scan(guide_step)(False, logits) @ "s"
 
     return model, guide
-
-
-def categorical_hmm(strategy, states=3):
-    transition = jnp.log(jnp.full((states, states), 0.1) + jnp.eye(states) * 0.7)
-    means = jnp.linspace(-1.5, 1.5, states)
-
-    @gv.gen
-    def model_step(z_prev, y):
-        z = gv.categorical(transition[z_prev]) @ "z"
-        gv.observe(gv.normal(means[z], 1.0), y)
-        return z, None
-
-    @gv.gen
-    def model(logits, ys):
-        gv.scan(model_step)(0, ys) @ "s"
-
-    @gv.gen
-    def guide_step(c, logit):
-        gv.categorical(logit, grad=strategy) @ "z"
-        return c, None
-
-    @gv.gen
-    def guide(logits, ys):
-        gv.scan(guide_step)(0, logits) @ "s"
-
-    return model, guide, transition, means
 
 
 def chains(strategy, inner_plate):
@@ -162,9 +137,9 @@ CASES = {
     "hmm MVD": (lambda: gv.elbo(*hmm(gv.MVD)), (LOGITS, YS), 2),
     "hmm RLOO": (lambda: gv.elbo(*hmm(gv.RLOO(3))), (LOGITS, YS), 2),
     "second-order hmm": (lambda: gv.elbo(*hmm(gv.ENUM, order=2)), (LOGITS, YS), 3),
-    "3 states ENUM": (lambda: gv.elbo(*categorical_hmm(gv.ENUM)[:2]),
+    "3 states ENUM": (lambda: gv.elbo(*categorical_hmm(gv.ENUM, 3)[:2]),
                       (jnp.zeros((T, 3)), YS), 2),
-    "3 states MVD": (lambda: gv.elbo(*categorical_hmm(gv.MVD)[:2]),
+    "3 states MVD": (lambda: gv.elbo(*categorical_hmm(gv.MVD, 3)[:2]),
                      (jnp.zeros((T, 3)), YS), 2),
     "iwelbo": (lambda: gv.iwelbo(*hmm(gv.ENUM), 4), (LOGITS, YS), 2),
     "iwelbo RLOO": (lambda: gv.iwelbo(*hmm(gv.RLOO(3)), 4), (LOGITS, YS), 2),
@@ -210,7 +185,7 @@ def test_unbiased_against_enumeration_on_a_small_chain(strategy):
     length, n = 4, 20_000
     logits = jnp.array([[0.3, -0.2, 0.1], [0.0, 0.5, -0.4], [-0.3, 0.2, 0.6], [0.1, 0.1, -0.5]])
     ys = jnp.array([-1.2, 0.1, 1.4, 0.9])
-    model, guide, transition, means = categorical_hmm(strategy)
+    model, guide, transition, means = categorical_hmm(strategy, 3)
     objective = gv.elbo(model, guide)
     assert "Markov-local" in objective.explain(logits, ys).sites[0]["replays"]
     exact = jax.grad(exact_elbo)(logits, ys, transition, means)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,6 +108,8 @@ class Explanation:
     flops_gradient: float = float("nan")
     work_value: tuple = (float("nan"), float("nan"))     # (operations, elements)
     work_gradient: tuple = (float("nan"), float("nan"))
+    launches_value: int = 0       # kernels run one after another (`launches`)
+    launches_gradient: int = 0
 
     def __str__(self) -> str:
         rows = [("address", "distribution", "strategy", "within", "shape", "runs", "replays")]
@@ -124,6 +127,10 @@ class Explanation:
         lines.append(f"operations executed, loops at their trip counts: value step {ov:,.0f} "
                      f"({ev:,.0f} elements); gradient step {og:,.0f} ({eg:,.0f} elements), "
                      f"{og / ov if ov else float('nan'):.1f}× the value")
+        lv, lg = self.launches_value, self.launches_gradient
+        lines.append(f"kernels run one after another, loops at their trip counts: value step "
+                     f"{lv:,}; gradient step {lg:,}, {lg / lv if lv else float('nan'):.1f}× the "
+                     "value (on a CPU each costs tens of ns)")
         ratio = self.flops_gradient / self.flops_value if self.flops_value else float("nan")
         lines.append(f"compiled value step: {self.flops_value:,.0f} FLOPs; gradient step: "
                      f"{self.flops_gradient:,.0f} FLOPs ({ratio:.1f}× the value; XLA counts "
@@ -171,6 +178,71 @@ def work(jaxpr: Any) -> tuple[float, float]:
     return ops, elements
 
 
+_SETUP_OPS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
+                        "after-all"})
+
+
+def launches(hlo: str) -> int:
+    """Kernels a compiled step runs one after another (XLA's optimized HLO text):
+    every loop at its trip count, a loop that XLA:CPU compiled into one kernel (a
+    "small call": it touches under 1 KiB per step and has no dot or scatter) as one.
+    On a CPU each costs tens of ns however small it is, so a scan whose body is run
+    kernel by kernel can cost more than all the arithmetic.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from genvi.adev.explain import launches
+        >>> launches(jax.jit(jnp.sin).lower(jnp.ones(3)).compile().as_text())
+        1
+    """
+    comps, entry = {}, None
+    for block in re.split(r"\n(?=\S)", hlo):
+        m = re.match(r"(ENTRY )?(%[\w.\-]+)", block)
+        if m:
+            comps[m.group(2)] = block.splitlines()[1:]
+            entry = m.group(2) if m.group(1) else entry
+
+    def count(name: str) -> int:
+        total = 0
+        for line in comps.get(name, []):
+            op = _opcode(line)
+            if op is None or op in _SETUP_OPS:
+                continue
+            called = dict(re.findall(r"(body|condition|to_apply)=(%[\w.\-]+)", line))
+            if op == "while":
+                trips = re.search(r'known_trip_count":\{"n":"(\d+)"', line)
+                total += (int(trips.group(1)) if trips else 1) * (
+                    count(called["body"]) + count(called["condition"]))
+            elif op == "call" and "xla_cpu_small_call" not in line and "to_apply" in called:
+                total += count(called["to_apply"])
+            elif op == "conditional":
+                branches = re.search(r"branch_computations=\{([^}]*)\}", line)
+                names = branches.group(1).split(", ") if branches else []
+                total += 1 + max((count(b) for b in names), default=0)
+            else:
+                total += 1
+        return total
+    return count(entry) if entry else 0
+
+
+def _opcode(line: str) -> str | None:
+    """The opcode of one HLO instruction line (`%x = TYPE opcode(...)`)."""
+    if " = " not in line:
+        return None
+    rest = line.split(" = ", 1)[1]
+    if rest.startswith("("):  # a tuple type: skip to its closing parenthesis
+        depth = 0
+        for i, ch in enumerate(rest):
+            depth += (ch == "(") - (ch == ")")
+            if depth == 0:
+                break
+        rest = rest[i + 1:]
+    else:
+        rest = rest.partition(" ")[2]
+    m = re.match(r"\s*([a-z][\w\-]*)\(", rest)
+    return m.group(1) if m else None
+
+
 def explain(objective: Any, key: Any, args: tuple, argnums: tuple) -> Explanation:
     """Trace `objective`'s gradient estimator afresh with the log open; compile the
     value and gradient steps for their FLOPs."""
@@ -189,4 +261,5 @@ def explain(objective: Any, key: Any, args: tuple, argnums: tuple) -> Explanatio
         return objective._value_fn(key, a)(split_args(a)[0])
     value = jax.jit(value_step).lower(key, *args).compile()
     return Explanation(objective._label, list(log.values()), _flops(value), _flops(gradient),
-                       work(jax.make_jaxpr(value_step)(key, *args)), work(gradient_jaxpr))
+                       work(jax.make_jaxpr(value_step)(key, *args)), work(gradient_jaxpr),
+                       launches(value.as_text()), launches(gradient.as_text()))

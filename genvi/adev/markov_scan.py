@@ -170,31 +170,48 @@ class _MarkovScan:
         return rounds
 
     def base_run(self) -> tuple:
-        """The body at the base values, in order: the final carries, and per step the
-        incoming carries (accumulators: None), accumulators' terms and outputs."""
-        acc = self.acc
+        """The body at the base values: the final carries, and per step the incoming
+        carries (accumulators: None), accumulators' terms and outputs. Only carries
+        that are not accumulators need the steps in order (a `lax.scan` over them
+        alone); the rest runs every step at once."""
+        acc, kept = self.acc, [j for j in range(self.ncar) if j not in self.acc]
+        incoming = [None] * self.ncar
+        final = list(self.init)
+        if kept:
+            def step(carry, x):
+                state, i = carry
+                xb, k = x
+                full = list(self.init)
+                for j, c in zip(kept, state):
+                    full[j] = c
+                outs = self.run(full, xb, i, k)
+                return ([outs[j] for j in kept], i + 1), state
 
-        def step(carry, x):
-            base, i = carry
-            xb, k = x
-            outs = self.run(base, xb, i, k)
-            new = [c + o if j in acc else o for j, (c, o) in enumerate(zip(base, outs))]
-            return (new, i + 1), ([None if j in acc else c for j, c in enumerate(base)],
-                                  [outs[j] if j in acc else None for j in range(self.ncar)],
-                                  outs[self.ncar:])
+            (last, _), before = jax.lax.scan(
+                step, ([self.init[j] for j in kept], jnp.zeros((), jnp.int32)),
+                (self.x_base, self.keys), length=self.length, reverse=self.sp["reverse"],
+                unroll=self.sp["unroll"])
+            for j, c, b in zip(kept, last, before):
+                final[j], incoming[j] = c, b
+        carry_in = [self._stacked_zeros(j) if j in acc else incoming[j] for j in range(self.ncar)]
+        outs = jax.vmap(lambda c, xb, i, k: self.run(c, xb, i, k))(
+            carry_in, self.x_base, self.iterations, self.keys)
+        terms = [outs[j] if j in acc else None for j in range(self.ncar)]
+        for j in acc:  # summed at once: equal to the scan's running sum up to rounding
+            final[j] = final[j] + jnp.sum(terms[j], axis=0)
+        return final, incoming, terms, outs[self.ncar:]
 
-        (final, _), per_step = jax.lax.scan(
-            step, (list(self.init), jnp.zeros((), jnp.int32)), (self.x_base, self.keys),
-            length=self.length, reverse=self.sp["reverse"], unroll=self.sp["unroll"])
-        return (final,) + per_step
+    def _stacked_zeros(self, j: int) -> Any:
+        c = self.init[j]
+        return jnp.zeros((self.length,) + jnp.shape(c), jnp.result_type(c))
 
     def rounds(self, rounds: list, incoming: list, terms: list) -> list:
         """Every round at every step at once (`vmap` over the steps): round r at step t
         starts from round r - 1's carries at the step before, so none waits on another
         step. Per round: (carries for the next round, accumulators' differences from
         their base terms, outputs), stacked over the steps."""
-        incoming = [jnp.zeros((self.length,) + jnp.shape(c), jnp.result_type(c))
-                    if j in self.acc else incoming[j] for j, c in enumerate(self.init)]
+        incoming = [self._stacked_zeros(j) if j in self.acc else incoming[j]
+                    for j in range(self.ncar)]
 
         def one(r, carry, x_vals, i, k, alt, term):
             outs = self.run(carry, x_vals, i, k, alt)

@@ -263,16 +263,23 @@ class Enum(Strategy):
             return k.dual(x)
         # Σ_v ∂p(v) k(v): the term at the sampled value is the final result (a score
         # term); only the V − 1 other values of each lane are replayed.
-        at = jnp.searchsorted(support, x)  # index of x in the (sorted) support
-        n = support.shape[0]
-        others = jnp.arange(n - 1).reshape((-1,) + (1,) * x.ndim)
-        others = others + (others >= at)  # [V − 1, lanes...]: support indices ≠ x
-        dp_here = jnp.take_along_axis(dp, at[None], 0)
-        dp_away = jnp.take_along_axis(dp, others, 0)
-        alts = support[others].astype(x.dtype)
+        # index of x in the (sorted) support; by comparisons, not a loop of bisections
+        at = jnp.searchsorted(support, x, method="compare_all")
+        index = jnp.arange(support.shape[0]).reshape((-1,) + (1,) * x.ndim)
+        # the V − 1 other values of each lane, by selects rather than gathers: inside a
+        # scan a gather's transpose is a scatter, which XLA:CPU does not compile into
+        # the loop's kernel (HMM bench, 2 states, T = 400: 17% faster step)
+        skip = index[:-1] >= at  # [V − 1, lanes...]: past x, the next value
+
+        def others(a):
+            a = jnp.broadcast_to(a, (support.shape[0],) + jnp.shape(a)[1:])
+            return jnp.where(skip, a[1:], a[:-1])
+
+        dp_here = jnp.sum(jnp.where(index == at, dp, 0.0))
+        alts = others(support.reshape(index.shape)).astype(x.dtype)
         # values of probability 0 (a boundary, e.g. p forced to 0) contribute nothing
-        live = jnp.take_along_axis(probs, others, 0) > 0
-        return k.dual(x).plus(score=jnp.sum(dp_here)).plus_replays(alts, dp_away, live)
+        live = others(probs) > 0
+        return k.dual(x).plus(score=dp_here).plus_replays(alts, others(dp), live)
 
 
 REPARAM = Reparam()

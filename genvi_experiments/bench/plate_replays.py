@@ -5,7 +5,9 @@ flip(sigmoid(l_i)); both `gv.vmap`'d. ENUM and MVD replay the rest of the object
 each lane's other value: lane-locally (`genvi.adev.lanes`, O(B)) by default, or by
 whole-objective replays (O(B²), the general path) when traced under
 `whole_objective_replays()`. Prints ms per jitted gradient step (interleaved, warm,
-median), ratios to REINFORCE, and XLA's FLOP count of each compiled step.
+median), ratios to REINFORCE, XLA's FLOP count of each compiled step, and `explain`'s
+counts of operations executed and kernels run one after another (loops at their trip
+counts) as ratios to REINFORCE's.
 
     python -m genvi_experiments.bench.plate_replays [--sizes 1000 4000] [--rounds 20]
 """
@@ -46,14 +48,18 @@ def plate_elbo(strategy: gv.Strategy) -> gv.Expectation:
 
 
 def compiled_step(strategy: gv.Strategy, b: int, general: bool = False):
-    """(call, FLOPs) of the jitted gradient step at plate size b."""
+    """(call, FLOPs, (operations executed, kernels run)) of the jitted gradient step at
+    plate size b."""
     key = jax.random.key(0)
     ls, ys = jnp.zeros(b), jnp.linspace(-2.0, 2.0, b)
     with whole_objective_replays() if general else contextlib.nullcontext():
-        compiled = jax.jit(plate_elbo(strategy).grad_estimate).lower(key, ls, ys).compile()
+        objective = plate_elbo(strategy)
+        compiled = jax.jit(objective.grad_estimate).lower(key, ls, ys).compile()
+        explained = objective.explain(ls, ys, key=key)
+        ops = (explained.work_gradient[0], explained.launches_gradient)
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
-    return (lambda: compiled(key, ls, ys)), cost.get("flops", float("nan"))
+    return (lambda: compiled(key, ls, ys)), cost.get("flops", float("nan")), ops
 
 
 def main() -> None:
@@ -64,22 +70,24 @@ def main() -> None:
                     help="also time whole-objective replays at sizes up to this")
     args = ap.parse_args()
     print(f"# plate of flips, {describe_machine()}")
-    print("| B | strategy | ms per step | × REINFORCE | MFLOP per step |")
-    print("|---|---|---|---|---|")
+    print("| B | strategy | ms per step | × REINFORCE | MFLOP per step | explain: ops × | "
+          "explain: kernels × |")
+    print("|---|---|---|---|---|---|---|")
     for b in args.sizes:
-        steps, flops = {}, {}
+        steps, flops, ops = {}, {}, {}
         for name, strategy in (("REINFORCE", gv.REINFORCE), ("ENUM", gv.ENUM), ("MVD", gv.MVD)):
-            steps[name], flops[name] = compiled_step(strategy, b)
+            steps[name], flops[name], ops[name] = compiled_step(strategy, b)
             if b <= args.general_up_to and name != "REINFORCE":
                 label = f"{name} (whole-objective replays)"
-                steps[label], flops[label] = compiled_step(strategy, b, general=True)
+                steps[label], flops[label], ops[label] = compiled_step(strategy, b, general=True)
         for fn in steps.values():
             jax.block_until_ready(fn())
         samples = interleaved_samples(steps, rounds=args.rounds, reps=5)
         for name in steps:
             ratio = paired_ratio(samples, name, "REINFORCE")
+            (o, k), (o0, k0) = ops[name], ops["REINFORCE"]
             print(f"| {b} | {name} | {median(samples[name]) * 1e3:.3f} | {ratio:.2f} | "
-                  f"{flops[name] / 1e6:.3f} |")
+                  f"{flops[name] / 1e6:.3f} | {o / o0:.2f} | {k / k0:.2f} |")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,144 @@
+"""Discrete strategies in a scan: REINFORCE, ENUM, MVD and SD gradient steps against T.
+
+The ELBO of an HMM written with `gv.scan` (model: z_t ~ categorical(A[z_{t-1}]),
+y_t ~ normal(μ[z_t], 1); guide: mean-field categorical(l_t)); K = "flip" is the
+two-state chain written with `gv.flip` sites (model flip(0.8 or 0.2), guide
+flip(sigmoid(l_t))). ENUM and MVD replay the
+rest of the objective at each step's other values: Markov-locally
+(`genvi.adev.markov_scan`, O(T)) by default, or one replay per step (O(T²), the
+general path) when traced under `whole_objective_replays()`. Prints ms per jitted
+gradient step (interleaved, warm, median), ratios to REINFORCE, and `explain`'s counts
+per step, loops at their trip counts, as ratios to REINFORCE's beside the measured
+ratio: operations executed, and kernels run one after another (a scan that XLA:CPU
+does not compile into one kernel runs its body kernel by kernel, tens of ns each).
+
+    python -m genvi_experiments.bench.scan_replays [--lengths 100 400] [--states flip 2 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+
+import jax
+import jax.numpy as jnp
+
+import genvi as gv
+from genvi.adev.lanes import whole_objective_replays
+from genvi_experiments.common.timing import (describe_machine, interleaved_samples, median,
+                                             paired_ratio)
+
+
+def flip_hmm_elbo(strategy: gv.Strategy) -> gv.Expectation:
+    """The ELBO of a two-state HMM with `gv.flip` sites, the guide's with `strategy`."""
+
+    @gv.gen
+    def model_step(z_prev, y):
+        z = gv.flip(jnp.where(z_prev, 0.8, 0.2)) @ "z"
+        gv.observe(gv.normal(jnp.where(z, 1.0, -1.0), 1.0), y)
+        return z, None
+
+    @gv.gen
+    def model(logits, ys):
+        gv.scan(model_step)(False, ys) @ "s"
+
+    @gv.gen
+    def guide_step(c, logit):
+        gv.flip(jax.nn.sigmoid(logit), grad=strategy) @ "z"
+        return c, None
+
+    @gv.gen
+    def guide(logits, ys):
+        gv.scan(guide_step)(0, logits) @ "s"
+
+    return gv.elbo(model, guide)
+
+
+def categorical_hmm(strategy: gv.Strategy, states: int) -> tuple:
+    """A `states`-state HMM with sticky transitions (0.8 to stay) and its mean-field
+    guide, the guide's sites with `strategy`: (model, guide, log transition matrix,
+    emission means). Both take (guide logits [T, states], observations [T])."""
+    stay, move = 0.8, 0.2 / max(states - 1, 1)
+    transition = jnp.log(jnp.full((states, states), move) + jnp.eye(states) * (stay - move))
+    means = jnp.linspace(-1.5, 1.5, states)
+
+    @gv.gen
+    def model_step(z_prev, y):
+        z = gv.categorical(transition[z_prev]) @ "z"
+        gv.observe(gv.normal(means[z], 1.0), y)
+        return z, None
+
+    @gv.gen
+    def model(logits, ys):
+        gv.scan(model_step)(0, ys) @ "s"
+
+    @gv.gen
+    def guide_step(c, logit):
+        gv.categorical(logit, grad=strategy) @ "z"
+        return c, None
+
+    @gv.gen
+    def guide(logits, ys):
+        gv.scan(guide_step)(0, logits) @ "s"
+
+    return model, guide, transition, means
+
+
+def hmm_elbo(strategy: gv.Strategy, states: int | str) -> gv.Expectation:
+    """The ELBO of a `states`-state HMM ("flip": `flip_hmm_elbo`), its guide's sites
+    with `strategy`."""
+    if states == "flip":
+        return flip_hmm_elbo(strategy)
+    return gv.elbo(*categorical_hmm(strategy, states)[:2])
+
+
+def compiled_step(strategy: gv.Strategy, states: int | str, length: int,
+                  general: bool = False):
+    """(call, (operations executed, kernels run) per step) of the jitted gradient step."""
+    key = jax.random.key(0)
+    logits = jnp.zeros(length) if states == "flip" else jnp.zeros((length, states))
+    ys = jnp.sin(jnp.arange(length) * 0.3) * 1.5
+    with whole_objective_replays() if general else contextlib.nullcontext():
+        objective = hmm_elbo(strategy, states)
+        compiled = jax.jit(objective.grad_estimate).lower(key, logits, ys).compile()
+        explained = objective.explain(logits, ys, key=key)
+    return (lambda: compiled(key, logits, ys)), (explained.work_gradient[0],
+                                                 explained.launches_gradient)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", type=int, nargs="+", default=[100, 400])
+    ap.add_argument("--states", nargs="+", default=["flip", "3"],
+                    help='"flip", or a number of states of a categorical chain')
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--general-up-to", type=int, default=100,
+                    help="also time one replay per step at lengths up to this")
+    args = ap.parse_args()
+    print(f"# HMM in gv.scan, mean-field guide; {describe_machine()}")
+    print("| K | T | strategy | ms per step | × REINFORCE | explain: ops × | explain: "
+          "kernels × |")
+    print("|---|---|---|---|---|---|---|")
+    strategies = (("REINFORCE", gv.REINFORCE), ("ENUM", gv.ENUM), ("MVD", gv.MVD),
+                  ("SD", gv.SD))
+    for states in args.states:
+        states = states if states == "flip" else int(states)
+        for length in args.lengths:
+            steps, ops = {}, {}
+            for name, strategy in strategies:
+                steps[name], ops[name] = compiled_step(strategy, states, length)
+                if length <= args.general_up_to and name in ("ENUM", "MVD"):
+                    label = f"{name} (a replay per step)"
+                    steps[label], ops[label] = compiled_step(strategy, states, length, True)
+            for fn in steps.values():
+                jax.block_until_ready(fn())
+            samples = interleaved_samples(steps, rounds=args.rounds, reps=5)
+            for name in steps:
+                ratio = paired_ratio(samples, name, "REINFORCE")
+                (o, k), (o0, k0) = ops[name], ops["REINFORCE"]
+                print(f"| {states} | {length} | {name} | {median(samples[name]) * 1e3:.3f} | "
+                      f"{ratio:.2f} | {o / o0:.2f} | {k / k0:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
