@@ -265,30 +265,20 @@ def lane_replay_values_at(replay: Replay, location: tuple, x: Any,
     start, the site becoming lane-tracked where (and at the step) it is sampled."""
     if not _ENABLED.get():
         return None
-    closed = replay.closed
-    start = dict(zip(closed.jaxpr.constvars, closed.consts))
-    start.update(zip(closed.jaxpr.invars, replay.primals))
-    keys = split_keys(closed.jaxpr, replay.key)
-    coupled: list = []
-
-    def one(alt):
-        evaluator = LaneEval(replay, jnp.shape(x), target=(location, alt))
-        (out,) = evaluator.level(closed.jaxpr, 0, dict(start), keys, ())
-        coupled.extend(evaluator.coupled)
-        return evaluator.materialize(out).values.reshape(jnp.shape(x))
-
     try:
-        values = jax.vmap(one)(alternatives)
+        got = _from_the_start(replay, jnp.shape(x), alternatives, 0,
+                              lambda alt: LaneEval(replay, jnp.shape(x), target=(location, alt)))
     except Coupled:
         return None
-    return values, coupled
+    return got.values, got.coupled
 
 
 class MarkovReplays(NamedTuple):
-    """Every step's replays of a site in a scan (see `markov_replay_values`)."""
+    """A site's replays evaluated from the objective's start: every step's replays of
+    a site in a scan (`markov_replay_values`), or one step's (`lane_replay_values_at`)."""
 
-    values: Any     # [J, T, *lanes]: the objective at each step's, lane's alternative
-    coupled: list   # primitives where one step's lanes coupled
+    values: Any     # [J, (T,) *lanes]: the objective at each (step's,) lane's alternative
+    coupled: list   # primitives where lanes coupled
     windows: list   # per scan over the steps: how many steps a step's value reaches
 
 
@@ -307,6 +297,18 @@ def markov_replay_values(replay: Replay, location: tuple, below: tuple, x: Any,
         return None
     if not all(hasattr(s, "primitive") for s in location):
         return "a scan inside another scan"
+    try:
+        return _from_the_start(replay, jnp.shape(x), alternatives, 1, lambda alt: LaneEval(
+            replay, jnp.shape(x), every_step=(location, below, alt)))
+    except Coupled as why:
+        return str(why)
+
+
+def _from_the_start(replay: Replay, shape: tuple, alternatives: Any, axis: int,
+                    evaluator: Any) -> MarkovReplays:
+    """The whole objective evaluated lane-tracked from its start by `evaluator(alt)`,
+    once per alternative (`alternatives`' axis `axis`), each replay's value in the
+    site's `shape`; with the notes the evaluators took. Raises `Coupled`."""
     closed = replay.closed
     start = dict(zip(closed.jaxpr.constvars, closed.consts))
     start.update(zip(closed.jaxpr.invars, replay.primals))
@@ -314,14 +316,10 @@ def markov_replay_values(replay: Replay, location: tuple, below: tuple, x: Any,
     notes = MarkovReplays(None, [], [])
 
     def one(alt):
-        evaluator = LaneEval(replay, jnp.shape(x), every_step=(location, below, alt))
-        (out,) = evaluator.level(closed.jaxpr, 0, dict(start), keys, ())
-        notes.coupled.extend(evaluator.coupled)
-        notes.windows.extend(evaluator.windows)
-        return evaluator.materialize(out).values.reshape(jnp.shape(x))
+        ev = evaluator(alt)
+        (out,) = ev.level(closed.jaxpr, 0, dict(start), keys, ())
+        notes.coupled.extend(ev.coupled)
+        notes.windows.extend(ev.windows)
+        return ev.materialize(out).values.reshape(shape)
 
-    try:
-        values = jax.vmap(one, in_axes=1)(alternatives)
-    except Coupled as why:
-        return str(why)
-    return notes._replace(values=values)
+    return notes._replace(values=jax.vmap(one, in_axes=axis)(alternatives))

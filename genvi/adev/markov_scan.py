@@ -217,7 +217,7 @@ class _MarkovScan:
             outs = self.run(carry, x_vals, i, k, alt)
             kinds = rounds[r][1]
             onward = rounds[r + 1][0] if r + 1 < len(rounds) else [SAME] * self.ncar
-            lane_free = self.ev.sub(self.inner, None)
+            lane_free = self.lane_free
             carries = [None if kd == SAME else _encode(lane_free, outs[j], kinds[j])
                        for j, kd in enumerate(onward)]
             deltas = [_delta(lane_free, outs[j], term[j], kinds[j]) if j in self.acc else None
@@ -234,8 +234,10 @@ class _MarkovScan:
                                     self.keys, self.alternatives, terms)]
         for r in range(1, len(rounds)):
             kinds = rounds[r][0]
-            before = [None if kd == SAME else _shift(
-                results[-1][0][j], _encode(self.lane_free, self.init[j], kd), self.direction)
+            # round r - 1's carries one step on (the first step's: the initial carry)
+            before = [None if kd == SAME else jax.tree.map(
+                lambda a, f: _moved(a, self.direction, f), results[-1][0][j],
+                _encode(self.lane_free, self.init[j], kd))
                 for j, kd in enumerate(kinds)]
 
             def later(carry, before, xb, i, k, term, r=r, kinds=kinds):
@@ -252,8 +254,8 @@ class _MarkovScan:
         differences summed; other carries differ only in the lanes of the last steps,
         whose change has not left them yet."""
         if j in self.acc:
-            return _accumulated(self.ev, final, [res[1][j] for res in results],
-                                [rnd[1][j] for rnd in rounds], self.inner, self.direction)
+            return self._accumulated(final, [res[1][j] for res in results],
+                                     [rnd[1][j] for rnd in rounds])
         kinds = [rnd[0][j] for rnd in rounds[1:]]
         if all(kd == SAME for kd in kinds):
             return final
@@ -266,14 +268,32 @@ class _MarkovScan:
                     self.lane_free.materialize(_decode(changed, kd)).values)
         return Perturbed(values.reshape((self.length * lanes,) + jnp.shape(final)))
 
+    def _accumulated(self, final: Any, deltas: list, kinds: list) -> Any:
+        """An accumulator's final value in every lane's replay: the base value plus the
+        differences its terms took in the steps each lane's change reached."""
+        if all(kd == SAME for kd in kinds):
+            return final
+        lanes = math.prod(self.inner)
+        total = jnp.zeros((self.length, lanes) + jnp.shape(final), jnp.result_type(final))
+        for r, (dl, kd) in enumerate(zip(deltas, kinds)):
+            if kd == SAME:
+                continue
+            if kd != PERTURBED:  # slice l of a `Local` difference is lane l's
+                dl = jax.vmap(lambda d, kd=kd: self.lane_free.materialize(
+                    Local(jnp.zeros_like(d), d, kd[1])).values)(dl)
+            # the difference at step t in round r belongs to the lane r steps back
+            total = total + _moved(dl, -self.direction * r, jnp.zeros((), dl.dtype))
+        return Perturbed((final + total).reshape((self.length * lanes,) + jnp.shape(final)))
 
-def _shift(stacked: Any, first: Any, direction: int) -> Any:
-    """`stacked` (per step, in position order) moved one step along the scan: the value
-    at step t is the one at the step before it (`first` where there is none)."""
-    def move(a, f):
-        f = jnp.broadcast_to(f, a.shape[1:])[None]
-        return jnp.concatenate([f, a[:-1]]) if direction > 0 else jnp.concatenate([a[1:], f])
-    return jax.tree.map(move, stacked, first)
+
+def _moved(stacked: jax.Array, by: int, fill: Any) -> jax.Array:
+    """`stacked` (per step, in position order) moved `by` positions: the value at
+    position t is the one at t - by, `fill` where there is none."""
+    if by == 0:
+        return stacked
+    pad = jnp.broadcast_to(fill, (abs(by),) + stacked.shape[1:]).astype(stacked.dtype)
+    return (jnp.concatenate([pad, stacked[:-by]]) if by > 0
+            else jnp.concatenate([stacked[-by:], pad]))
 
 
 def _step_slices(x: Any) -> tuple[Any, tuple]:
@@ -295,29 +315,6 @@ def _delta(sub: Any, out: Any, base_out: Any, kind: tuple) -> Any:
     if isinstance(out, Local):
         return out.alt - out.base
     return sub.materialize(out).values - base_out[None]
-
-
-def _accumulated(ev: Any, final: Any, deltas: list, kinds: list, inner: tuple,
-                 direction: int) -> Any:
-    """An accumulator's final value in every lane's replay: the base value plus the
-    differences its terms took in the steps each lane's change reached."""
-    if all(kd == SAME for kd in kinds):
-        return final
-    length, lanes = ev.site_shape[0], math.prod(inner)
-    sub = ev.sub(inner, None)
-    total = jnp.zeros((length, lanes) + jnp.shape(final), jnp.result_type(final))
-    for r, (dl, kd) in enumerate(zip(deltas, kinds)):
-        if kd == SAME:
-            continue
-        if kd != PERTURBED:  # slice l of a `Local` difference is lane l's
-            dl = jax.vmap(lambda d, kd=kd: sub.materialize(
-                Local(jnp.zeros_like(d), d, kd[1])).values)(dl)
-        # the difference at step t in round r belongs to the lane r steps back
-        pad = jnp.zeros((r,) + dl.shape[1:], dl.dtype)
-        dl = (jnp.concatenate([dl[r:], pad]) if direction > 0
-              else jnp.concatenate([pad, dl[:length - r]]))
-        total = total + dl
-    return Perturbed((final + total).reshape((length * lanes,) + jnp.shape(final)))
 
 
 def _stacked_over_steps(enc: Any, kind: tuple) -> Any:

@@ -78,17 +78,17 @@ class Pending:
                         return replays_total(got[0], replays)
                 return replay_sum(lambda v: replay_with((at + (i,) + below, v)), x, replays)
             # lane-local replays cost one evaluation per alternative, whatever the lanes
-            steps, per_step = arrays[0].shape[0], arrays[2].shape[1]
+            steps, per_step = alternatives.shape[0], alternatives.shape[1]
             group = max(1, _replay_width() // per_step)  # steps per vmap
             values = (jax.vmap(at_step)(arrays) if group >= steps
                       else jax.lax.map(at_step, arrays, batch_size=group))
             total = d.add(total, jnp.sum(values))
             if coupled:
                 named = sorted({p for c in coupled for p in c})
-                note_replays(below[-1], arrays[2][0], "lane-local, after the scan" + (
+                note_replays(below[-1], alternatives[0], "lane-local, after the scan" + (
                     f" (lanes coupled at {', '.join(named)})" if named else "") + why_not)
             else:
-                note_replays(below[-1], arrays[2][0],
+                note_replays(below[-1], alternatives[0],
                              "whole-objective replays, after the scan" + why_not)
         return total
 
