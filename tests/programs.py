@@ -3,13 +3,15 @@
 The conjugate Gaussian pair: `z ~ normal(0, 1)`, `y ~ normal(z, 1)`, with a guide
 `normal(p["m"], exp(p["s"]))`. Its optimum is known: m = y / 2, s = log(sqrt(1/2)).
 And `crash_after(step)`, a gv.fit callback that interrupts a run (raising `Crash`), for
-the checkpoint tests; `run_on_four_devices(script)`, for the sharding tests.
+the checkpoint tests; `run_on_four_devices(script)`, for the sharding tests; and
+`flip_hmm`, a two-state HMM in `gv.scan` for the tests of replays in scans.
 """
 
 import os
 import subprocess
 import sys
 
+import jax
 import jax.numpy as jnp
 
 import genvi as gv
@@ -48,3 +50,32 @@ def run_on_four_devices(script: str) -> str:
     assert out.returncode == 0, out.stderr[-3000:]
     assert "OK" in out.stdout
     return out.stdout
+
+
+def flip_hmm(strategy, guide_carries_z=False, order=1):
+    """Model: a 2-state HMM with `gv.flip` sites in `gv.scan` (order 1 or 2); guide:
+    mean-field flips, or autoregressive; its sites with `strategy`. Both take (guide
+    logits [T], observations [T])."""
+
+    @gv.gen
+    def model_step(c, y):
+        p = jnp.where(c[0] ^ c[1], 0.8, 0.3) if order == 2 else jnp.where(c, 0.8, 0.2)
+        z = gv.flip(p) @ "z"
+        gv.observe(gv.normal(jnp.where(z, 1.0, -1.0), 1.0), y)
+        return ((z, c[0]) if order == 2 else z), None
+
+    @gv.gen
+    def model(logits, ys):
+        gv.scan(model_step)((False, False) if order == 2 else False, ys) @ "s"
+
+    @gv.gen
+    def guide_step(z_prev, logit):
+        shift = jnp.where(z_prev, 1.0, -1.0) if guide_carries_z else 0.0
+        z = gv.flip(jax.nn.sigmoid(logit + shift), grad=strategy) @ "z"
+        return (z if guide_carries_z else z_prev), None
+
+    @gv.gen
+    def guide(logits, ys):
+        gv.scan(guide_step)(False, logits) @ "s"
+
+    return model, guide

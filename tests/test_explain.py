@@ -8,28 +8,11 @@ import jax
 import jax.numpy as jnp
 
 import genvi as gv
+from programs import flip_hmm
 
 
 def hmm_elbo(strategy):
-    @gv.gen
-    def guide_step(z_prev, logit):
-        z = gv.flip(jax.nn.sigmoid(logit + jnp.where(z_prev, 0.5, -0.5)), grad=strategy) @ "z"
-        return z, None
-
-    @gv.gen
-    def guide(logits, ys):
-        gv.scan(guide_step)(False, logits) @ "s"
-
-    @gv.gen
-    def model_step(z_prev, y):
-        z = gv.flip(jnp.where(z_prev, 0.8, 0.2)) @ "z"
-        gv.observe(gv.normal(jnp.where(z, 1.0, -1.0), 1.0), y)
-        return z, None
-
-    @gv.gen
-    def model(logits, ys):
-        gv.scan(model_step)(False, ys) @ "s"
-    return gv.elbo(model, guide)
+    return gv.elbo(*flip_hmm(strategy, guide_carries_z=True))
 
 
 def test_runs_count_every_step_of_the_scan():

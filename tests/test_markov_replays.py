@@ -14,36 +14,10 @@ import genvi as gv
 from genvi.adev.lanes import whole_objective_replays
 from genvi.adev.markov_scan import accumulators
 from genvi_experiments.bench.scan_replays import categorical_hmm
+from programs import flip_hmm as hmm
 
 T = 6
 LOGITS, YS = jnp.linspace(-1.0, 1.0, T), jnp.sin(jnp.arange(T) * 1.0)
-
-
-def hmm(strategy, guide_carries_z=False, order=1):
-    """Model: a 2-state HMM (order 1 or 2); guide: mean-field flips, or autoregressive."""
-
-    @gv.gen
-    def model_step(c, y):
-        p = jnp.where(c[0] ^ c[1], 0.8, 0.3) if order == 2 else jnp.where(c, 0.8, 0.2)
-        z = gv.flip(p) @ "z"
-        gv.observe(gv.normal(jnp.where(z, 1.0, -1.0), 1.0), y)
-        return ((z, c[0]) if order == 2 else z), None
-
-    @gv.gen
-    def model(logits, ys):
-        gv.scan(model_step)((False, False) if order == 2 else False, ys) @ "s"
-
-    @gv.gen
-    def guide_step(z_prev, logit):
-        shift = jnp.where(z_prev, 1.0, -1.0) if guide_carries_z else 0.0
-        z = gv.flip(jax.nn.sigmoid(logit + shift), grad=strategy) @ "z"
-        return (z if guide_carries_z else z_prev), None
-
-    @gv.gen
-    def guide(logits, ys):
-        gv.scan(guide_step)(False, logits) @ "s"
-
-    return model, guide
 
 
 def chains(strategy, inner_plate):
