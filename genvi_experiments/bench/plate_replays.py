@@ -15,15 +15,13 @@ counts) as ratios to REINFORCE's.
 from __future__ import annotations
 
 import argparse
-import contextlib
 
 import jax
 import jax.numpy as jnp
 
 import genvi as gv
-from genvi_experiments.common.timing import (describe_machine, interleaved_samples, median,
-                                             paired_ratio)
-from genvi.adev.lanes import whole_objective_replays
+from genvi_experiments.bench.replay_steps import Step, gradient_step, rows_against_reinforce
+from genvi_experiments.common.timing import describe_machine
 
 
 def plate_elbo(strategy: gv.Strategy) -> gv.Expectation:
@@ -47,19 +45,10 @@ def plate_elbo(strategy: gv.Strategy) -> gv.Expectation:
     return gv.elbo(model, guide)
 
 
-def compiled_step(strategy: gv.Strategy, b: int, general: bool = False):
-    """(call, FLOPs, (operations executed, kernels run)) of the jitted gradient step at
-    plate size b."""
-    key = jax.random.key(0)
-    ls, ys = jnp.zeros(b), jnp.linspace(-2.0, 2.0, b)
-    with whole_objective_replays() if general else contextlib.nullcontext():
-        objective = plate_elbo(strategy)
-        compiled = jax.jit(objective.grad_estimate).lower(key, ls, ys).compile()
-        explained = objective.explain(ls, ys, key=key)
-        ops = (explained.work_gradient[0], explained.launches_gradient)
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, list) else cost
-    return (lambda: compiled(key, ls, ys)), cost.get("flops", float("nan")), ops
+def compiled_step(strategy: gv.Strategy, b: int, general: bool = False) -> Step:
+    """The jitted gradient step at plate size b."""
+    args = (jnp.zeros(b), jnp.linspace(-2.0, 2.0, b))
+    return gradient_step(lambda: plate_elbo(strategy), jax.random.key(0), args, general)
 
 
 def main() -> None:
@@ -74,21 +63,14 @@ def main() -> None:
           "explain: kernels × |")
     print("|---|---|---|---|---|---|---|")
     for b in args.sizes:
-        steps, flops, ops = {}, {}, {}
+        steps = {}
         for name, strategy in (("REINFORCE", gv.REINFORCE), ("ENUM", gv.ENUM), ("MVD", gv.MVD)):
-            steps[name], flops[name], ops[name] = compiled_step(strategy, b)
+            steps[name] = compiled_step(strategy, b)
             if b <= args.general_up_to and name != "REINFORCE":
-                label = f"{name} (whole-objective replays)"
-                steps[label], flops[label], ops[label] = compiled_step(strategy, b, general=True)
-        for fn in steps.values():
-            jax.block_until_ready(fn())
-        samples = interleaved_samples(steps, rounds=args.rounds, reps=5)
-        for name in steps:
-            ratio = paired_ratio(samples, name, "REINFORCE")
-            (o, k), (o0, k0) = ops[name], ops["REINFORCE"]
-            print(f"| {b} | {name} | {median(samples[name]) * 1e3:.3f} | {ratio:.2f} | "
-                  f"{flops[name] / 1e6:.3f} | {o / o0:.2f} | {k / k0:.2f} |")
-
+                steps[f"{name} (whole-objective replays)"] = compiled_step(strategy, b, True)
+        for name, ms, ratio, ops, kernels in rows_against_reinforce(steps, args.rounds):
+            print(f"| {b} | {name} | {ms:.3f} | {ratio:.2f} | {steps[name].flops / 1e6:.3f} | "
+                  f"{ops:.2f} | {kernels:.2f} |")
 
 if __name__ == "__main__":
     main()

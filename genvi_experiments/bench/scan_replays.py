@@ -18,15 +18,13 @@ does not compile into one kernel runs its body kernel by kernel, tens of ns each
 from __future__ import annotations
 
 import argparse
-import contextlib
 
 import jax
 import jax.numpy as jnp
 
 import genvi as gv
-from genvi.adev.lanes import whole_objective_replays
-from genvi_experiments.common.timing import (describe_machine, interleaved_samples, median,
-                                             paired_ratio)
+from genvi_experiments.bench.replay_steps import Step, gradient_step, rows_against_reinforce
+from genvi_experiments.common.timing import describe_machine
 
 
 def flip_hmm_elbo(strategy: gv.Strategy) -> gv.Expectation:
@@ -93,17 +91,12 @@ def hmm_elbo(strategy: gv.Strategy, states: int | str) -> gv.Expectation:
 
 
 def compiled_step(strategy: gv.Strategy, states: int | str, length: int,
-                  general: bool = False):
-    """(call, (operations executed, kernels run) per step) of the jitted gradient step."""
-    key = jax.random.key(0)
+                  general: bool = False) -> Step:
+    """The jitted gradient step at `length` steps."""
     logits = jnp.zeros(length) if states == "flip" else jnp.zeros((length, states))
     ys = jnp.sin(jnp.arange(length) * 0.3) * 1.5
-    with whole_objective_replays() if general else contextlib.nullcontext():
-        objective = hmm_elbo(strategy, states)
-        compiled = jax.jit(objective.grad_estimate).lower(key, logits, ys).compile()
-        explained = objective.explain(logits, ys, key=key)
-    return (lambda: compiled(key, logits, ys)), (explained.work_gradient[0],
-                                                 explained.launches_gradient)
+    return gradient_step(lambda: hmm_elbo(strategy, states), jax.random.key(0), (logits, ys),
+                         general)
 
 
 def main() -> None:
@@ -124,21 +117,15 @@ def main() -> None:
     for states in args.states:
         states = states if states == "flip" else int(states)
         for length in args.lengths:
-            steps, ops = {}, {}
+            steps = {}
             for name, strategy in strategies:
-                steps[name], ops[name] = compiled_step(strategy, states, length)
+                steps[name] = compiled_step(strategy, states, length)
                 if length <= args.general_up_to and name in ("ENUM", "MVD"):
-                    label = f"{name} (a replay per step)"
-                    steps[label], ops[label] = compiled_step(strategy, states, length, True)
-            for fn in steps.values():
-                jax.block_until_ready(fn())
-            samples = interleaved_samples(steps, rounds=args.rounds, reps=5)
-            for name in steps:
-                ratio = paired_ratio(samples, name, "REINFORCE")
-                (o, k), (o0, k0) = ops[name], ops["REINFORCE"]
-                print(f"| {states} | {length} | {name} | {median(samples[name]) * 1e3:.3f} | "
-                      f"{ratio:.2f} | {o / o0:.2f} | {k / k0:.2f} |")
-
+                    steps[f"{name} (a replay per step)"] = compiled_step(strategy, states,
+                                                                         length, True)
+            for name, ms, ratio, ops, kernels in rows_against_reinforce(steps, args.rounds):
+                print(f"| {states} | {length} | {name} | {ms:.3f} | {ratio:.2f} | {ops:.2f} | "
+                      f"{kernels:.2f} |")
 
 if __name__ == "__main__":
     main()
