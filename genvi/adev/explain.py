@@ -7,24 +7,26 @@ around it and its lanes) and how the site's replays are evaluated: none (REPARAM
 REINFORCE), lane-local (one evaluation of the rest of the objective for all lanes),
 whole-objective replays (one per lane and alternative), or exact enumeration of the
 rest of the program, and how many times in all each site runs the rest of the
-objective (`runs`: alternatives × lanes × the steps of the scans around it). Two
-numbers put a cost on it: the operations of the value and gradient steps counted on
-their jaxprs with every loop at its trip count (`work_*`: a scan of T steps, the
-`lax.map` that runs a scan's replays, count T times their body), and XLA's FLOPs of the
-compiled steps (`flops_*`), which count each loop body once. Someone asking "why is
-this step 20× slower than REINFORCE?" reads the answer off the table.
+objective (`runs`: alternatives × lanes × the steps of the scans around it). Then
+the cost of the value and gradient steps (`genvi.adev.cost`), every loop at its trip
+count: the operations of their jaxprs (`work_*`); the kernels run one after another,
+instructions and elements of XLA's compiled programs (`compiled_*`), where a scan that
+XLA:CPU did not compile into one kernel pays a launch per operation per step; a CPU
+time estimate from those (`microseconds_*`, `CpuTimeModel`); and XLA's FLOPs
+(`flops_*`), which count each loop body once. Someone asking "why is this step 20×
+slower than REINFORCE?" reads the answer off the table.
 """
 
 from __future__ import annotations
 
 import contextvars
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 import jax
 
+from genvi.adev.cost import CompiledWork, CpuTimeModel, compiled_work, work
 from genvi.core import jaxpr as jx
 from genvi.core.tracing import split_args
 
@@ -108,8 +110,19 @@ class Explanation:
     flops_gradient: float = float("nan")
     work_value: tuple = (float("nan"), float("nan"))     # (operations, elements)
     work_gradient: tuple = (float("nan"), float("nan"))
-    launches_value: int = 0       # kernels run one after another (`launches`)
-    launches_gradient: int = 0
+    compiled_value: CompiledWork = CompiledWork(0, 0, 0)    # loops at their trip counts
+    compiled_gradient: CompiledWork = CompiledWork(0, 0, 0)
+    time_model: CpuTimeModel = CpuTimeModel()
+
+    @property
+    def microseconds_value(self) -> float:
+        """The CPU time model's estimate for the value step."""
+        return self.time_model.microseconds(self.compiled_value)
+
+    @property
+    def microseconds_gradient(self) -> float:
+        """The CPU time model's estimate for the gradient step."""
+        return self.time_model.microseconds(self.compiled_gradient)
 
     def __str__(self) -> str:
         rows = [("address", "distribution", "strategy", "within", "shape", "runs", "replays")]
@@ -127,10 +140,15 @@ class Explanation:
         lines.append(f"operations executed, loops at their trip counts: value step {ov:,.0f} "
                      f"({ev:,.0f} elements); gradient step {og:,.0f} ({eg:,.0f} elements), "
                      f"{og / ov if ov else float('nan'):.1f}× the value")
-        lv, lg = self.launches_value, self.launches_gradient
-        lines.append(f"kernels run one after another, loops at their trip counts: value step "
-                     f"{lv:,}; gradient step {lg:,}, {lg / lv if lv else float('nan'):.1f}× the "
-                     "value (on a CPU each costs tens of ns)")
+        cv, cg = self.compiled_value, self.compiled_gradient
+        lines.append(f"compiled, loops at their trip counts: value step {cv.launches:,} kernels "
+                     f"run one after another, {cv.instructions:,} instructions, "
+                     f"{cv.elements:,} elements; gradient step {cg.launches:,} kernels, "
+                     f"{cg.instructions:,} instructions, {cg.elements:,} elements")
+        tv, tg = self.microseconds_value, self.microseconds_gradient
+        lines.append(f"estimated CPU time: value step {tv:,.0f} µs; gradient step {tg:,.0f} µs, "
+                     f"{tg / tv:.1f}× the value (`CpuTimeModel`: per kernel launched, "
+                     "instruction and element)")
         ratio = self.flops_gradient / self.flops_value if self.flops_value else float("nan")
         lines.append(f"compiled value step: {self.flops_value:,.0f} FLOPs; gradient step: "
                      f"{self.flops_gradient:,.0f} FLOPs ({ratio:.1f}× the value; XLA counts "
@@ -144,103 +162,6 @@ def _flops(compiled: Any) -> float:
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
     return float((cost or {}).get("flops", float("nan")))
-
-
-def work(jaxpr: Any) -> tuple[float, float]:
-    """(operations executed, elements they write) by a jaxpr, every loop at its trip
-    count: a scan's body `length` times, a cond's costliest branch, a while loop's body
-    once (its trip count is not known). On a CPU a step's time is close to a fixed
-    dispatch cost plus a few ns per operation executed while arrays are small, and
-    follows the elements once they are large.
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> from genvi.adev.explain import work
-        >>> step = lambda c, _: (c * 2.0 + 1.0, None)
-        >>> work(jax.make_jaxpr(lambda c: jax.lax.scan(step, c, None, length=10))(jnp.ones(3)))
-        (20.0, 60.0)
-    """
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    ops = elements = 0.0
-    for eqn in jaxpr.eqns:
-        kind, subs = jx.kind(eqn), jx.sub_jaxprs(eqn)
-        if kind == "scan":
-            o, e = work(eqn.params["jaxpr"])
-            ops, elements = ops + eqn.params["length"] * o, elements + eqn.params["length"] * e
-            continue
-        if kind == "cond":
-            o, e = max(work(b) for b in jx.cond_branches(eqn))
-        elif subs:
-            o, e = (sum(x) for x in zip(*(work(j) for j in subs)))
-        else:
-            o, e = 1.0, float(sum(math.prod(getattr(v.aval, "shape", ())) for v in eqn.outvars))
-        ops, elements = ops + o, elements + e
-    return ops, elements
-
-
-_SETUP_OPS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
-                        "after-all"})
-
-
-def launches(hlo: str) -> int:
-    """Kernels a compiled step runs one after another (XLA's optimized HLO text):
-    every loop at its trip count, a loop that XLA:CPU compiled into one kernel (a
-    "small call": it touches under 1 KiB per step and has no dot or scatter) as one.
-    On a CPU each costs tens of ns however small it is, so a scan whose body is run
-    kernel by kernel can cost more than all the arithmetic.
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> from genvi.adev.explain import launches
-        >>> launches(jax.jit(jnp.sin).lower(jnp.ones(3)).compile().as_text())
-        1
-    """
-    comps, entry = {}, None
-    for block in re.split(r"\n(?=\S)", hlo):
-        m = re.match(r"(ENTRY )?(%[\w.\-]+)", block)
-        if m:
-            comps[m.group(2)] = block.splitlines()[1:]
-            entry = m.group(2) if m.group(1) else entry
-
-    def count(name: str) -> int:
-        total = 0
-        for line in comps.get(name, []):
-            op = _opcode(line)
-            if op is None or op in _SETUP_OPS:
-                continue
-            called = dict(re.findall(r"(body|condition|to_apply)=(%[\w.\-]+)", line))
-            if op == "while":
-                trips = re.search(r'known_trip_count":\{"n":"(\d+)"', line)
-                total += (int(trips.group(1)) if trips else 1) * (
-                    count(called["body"]) + count(called["condition"]))
-            elif op == "call" and "xla_cpu_small_call" not in line and "to_apply" in called:
-                total += count(called["to_apply"])
-            elif op == "conditional":
-                branches = re.search(r"branch_computations=\{([^}]*)\}", line)
-                names = branches.group(1).split(", ") if branches else []
-                total += 1 + max((count(b) for b in names), default=0)
-            else:
-                total += 1
-        return total
-    return count(entry) if entry else 0
-
-
-def _opcode(line: str) -> str | None:
-    """The opcode of one HLO instruction line (`%x = TYPE opcode(...)`)."""
-    if " = " not in line:
-        return None
-    rest = line.split(" = ", 1)[1]
-    if rest.startswith("("):  # a tuple type: skip to its closing parenthesis
-        depth = 0
-        for i, ch in enumerate(rest):
-            depth += (ch == "(") - (ch == ")")
-            if depth == 0:
-                break
-        rest = rest[i + 1:]
-    else:
-        rest = rest.partition(" ")[2]
-    m = re.match(r"\s*([a-z][\w\-]*)\(", rest)
-    return m.group(1) if m else None
 
 
 def explain(objective: Any, key: Any, args: tuple, argnums: tuple) -> Explanation:
@@ -262,4 +183,4 @@ def explain(objective: Any, key: Any, args: tuple, argnums: tuple) -> Explanatio
     value = jax.jit(value_step).lower(key, *args).compile()
     return Explanation(objective._label, list(log.values()), _flops(value), _flops(gradient),
                        work(jax.make_jaxpr(value_step)(key, *args)), work(gradient_jaxpr),
-                       launches(value.as_text()), launches(gradient.as_text()))
+                       compiled_work(value.as_text()), compiled_work(gradient.as_text()))

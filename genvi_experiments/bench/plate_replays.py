@@ -20,7 +20,8 @@ import jax
 import jax.numpy as jnp
 
 import genvi as gv
-from genvi_experiments.bench.replay_steps import Step, gradient_step, rows_against_reinforce
+from genvi_experiments.bench.replay_steps import (Step, gradient_step, rows_against_reinforce,
+                                                  worst_estimate)
 from genvi_experiments.common.timing import describe_machine
 
 
@@ -60,17 +61,22 @@ def main() -> None:
     args = ap.parse_args()
     print(f"# plate of flips, {describe_machine()}")
     print("| B | strategy | ms per step | × REINFORCE | MFLOP per step | explain: ops × | "
-          "explain: kernels × |")
-    print("|---|---|---|---|---|---|---|")
+          "explain: kernels × | explain: estimate × |")
+    print("|---|---|---|---|---|---|---|---|")
+    rows = []
     for b in args.sizes:
         steps = {}
         for name, strategy in (("REINFORCE", gv.REINFORCE), ("ENUM", gv.ENUM), ("MVD", gv.MVD)):
             steps[name] = compiled_step(strategy, b)
             if b <= args.general_up_to and name != "REINFORCE":
                 steps[f"{name} (whole-objective replays)"] = compiled_step(strategy, b, True)
-        for name, ms, ratio, ops, kernels in rows_against_reinforce(steps, args.rounds):
-            print(f"| {b} | {name} | {ms:.3f} | {ratio:.2f} | {steps[name].flops / 1e6:.3f} | "
-                  f"{ops:.2f} | {kernels:.2f} |")
+        for r in rows_against_reinforce(steps, args.rounds):
+            print(f"| {b} | {r.name} | {r.ms:.3f} | {r.measured:.2f} | "
+                  f"{steps[r.name].flops / 1e6:.3f} | {r.ops:.2f} | {r.kernels:.2f} | "
+                  f"{r.estimated:.2f} |")
+            rows.append(r._replace(name=f"B = {b}, {r.name}"))
+    print(worst_estimate(rows))
+
 
 if __name__ == "__main__":
     main()

@@ -11,18 +11,32 @@ from typing import Any, Callable, NamedTuple
 import jax
 
 import genvi as gv
+from genvi.adev.cost import CompiledWork, CpuTimeModel
 from genvi.adev.lanes import whole_objective_replays
 from genvi_experiments.common.timing import interleaved_samples, median, paired_ratio
 
 
 class Step(NamedTuple):
     """A compiled gradient step: `call()` runs it; `flops` is XLA's count for it;
-    `ops` and `kernels` are `explain`'s counts (loops at their trip counts)."""
+    `ops` (jaxpr operations) and `compiled` (kernels, instructions, elements) are
+    `explain`'s counts, loops at their trip counts."""
 
     call: Callable[[], Any]
     flops: float
     ops: float
-    kernels: int
+    compiled: CompiledWork
+
+
+class Row(NamedTuple):
+    """A step against REINFORCE's: ms per step, the measured ratio, and `explain`'s
+    ratios (operations, kernels, the time model's estimate)."""
+
+    name: str
+    ms: float
+    measured: float
+    ops: float
+    kernels: float
+    estimated: float
 
 
 def gradient_step(objective: Callable[[], gv.Expectation], key: Any, args: tuple,
@@ -36,15 +50,25 @@ def gradient_step(objective: Callable[[], gv.Expectation], key: Any, args: tuple
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
     return Step(lambda: compiled(key, *args), cost.get("flops", float("nan")),
-                explained.work_gradient[0], explained.launches_gradient)
+                explained.work_gradient[0], explained.compiled_gradient)
 
 
-def rows_against_reinforce(steps: dict[str, Step], rounds: int) -> list[tuple]:
-    """Per step: (name, ms per step, × REINFORCE measured, explain's operations ×
-    REINFORCE's, explain's kernels × REINFORCE's). `steps` holds "REINFORCE"."""
+def rows_against_reinforce(steps: dict[str, Step], rounds: int,
+                           model: CpuTimeModel = CpuTimeModel()) -> list[Row]:
+    """A `Row` per step, `model` for the estimate; `steps` holds "REINFORCE"."""
     for step in steps.values():
         jax.block_until_ready(step.call())
     samples = interleaved_samples({n: s.call for n, s in steps.items()}, rounds=rounds, reps=5)
     base = steps["REINFORCE"]
-    return [(name, median(samples[name]) * 1e3, paired_ratio(samples, name, "REINFORCE"),
-             s.ops / base.ops, s.kernels / base.kernels) for name, s in steps.items()]
+    return [Row(name, median(samples[name]) * 1e3, paired_ratio(samples, name, "REINFORCE"),
+                s.ops / base.ops, s.compiled.launches / base.compiled.launches,
+                model.microseconds(s.compiled) / model.microseconds(base.compiled))
+            for name, s in steps.items()]
+
+
+def worst_estimate(rows: list[Row]) -> str:
+    """How far `explain`'s estimated ratio lies from the measured one, at worst."""
+    factor, name = max((max(r.estimated / r.measured, r.measured / r.estimated), r.name)
+                       for r in rows)
+    return (f"explain's estimated ratio to REINFORCE is within {factor:.2f}× of the measured "
+            f"one on every row (furthest: {name})")

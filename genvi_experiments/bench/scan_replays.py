@@ -23,7 +23,8 @@ import jax
 import jax.numpy as jnp
 
 import genvi as gv
-from genvi_experiments.bench.replay_steps import Step, gradient_step, rows_against_reinforce
+from genvi_experiments.bench.replay_steps import (Step, gradient_step, rows_against_reinforce,
+                                                  worst_estimate)
 from genvi_experiments.common.timing import describe_machine
 
 
@@ -111,9 +112,10 @@ def main() -> None:
     print(f"# HMM in gv.scan, mean-field guide; {describe_machine()}")
     print("| K | T | strategy | ms per step | × REINFORCE | explain: ops × | explain: "
           "kernels × |")
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     strategies = (("REINFORCE", gv.REINFORCE), ("ENUM", gv.ENUM), ("MVD", gv.MVD),
                   ("SD", gv.SD))
+    rows = []
     for states in args.states:
         states = states if states == "flip" else int(states)
         for length in args.lengths:
@@ -123,9 +125,12 @@ def main() -> None:
                 if length <= args.general_up_to and name in ("ENUM", "MVD"):
                     steps[f"{name} (a replay per step)"] = compiled_step(strategy, states,
                                                                          length, True)
-            for name, ms, ratio, ops, kernels in rows_against_reinforce(steps, args.rounds):
-                print(f"| {states} | {length} | {name} | {ms:.3f} | {ratio:.2f} | {ops:.2f} | "
-                      f"{kernels:.2f} |")
+            for r in rows_against_reinforce(steps, args.rounds):
+                print(f"| {states} | {length} | {r.name} | {r.ms:.3f} | {r.measured:.2f} | "
+                      f"{r.ops:.2f} | {r.kernels:.2f} | {r.estimated:.2f} |")
+                rows.append(r._replace(name=f"K = {states}, T = {length}, {r.name}"))
+    print(worst_estimate(rows))
+
 
 if __name__ == "__main__":
     main()

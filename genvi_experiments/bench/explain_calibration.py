@@ -1,0 +1,96 @@
+"""Fit `explain`'s CPU time model (`genvi.adev.cost.CpuTimeModel`) on this machine, and
+check it on steps it was not fitted on.
+
+The model prices what a compiled step executes (`compiled_work`: kernels launched one
+after another, instructions, elements, loops at their trip counts) with four weights: a
+fixed cost per call, and a cost per kernel, per instruction and per element. They are
+fitted (non-negative least squares on relative error) to the measured times of the
+gradient steps of `plate_replays` (B = 1,000) and `scan_replays` (T = 100; flip,
+2- and 3-state chains) with every strategy, replays per step and whole-objective
+replays included; then checked on the same programs at B = 4,000 and T = 400, where
+the question `explain` answers is "how much slower than REINFORCE?": each step's
+estimated ratio to REINFORCE's against the measured one (interleaved, warm, median;
+paired ratios). The model's defaults come from this script.
+
+    python -m genvi_experiments.bench.explain_calibration [--rounds 12]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+from scipy.optimize import nnls
+
+import genvi as gv
+from genvi.adev.cost import CpuTimeModel
+from genvi_experiments.bench import plate_replays, scan_replays
+from genvi_experiments.bench.replay_steps import Row, Step, rows_against_reinforce, worst_estimate
+from genvi_experiments.common.timing import describe_machine
+
+_STRATEGIES = (("REINFORCE", gv.REINFORCE), ("ENUM", gv.ENUM), ("MVD", gv.MVD), ("SD", gv.SD))
+
+
+def bench_steps(fitting: bool) -> dict[str, dict[str, Step]]:
+    """Program → strategy → compiled step: the fitting set (smaller sizes, with the
+    general replay paths) or the checking set."""
+    size = 1000 if fitting else 4000
+    plate = {}
+    for name, strategy in _STRATEGIES[:3]:
+        plate[name] = plate_replays.compiled_step(strategy, size)
+        if fitting and name != "REINFORCE":
+            plate[f"{name} (whole-objective replays)"] = plate_replays.compiled_step(
+                strategy, size, True)
+    programs = {f"plate, B = {size}": plate}
+    length = 100 if fitting else 400
+    for states in ("flip", 2, 3):
+        steps = {}
+        for name, strategy in _STRATEGIES:
+            steps[name] = scan_replays.compiled_step(strategy, states, length)
+            if fitting and name in ("ENUM", "MVD"):
+                steps[f"{name} (a replay per step)"] = scan_replays.compiled_step(
+                    strategy, states, length, True)
+        programs[f"HMM {states}, T = {length}"] = steps
+    return programs
+
+
+def fit(steps: list[Step], ms: list[float]) -> CpuTimeModel:
+    """Non-negative weights minimizing the squared relative error of the model's times."""
+    design = np.array([[1.0, *(1e-3 * np.array(s.compiled, dtype=float))] for s in steps])
+    target = np.array(ms) * 1e3
+    weights, _ = nnls(design / target[:, None], np.ones(len(steps)))
+    return CpuTimeModel(*(float(w) for w in weights))
+
+
+def timed_rows(programs: dict[str, dict[str, Step]], rounds: int,
+               model: CpuTimeModel) -> list[Row]:
+    return [r._replace(name=f"{program}, {r.name}") for program, steps in programs.items()
+            for r in rows_against_reinforce(steps, rounds, model)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=12)
+    args = ap.parse_args()
+    print(f"# explain's CPU time model; {describe_machine()}")
+    fitting = bench_steps(fitting=True)
+    rows = timed_rows(fitting, args.rounds, CpuTimeModel())
+    steps = [s for program in fitting.values() for s in program.values()]
+    model = fit(steps, [r.ms for r in rows])
+    print(f"fitted on {len(steps)} steps: CpuTimeModel(fixed_us={model.fixed_us:.1f}, "
+          f"launch_ns={model.launch_ns:.1f}, instruction_ns={model.instruction_ns:.3f}, "
+          f"element_ns={model.element_ns:.4f})")
+    print("the fitted steps: " + worst_estimate(timed_rows(fitting, args.rounds, model)))
+    print("\n| step | ms | µs estimated | × REINFORCE measured | × REINFORCE estimated |")
+    print("|---|---|---|---|---|")
+    checking = bench_steps(fitting=False)
+    rows = timed_rows(checking, args.rounds, model)
+    checked = [s for program in checking.values() for s in program.values()]
+    for r, s in zip(rows, checked):
+        print(f"| {r.name} | {r.ms:.3f} | {model.microseconds(s.compiled):.0f} | "
+              f"{r.measured:.2f} | {r.estimated:.2f} |")
+    print("the steps it was not fitted on: " + worst_estimate(rows))
+
+
+if __name__ == "__main__":
+    main()
