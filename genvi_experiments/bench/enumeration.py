@@ -12,7 +12,7 @@ interleaved rounds, medians (ratios to genvi's enumeration); then, after
 of the guide) against the truth, components matched by sorting.
 
     python -m genvi_experiments.bench.enumeration [--points 1000] [--steps-hmm 100]
-        [--fit-steps 2000] [--rounds 15]
+        [--fit-steps 2000] [--rounds 15] [--models mixture hmm]
 """
 
 from __future__ import annotations
@@ -208,11 +208,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--steps-hmm", type=int, default=100)
     p.add_argument("--fit-steps", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--models", nargs="+", choices=["mixture", "hmm"], default=["mixture", "hmm"])
     a = p.parse_args(argv)
     print(describe_machine())
     out = {}
-    for kind, data, truth in (("mixture", mixture_data(a.points), MIX_MEANS),
-                              ("hmm", hmm_data(a.steps_hmm), HMM_MEANS)):
+    for kind in a.models:
+        data, truth = ((mixture_data(a.points), MIX_MEANS) if kind == "mixture"
+                       else (hmm_data(a.steps_hmm), HMM_MEANS))
         rows = run(kind, data, truth, a.fit_steps, a.rounds)
         base = rows["enumeration in the model"][0]
         size = f"{a.points} points" if kind == "mixture" else f"{a.steps_hmm} steps"
