@@ -81,6 +81,8 @@ def main() -> None:
           f"launch_ns={model.launch_ns:.1f}, instruction_ns={model.instruction_ns:.3f}, "
           f"element_ns={model.element_ns:.4f})")
     print("the fitted steps: " + worst_estimate(timed_rows(fitting, args.rounds, model)))
+    print("the same, with the defaults (" + repr(CpuTimeModel()) + "): "
+          + worst_estimate(timed_rows(fitting, args.rounds, CpuTimeModel())))
     print("\n| step | ms | µs estimated | × REINFORCE measured | × REINFORCE estimated |")
     print("|---|---|---|---|---|")
     checking = bench_steps(fitting=False)
@@ -90,6 +92,8 @@ def main() -> None:
         print(f"| {r.name} | {r.ms:.3f} | {model.microseconds(s.compiled):.0f} | "
               f"{r.measured:.2f} | {r.estimated:.2f} |")
     print("the steps it was not fitted on: " + worst_estimate(rows))
+    print("the same, with the defaults: "
+          + worst_estimate(timed_rows(checking, args.rounds, CpuTimeModel())))
 
 
 if __name__ == "__main__":
