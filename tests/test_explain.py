@@ -76,12 +76,10 @@ def test_estimated_time_tracks_the_measured_ratios():
 
     def estimate(program, size, strategy):
         if program == "plate":
-            objective, args = plate_replays.plate_elbo(strategy), (
-                jnp.zeros(size), jnp.linspace(-2.0, 2.0, size))
+            objective, args = plate_replays.plate_elbo(strategy), plate_replays.step_args(size)
         else:
-            logits = jnp.zeros(size) if program == "flip" else jnp.zeros((size, program))
             objective = scan_replays.hmm_elbo(strategy, program)
-            args = (logits, jnp.sin(jnp.arange(size) * 0.3) * 1.5)
+            args = scan_replays.step_args(program, size)
         compiled = jax.jit(objective.grad_estimate).lower(jax.random.key(0), *args).compile()
         return CpuTimeModel().microseconds(compiled_work(compiled.as_text()))
 

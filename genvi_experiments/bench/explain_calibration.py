@@ -22,35 +22,19 @@ import argparse
 import numpy as np
 from scipy.optimize import nnls
 
-import genvi as gv
 from genvi.adev.cost import CpuTimeModel
 from genvi_experiments.bench import plate_replays, scan_replays
 from genvi_experiments.bench.replay_steps import Row, Step, rows_against_reinforce, worst_estimate
 from genvi_experiments.common.timing import describe_machine
 
-_STRATEGIES = (("REINFORCE", gv.REINFORCE), ("ENUM", gv.ENUM), ("MVD", gv.MVD), ("SD", gv.SD))
-
-
 def bench_steps(fitting: bool) -> dict[str, dict[str, Step]]:
     """Program → strategy → compiled step: the fitting set (smaller sizes, with the
     general replay paths) or the checking set."""
-    size = 1000 if fitting else 4000
-    plate = {}
-    for name, strategy in _STRATEGIES[:3]:
-        plate[name] = plate_replays.compiled_step(strategy, size)
-        if fitting and name != "REINFORCE":
-            plate[f"{name} (whole-objective replays)"] = plate_replays.compiled_step(
-                strategy, size, True)
-    programs = {f"plate, B = {size}": plate}
-    length = 100 if fitting else 400
+    size, length = (1000, 100) if fitting else (4000, 400)
+    programs = {f"plate, B = {size}": plate_replays.steps(size, general=fitting)}
     for states in ("flip", 2, 3):
-        steps = {}
-        for name, strategy in _STRATEGIES:
-            steps[name] = scan_replays.compiled_step(strategy, states, length)
-            if fitting and name in ("ENUM", "MVD"):
-                steps[f"{name} (a replay per step)"] = scan_replays.compiled_step(
-                    strategy, states, length, True)
-        programs[f"HMM {states}, T = {length}"] = steps
+        programs[f"HMM {states}, T = {length}"] = scan_replays.steps(states, length,
+                                                                     general=fitting)
     return programs
 
 

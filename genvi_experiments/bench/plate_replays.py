@@ -46,10 +46,26 @@ def plate_elbo(strategy: gv.Strategy) -> gv.Expectation:
     return gv.elbo(model, guide)
 
 
+def step_args(b: int) -> tuple:
+    """(guide logits, observations) of a plate of size b."""
+    return jnp.zeros(b), jnp.linspace(-2.0, 2.0, b)
+
+
 def compiled_step(strategy: gv.Strategy, b: int, general: bool = False) -> Step:
     """The jitted gradient step at plate size b."""
-    args = (jnp.zeros(b), jnp.linspace(-2.0, 2.0, b))
-    return gradient_step(lambda: plate_elbo(strategy), jax.random.key(0), args, general)
+    return gradient_step(lambda: plate_elbo(strategy), jax.random.key(0), step_args(b),
+                         general)
+
+
+def steps(b: int, general: bool) -> dict[str, Step]:
+    """Strategy → compiled step at plate size b, with ENUM's and MVD's whole-objective
+    replays when `general`."""
+    out = {}
+    for name, strategy in (("REINFORCE", gv.REINFORCE), ("ENUM", gv.ENUM), ("MVD", gv.MVD)):
+        out[name] = compiled_step(strategy, b)
+        if general and name != "REINFORCE":
+            out[f"{name} (whole-objective replays)"] = compiled_step(strategy, b, True)
+    return out
 
 
 def main() -> None:
@@ -65,14 +81,10 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     rows = []
     for b in args.sizes:
-        steps = {}
-        for name, strategy in (("REINFORCE", gv.REINFORCE), ("ENUM", gv.ENUM), ("MVD", gv.MVD)):
-            steps[name] = compiled_step(strategy, b)
-            if b <= args.general_up_to and name != "REINFORCE":
-                steps[f"{name} (whole-objective replays)"] = compiled_step(strategy, b, True)
-        for r in rows_against_reinforce(steps, args.rounds):
+        timed = steps(b, b <= args.general_up_to)
+        for r in rows_against_reinforce(timed, args.rounds):
             print(f"| {b} | {r.name} | {r.ms:.3f} | {r.measured:.2f} | "
-                  f"{steps[r.name].flops / 1e6:.3f} | {r.ops:.2f} | {r.kernels:.2f} | "
+                  f"{timed[r.name].flops / 1e6:.3f} | {r.ops:.2f} | {r.kernels:.2f} | "
                   f"{r.estimated:.2f} |")
             rows.append(r._replace(name=f"B = {b}, {r.name}"))
     print(worst_estimate(rows))

@@ -91,13 +91,31 @@ def hmm_elbo(strategy: gv.Strategy, states: int | str) -> gv.Expectation:
     return gv.elbo(*categorical_hmm(strategy, states)[:2])
 
 
+def step_args(states: int | str, length: int) -> tuple:
+    """(guide logits, observations) of a chain of `length` steps."""
+    logits = jnp.zeros(length) if states == "flip" else jnp.zeros((length, states))
+    return logits, jnp.sin(jnp.arange(length) * 0.3) * 1.5
+
+
 def compiled_step(strategy: gv.Strategy, states: int | str, length: int,
                   general: bool = False) -> Step:
     """The jitted gradient step at `length` steps."""
-    logits = jnp.zeros(length) if states == "flip" else jnp.zeros((length, states))
-    ys = jnp.sin(jnp.arange(length) * 0.3) * 1.5
-    return gradient_step(lambda: hmm_elbo(strategy, states), jax.random.key(0), (logits, ys),
-                         general)
+    return gradient_step(lambda: hmm_elbo(strategy, states), jax.random.key(0),
+                         step_args(states, length), general)
+
+
+STRATEGIES = (("REINFORCE", gv.REINFORCE), ("ENUM", gv.ENUM), ("MVD", gv.MVD), ("SD", gv.SD))
+
+
+def steps(states: int | str, length: int, general: bool) -> dict[str, Step]:
+    """Strategy → compiled step, with ENUM's and MVD's replay-per-step paths when
+    `general`."""
+    out = {}
+    for name, strategy in STRATEGIES:
+        out[name] = compiled_step(strategy, states, length)
+        if general and name in ("ENUM", "MVD"):
+            out[f"{name} (a replay per step)"] = compiled_step(strategy, states, length, True)
+    return out
 
 
 def main() -> None:
@@ -111,21 +129,14 @@ def main() -> None:
     args = ap.parse_args()
     print(f"# HMM in gv.scan, mean-field guide; {describe_machine()}")
     print("| K | T | strategy | ms per step | × REINFORCE | explain: ops × | explain: "
-          "kernels × |")
+          "kernels × | explain: estimate × |")
     print("|---|---|---|---|---|---|---|---|")
-    strategies = (("REINFORCE", gv.REINFORCE), ("ENUM", gv.ENUM), ("MVD", gv.MVD),
-                  ("SD", gv.SD))
     rows = []
     for states in args.states:
         states = states if states == "flip" else int(states)
         for length in args.lengths:
-            steps = {}
-            for name, strategy in strategies:
-                steps[name] = compiled_step(strategy, states, length)
-                if length <= args.general_up_to and name in ("ENUM", "MVD"):
-                    steps[f"{name} (a replay per step)"] = compiled_step(strategy, states,
-                                                                         length, True)
-            for r in rows_against_reinforce(steps, args.rounds):
+            timed = steps(states, length, length <= args.general_up_to)
+            for r in rows_against_reinforce(timed, args.rounds):
                 print(f"| {states} | {length} | {r.name} | {r.ms:.3f} | {r.measured:.2f} | "
                       f"{r.ops:.2f} | {r.kernels:.2f} | {r.estimated:.2f} |")
                 rows.append(r._replace(name=f"K = {states}, T = {length}, {r.name}"))
