@@ -28,6 +28,7 @@ from genvi.adev.strategies import (ENUM, MVD_ as MVD, REINFORCE, REPARAM, RLOO,
                                    decaying_average)
 from genvi.adev.switch import switch
 from genvi.core.choices import ChoiceMap, choices
+from genvi.core.program_mistakes import TracedConditionError, UnusedStrategyWarning
 from genvi.core.scopes import assume_continuous
 from genvi.core.strategy import Strategy
 from genvi.core.validation import InvalidParameters, set_validation, validation
@@ -112,8 +113,10 @@ __all__ = [
     "SD",
     "Strategy",
     "Trace",
+    "TracedConditionError",
     "Uniform",
     "UnnormalizedError",
+    "UnusedStrategyWarning",
     "assume_continuous",
     "average",
     "batch_mean",

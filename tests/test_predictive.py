@@ -179,3 +179,53 @@ def test_guide_and_model_mismatches_name_the_address():
         gv.predictive(clash, None, None, 3)(jax.random.key(0), Y)
     with pytest.raises(ValueError, match="num_samples"):
         gv.predictive(model, guide, EXACT, 0)
+
+
+# --------------------------------------------------------------------------- batch_size
+
+def test_chunked_draws_equal_the_unchunked_ones_for_the_same_key():
+    x_new = jnp.linspace(0.0, 1.0, 7)
+    full = jax.jit(gv.predictive(regression, regression_guide, 2.0, 103))(
+        jax.random.key(4), x_new, None)
+    # 103 = 4 * 25 + 3: the last chunk overlaps the one before
+    chunked = jax.jit(gv.predictive(regression, regression_guide, 2.0, 103, batch_size=25))(
+        jax.random.key(4), x_new, None)
+    assert chunked.paths() == full.paths()
+    for path in full.paths():
+        np.testing.assert_allclose(chunked[path], full[path], rtol=1e-6, atol=1e-6)
+    # sample i depends on (key, i) only: fewer samples are a prefix of more
+    fewer = gv.predictive(regression, regression_guide, 2.0, 40, batch_size=16)(
+        jax.random.key(4), x_new, None)
+    np.testing.assert_allclose(fewer["data", "y"], full["data", "y"][:40], rtol=1e-6, atol=1e-6)
+
+
+def test_chunked_posterior_predictive_matches_the_conjugate_closed_form():
+    draw = jax.jit(gv.predictive(model, guide, EXACT, num_samples=S, batch_size=3000))
+    out = draw(jax.random.key(5), Y)
+    check_moments(out["mu"], POST_MEAN, POST_VAR)
+    check_moments(out["y"][:, 0], POST_MEAN, POST_VAR + 1.0)
+
+
+def _temp_bytes(num_samples, batch_size):
+    draw = gv.predictive(regression, regression_guide, 2.0, num_samples, batch_size=batch_size)
+    x_new = jnp.linspace(0.0, 1.0, 50)
+    compiled = jax.jit(draw).lower(jax.random.key(0), x_new, None).compile()
+    analysis = compiled.memory_analysis()
+    if analysis is None:
+        pytest.skip("this backend reports no memory analysis")
+    return analysis.temp_size_in_bytes, analysis.output_size_in_bytes
+
+
+def test_the_memory_of_chunked_draws_does_not_grow_with_num_samples():
+    small, small_out = _temp_bytes(1_000, 100)
+    large, large_out = _temp_bytes(16_000, 100)
+    assert large_out > 15 * small_out                # the output itself grows, of course
+    assert large <= small + 1024, (small, large)     # the rest does not
+    unchunked = _temp_bytes(16_000, None)[0]
+    assert unchunked > 4 * large, (unchunked, large)  # where all draws are made at once
+
+
+def test_batch_size_must_be_a_positive_int():
+    for bad in (0, -2, 2.5, True, "4"):
+        with pytest.raises(ValueError, match="batch_size is a positive int"):
+            gv.predictive(model, guide, EXACT, 10, batch_size=bad)

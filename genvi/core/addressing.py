@@ -63,12 +63,19 @@ def current_prefix(what: str) -> tuple:
 
 
 def check_address(addr: Any) -> None:
-    """Raise a `TypeError` unless `addr` is a string address."""
+    """Raise a `TypeError` unless `addr` is a string address, and a `ValueError` if it
+    contains '/', the separator of nested addresses ("outer/inner")."""
     if not isinstance(addr, str):
         raise TypeError(f"addresses are strings, as in `gv.normal(0, 1) @ \"x\"`; got {addr!r} "
                         f"({type(addr).__name__}). For one site per index use f\"x{{i}}\" in a "
                         "Python loop over a static range, or better gv.vmap / gv.scan, which "
                         "stack the choices at one address.")
+    if "/" in addr:
+        raise ValueError(f"the address {addr!r} contains '/', which separates the parts of a "
+                         "nested address in choice maps and summaries (\"outer/inner\" is the "
+                         "site \"inner\" of the sub-program called at \"outer\"). Name the site "
+                         f"without it, e.g. {addr.replace('/', '_')!r}, or call a sub-program at "
+                         f"{addr.split('/')[0]!r}.")
 
 
 def sample_site(call: Any, addr: str) -> Any:

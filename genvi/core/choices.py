@@ -2,8 +2,16 @@
 
 A `ChoiceMap` is an immutable JAX pytree over a flat mapping from address paths
 (tuples of strings) to arrays. Nested addresses come from sub-program calls:
-`cm["layer"]["x"]` and `cm["layer", "x"]` both read the choice at path
-`("layer", "x")`.
+`cm["layer"]["x"]`, `cm["layer", "x"]` and `cm["layer/x"]` all read the choice at
+path `("layer", "x")`. The string "layer/x" is the form genvi prints (summaries such
+as `auto.median`, error messages), so it is accepted wherever a choice map takes an
+address, including the keys of `gv.choices({"layer/x": 1.0})`.
+
+Example:
+    >>> import genvi as gv
+    >>> cm = gv.choices({"data": {"y": 1.0}})
+    >>> float(cm["data/y"]), cm.paths()
+    (1.0, [('data', 'y')])
 """
 
 from __future__ import annotations
@@ -16,18 +24,28 @@ Path = tuple
 
 
 def _as_path(key: Any) -> Path:
-    return tuple(key) if isinstance(key, tuple) else (key,)
+    """An address as a path: a tuple as is; "outer/inner" as ("outer", "inner")."""
+    if isinstance(key, tuple):
+        return key
+    if isinstance(key, str) and "/" in key:
+        return tuple(key.split("/"))
+    return (key,)
+
+
+def _show(path: Path) -> str:
+    return "/".join(map(str, path))
 
 
 @jax.tree_util.register_pytree_node_class
 class ChoiceMap:
-    """An immutable map from address paths to values; a JAX pytree.
+    """An immutable map from address paths to values; a JAX pytree. A nested address
+    is read as a tuple, by successive indexing, or as the string "outer/inner".
 
     Example:
         >>> import genvi as gv
         >>> cm = gv.choices({"x": 1.0, "layer": {"z": 2.0}})
-        >>> float(cm["layer", "z"]), float(cm["layer"]["z"])
-        (2.0, 2.0)
+        >>> float(cm["layer", "z"]), float(cm["layer"]["z"]), float(cm["layer/z"])
+        (2.0, 2.0, 2.0)
         >>> sorted((cm | gv.choices({"y": 3.0})).paths())
         [('layer', 'z'), ('x',), ('y',)]
     """
@@ -54,15 +72,24 @@ class ChoiceMap:
         """A copy of the flat `{path: value}` mapping."""
         return dict(self._flat)
 
+    def _path(self, key: Any) -> Path:
+        """The path `key` names; a string key stored as it is (a site address that
+        itself contains "/") wins over its "outer/inner" reading."""
+        if isinstance(key, str) and (key,) in self._flat:
+            return (key,)
+        return _as_path(key)
+
     def __getitem__(self, key: Any) -> Any:
-        path = _as_path(key)
+        path = self._path(key)
         if path in self._flat:
             return self._flat[path]
         n = len(path)
         sub = {p[n:]: v for p, v in self._flat.items() if p[:n] == path and len(p) > n}
         if not sub:
-            raise KeyError(f"no choice at address {'/'.join(map(str, path))!r}; "
-                           f"addresses present: {sorted('/'.join(map(str, p)) for p in self._flat)}")
+            raise KeyError(f"no choice at address {_show(path)!r} (path {path!r}); "
+                           f"addresses present: {sorted(_show(p) for p in self._flat)}. A "
+                           "nested address is written \"outer/inner\" or "
+                           "(\"outer\", \"inner\").")
         return ChoiceMap(sub)
 
     def get(self, key: Any, default: Any = None) -> Any:
@@ -72,7 +99,7 @@ class ChoiceMap:
             return default
 
     def __contains__(self, key: Any) -> bool:
-        path = _as_path(key)
+        path = self._path(key)
         return any(p[:len(path)] == path for p in self._flat)
 
     def __or__(self, other: "ChoiceMap") -> "ChoiceMap":
@@ -104,18 +131,22 @@ class ChoiceMap:
         return ChoiceMap({tuple(prefix) + p: v for p, v in self._flat.items()})
 
     def __repr__(self) -> str:
-        items = ", ".join(f"{'/'.join(map(str, p))}: {getattr(v, 'shape', ())}"
+        items = ", ".join(f"{_show(p)}: {getattr(v, 'shape', ())}"
                           for p, v in self._flat.items())
         return f"ChoiceMap({{{items}}})"
 
 
 def choices(nested: Mapping | ChoiceMap | None = None) -> ChoiceMap:
-    """Build a choice map from a nested dict (or copy one).
+    """Build a choice map from a nested dict (or copy one). A key "a/b" is the
+    nested address ("a", "b"), as genvi prints it, so a summary such as
+    `gv.choices(auto.median(params))` addresses the model's nested sites.
 
     Example:
         >>> import genvi as gv
         >>> gv.choices({"a": {"b": 1.0}})["a", "b"]
         1.0
+        >>> gv.choices({"a/b": 1.0}).paths()
+        [('a', 'b')]
     """
     if nested is None:
         return ChoiceMap()

@@ -3,19 +3,34 @@
 Array-like leaves of the arguments are traced; any other leaf (a string, a flax
 module, a Python function) is static: it is baked into the trace and part of the
 cache key, so it must be hashable.
+
+While a program or objective is traced, `TraceNotes` collect what its Python code
+did that the jaxpr cannot show: distribution calls made and never used (a forgotten
+`@ "addr"`), the values of its sites (to name the latent a Python `if` tests), and,
+in an objective, which programs were only scored at sites that carry a `grad=`.
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> from genvi.core.tracing import trace_cached
+    >>> traced, dyn = trace_cached({}, lambda x: 2.0 * x, (jnp.ones(3),))
+    >>> [e.primitive.name for e in traced.closed.jaxpr.eqns]
+    ['mul']
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
+import sys
+import warnings
 from typing import Any, Callable
 
 import jax
 import numpy as np
 
 from genvi.core import jaxpr as jx
-from genvi.core import mistakes
+from genvi.core import mistakes, program_mistakes
 from genvi.core.validation import enabled as validating
 
 _ARRAY_TYPES = (jax.Array, np.ndarray, np.generic, float, int, bool, complex)
@@ -72,7 +87,21 @@ def trace_cached(cache: dict, fn: Callable, args: tuple,
     """Trace `fn(*args)`; returns the cached `TracedFn` and the dynamic leaves.
 
     `name` = (kind, name, the user's function) words errors: a key missing from a
-    dict argument, a distribution returned without `@ "addr"`."""
+    dict argument, a distribution returned without `@ "addr"`, or made and never
+    sampled, a Python `if` on a traced value. With a `name` the trace keeps its own
+    `TraceNotes` (see the module docstring).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> def twice(x):
+        ...     if x > 0:
+        ...         return 2.0 * x
+        >>> try:
+        ...     trace_cached({}, twice, (1.0,), name=("program", "twice", twice))
+        ... except TypeError as err:
+        ...     print(type(err).__name__)
+        TracedConditionError
+    """
     dyn, static, treedef, mask = split_args(args)
     # validation adds run-time checks to what is traced: a trace is valid in one state
     key = shapes_key(args) + (validating(),)
@@ -88,6 +117,9 @@ def trace_cached(cache: dict, fn: Callable, args: tuple,
                 mistakes.check_returned(leaves, *name[:2])
             return leaves
 
+        # code traced without a name (genvi's own helpers) notes nothing
+        notes = None if name is None else TraceNotes(*name[:2])
+        token = _NOTES.set(notes)
         try:
             with context():
                 closed = jx.trace(flat_fn, dyn)
@@ -97,8 +129,122 @@ def trace_cached(cache: dict, fn: Callable, args: tuple,
             if better is None:
                 raise
             raise better from err
+        except jax.errors.TracerBoolConversionError as err:
+            if notes is None:
+                raise
+            raise program_mistakes.traced_condition_error(
+                err, notes.kind, notes.name, notes.site_values) from err
+        finally:
+            _NOTES.reset(token)
+        if notes is not None:
+            notes.finish()
         hit = cache[key] = TracedFn(closed, out_tree_box[0])
     return hit, dyn
+
+
+class TraceNotes:
+    """What the Python code of one program or objective did while it was traced.
+
+    * `calls`: the distribution calls it made, each with its "file:line": one that is
+      never used (sampled, observed, drawn, read) is a forgotten `@ "addr"`.
+    * `site_values`: `id(value) -> (value, address)` of the sites it bound, to name
+      the latent that a Python `if` tests.
+    * (objectives) `scored`: programs whose log density it computed at given values,
+      with their sites that carry a `grad=`; `sampled`: programs it sampled. A
+      `grad=` of a program only scored is unused: `finish` warns.
+    """
+
+    def __init__(self, kind: str, name: str):
+        self.kind, self.name = kind, name
+        self.calls: list = []
+        self.site_values: dict = {}
+        self.scored: dict = {}  # id(program) -> (program's name, {address: strategy})
+        self.sampled: set = set()  # id(program)
+        self.sampled_strategies: set = set()  # (address, grad) of the sampled programs' sites
+
+    def finish(self) -> None:
+        """Raise for a distribution call never used; warn for an unused `grad=`."""
+        unused = [(call.genvi_unsampled()[0], line) for call, line in self.calls
+                  if not call.genvi_used]
+        if unused:
+            raise program_mistakes.unaddressed_error(self.kind, self.name, unused)
+        for pid, (program, strategies) in self.scored.items():
+            # a grad= that the sampled site at the same address also carries misleads no one
+            unused = {a: s for a, s in strategies.items()
+                      if (a, _strategy_key(s)) not in self.sampled_strategies}
+            if pid not in self.sampled and unused:
+                warnings.warn(program_mistakes.unused_strategy_message(
+                    self.name, program, sorted(unused.items(), key=lambda kv: str(kv[0]))),
+                    program_mistakes.UnusedStrategyWarning, stacklevel=_user_stacklevel())
+
+
+_NOTES: contextvars.ContextVar = contextvars.ContextVar("genvi_trace_notes", default=None)
+# where distribution calls are made on a user's behalf (gv.normal(...), gv.from_tfp)
+_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__))
+_LIBRARY_CALL_DIRS = tuple(os.path.join(jx.GENVI_DIR, d) + os.sep
+                           for d in ("core", "distributions"))
+
+
+def _user_stacklevel() -> int:
+    """`warnings.warn`'s stacklevel, from its caller, of the first frame outside genvi
+    and JAX: the warning points at the user's line that traced the objective."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith((jx.GENVI_DIR + os.sep, _JAX_DIR)):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def _caller_line() -> str:
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_CALL_DIRS):
+        frame = frame.f_back
+    if frame is None:
+        return "an unknown line"
+    return f"{frame.f_code.co_filename}:{frame.f_lineno} ({frame.f_code.co_name})"
+
+
+def note_dist_call(call: Any) -> None:
+    """A distribution call was made (`call.genvi_used` says later whether it was used)."""
+    notes = _NOTES.get()
+    if notes is not None:
+        notes.calls.append((call, _caller_line()))
+
+
+def note_site_value(value: Any, addr: tuple) -> None:
+    """A site at `addr` was bound and returned `value` to the program's code."""
+    notes = _NOTES.get()
+    if notes is not None:
+        notes.site_values[id(value)] = (value, addr)
+
+
+def note_scored(program: Any, strategies: dict) -> None:
+    """An objective scored `program` at given values; `strategies`: `{address: grad}` of
+    the scored sites that carry one (only a model's: a program that observes)."""
+    notes = _NOTES.get()
+    if notes is not None and notes.kind == "objective" and strategies:
+        _, known = notes.scored.setdefault(id(program), (program.name, {}))
+        known.update(strategies)
+
+
+def note_sampled(program: Any, strategies: dict) -> None:
+    """An objective sampled `program` (`sim`, `generate`, `dream`): its `grad=` are used;
+    `strategies`: `{address: grad}` of its sites, so that a scored site with the same
+    strategy as the sampled site at its address (a sub-program both share) is not
+    reported."""
+    notes = _NOTES.get()
+    if notes is not None and notes.kind == "objective":
+        notes.sampled.add(id(program))
+        notes.sampled_strategies.update((a, _strategy_key(s)) for a, s in strategies.items()
+                                        if s is not None)
+
+
+def _strategy_key(strategy: Any) -> Any:
+    """A strategy as a set member: itself, or its identity if it is unhashable."""
+    try:
+        hash(strategy)
+    except TypeError:
+        return id(strategy)
+    return strategy
 
 
 def _static_key(x: Any) -> Any:

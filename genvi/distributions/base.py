@@ -34,9 +34,10 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 
-from genvi.core.addressing import sample_site
+from genvi.core.addressing import current_prefix, sample_site
 from genvi.core.mistakes import not_a_value
 from genvi.core.scopes import density_scope
+from genvi.core.tracing import note_dist_call, note_site_value
 
 
 class Distribution:
@@ -99,6 +100,24 @@ class Distribution:
         return kind in self.strategies
 
     def __call__(self, *params: Any, grad: Any = None) -> "DistCall":
+        """This distribution applied to `params`: a `DistCall`, to sample at an address
+        (`dist(...) @ "x"`), observe (`gv.observe`) or draw (`gv.sample`).
+
+        `grad=` is the gradient strategy (`gv.REPARAM`, `gv.REINFORCE`, `gv.MVD`,
+        `gv.ENUM`, `gv.SD`, ...) used where the site is *sampled inside an objective*:
+        a guide's sites (`guide.sim`), a proposal, `gv.sample`. A model's site whose
+        value a guide proposes is only *scored* (`model.log_density`), so its `grad=` is
+        unused there: the strategy of the guide's site at that address differentiates
+        the value, and an objective that only scores the model warns
+        (`gv.UnusedStrategyWarning`). A model's `grad=` is used where the model itself is
+        sampled in an objective: a site no guide proposes (`g.generate`),
+        `gv.importance(proposal=None)`, `g.sim`, `g.dream`.
+
+        Example:
+            >>> import genvi as gv
+            >>> gv.flip(0.3, grad=gv.ENUM).strategy
+            gv.ENUM
+        """
         return DistCall(self, tuple(jnp.asarray(p) if not isinstance(p, jax.Array) else p
                                     for p in params), grad)
 
@@ -120,15 +139,38 @@ class DistCall:
         ('normal', 2)
     """
 
-    __slots__ = ("dist", "params", "strategy")
+    __slots__ = ("_dist", "_params", "_strategy", "genvi_used")
 
     def __init__(self, dist: Distribution, params: Sequence[Any], strategy: Any):
-        self.dist = dist
-        self.params = tuple(params)
-        self.strategy = strategy  # checked where the site gets its address
+        self._dist = dist
+        self._params = tuple(params)
+        self._strategy = strategy  # checked where the site gets its address
+        # Whether anything read this call (sampled, observed, drawn, scored): one made
+        # inside a program and never read is a forgotten `@ "addr"`, an error raised when
+        # the program's trace ends (`genvi.core.tracing.TraceNotes`)
+        self.genvi_used = False
+        note_dist_call(self)
+
+    @property
+    def dist(self) -> Distribution:
+        self.genvi_used = True
+        return self._dist
+
+    @property
+    def params(self) -> tuple:
+        self.genvi_used = True
+        return self._params
+
+    @property
+    def strategy(self) -> Any:
+        """The gradient strategy (`grad=`), or None."""
+        self.genvi_used = True
+        return self._strategy
 
     def __matmul__(self, addr: str) -> Any:
-        return sample_site(self, addr)
+        value = sample_site(self, addr)
+        note_site_value(value, current_prefix("a site") + (addr,))
+        return value
 
     def sample(self, key: jax.Array) -> jax.Array:
         """Draw a value (plain JAX; no address, no gradient strategy)."""

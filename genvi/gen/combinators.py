@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from genvi.core.addressing import nested
+from genvi.core.program_mistakes import require_program
 from genvi.gen.language import GenFn
 
 
@@ -67,6 +68,7 @@ def vmap(g: GenFn, in_axes: Any = 0) -> GenFn:
         >>> tr.choices["x"].shape
         (5,)
     """
+    require_program(g, "program", "gv.vmap(g, in_axes)")
     return Vmap(g, in_axes)
 
 
@@ -81,6 +83,7 @@ def repeat(g: GenFn, n: int) -> GenFn:
         >>> gv.repeat(point, 4).simulate(jax.random.key(0)).choices["x"].shape
         (4,)
     """
+    require_program(g, "program", "gv.repeat(g, n)")
     return Repeat(g, n)
 
 
@@ -97,4 +100,5 @@ def scan(g: GenFn, length: int | None = None) -> GenFn:
         >>> tr.choices["z"].shape
         (3,)
     """
+    require_program(g, "program", "gv.scan(g, length)")
     return Scan(g, length)

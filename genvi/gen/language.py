@@ -1,11 +1,19 @@
-"""`@gv.gen` programs: `GenFn`, sub-program calls and observation.
+"""`@gv.gen` programs: `GenFn` and sub-program calls.
 
 Inside a program, `dist(...) @ "addr"` binds a sampling site (`genvi.core.addressing`)
 and `g(...) @ "addr"` inlines a sub-program under the address prefix `addr`. Programs
 are traced to jaxprs (cached per argument shapes) and given meaning by handlers
 (`genvi.gen.handlers`) run by the interpreter (`genvi.gen.interpret`); `g.interpret` runs
 any handler, the public interpreter API. The combinators are in
-`genvi.gen.combinators`.
+`genvi.gen.combinators`; `gv.observe` and `gv.factor` in `genvi.gen.observations`.
+
+Example:
+    >>> import genvi as gv, jax
+    >>> @gv.gen
+    ... def model():
+    ...     return gv.normal(0.0, 1.0) @ "x"
+    >>> sorted(model.simulate(jax.random.key(0)).choices.flat())
+    [('x',)]
 """
 
 from __future__ import annotations
@@ -16,83 +24,16 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from genvi.core.addressing import check_address, current_prefix, nesting, prefixed
+from genvi.core.addressing import check_address, current_prefix, prefixed
 from genvi.core.choices import ChoiceMap, choices as to_choices
 from genvi.core.mistakes import check_key, did_you_mean, not_a_value
-from genvi.core.primitives import bind_observe
-from genvi.core.tracing import IN_OBJECTIVE, PLAIN, trace_cached
+from genvi.core.tracing import IN_OBJECTIVE, PLAIN, note_sampled, note_scored, trace_cached
 from genvi.core.validation import entry_point
-from genvi.distributions.base import DistCall
-from genvi.distributions.factor import FACTOR
 from genvi.gen import handlers as h
 from genvi.gen import sites
 from genvi.gen.interpret import run as interpret
-
-
-def observe(call: DistCall, value: Any, *, name: str | None = None) -> None:
-    """Multiply the program's density by `call`'s density at `value`.
-
-    `name` labels the observation with an address (under the enclosing sub-program
-    prefixes, stacked by `gv.vmap` / `gv.plate` / `gv.scan` like a choice) so that
-    `gv.predictive` can return draws of it. It changes nothing else: the observation
-    is scored, not recorded among `simulate`'s choices, and `log_density` does not
-    read it. Unnamed observations are never returned by `gv.predictive`. A named
-    observation's `value` may be None (new inputs without data): `gv.predictive`
-    draws it; scoring it (`simulate`, `log_density`, objectives) is an error.
-
-    Example:
-        >>> import genvi as gv
-        >>> @gv.gen
-        ... def model(y):
-        ...     mu = gv.normal(0.0, 1.0) @ "mu"
-        ...     gv.observe(gv.normal(mu, 1.0), y, name="y")
-    """
-    prefix = current_prefix("gv.observe")
-    if not isinstance(call, DistCall):
-        raise TypeError(f"gv.observe needs a distribution call such as gv.normal(0, 1); got {call!r}")
-    if name is not None and not isinstance(name, str):
-        raise TypeError(f"gv.observe(gv.{call.dist.name}(...), value, name=...): a name is a "
-                        f"string address such as name=\"y\"; got {name!r} "
-                        f"({type(name).__name__})")
-    missing = value is None
-    if missing and name is None:
-        raise TypeError(f"gv.observe(gv.{call.dist.name}(...), None): an observation needs a "
-                        "value to score. Only a named observation may be None, for gv.predictive "
-                        "to draw it: gv.observe(dist, None, name=\"y\").")
-    if missing:  # a placeholder of the distribution's shape (never scored)
-        out = jax.eval_shape(lambda *p: call.dist.sample(jax.random.key(0), *p), *call.params)
-        value = jnp.zeros(out.shape, out.dtype)
-    value = jnp.asarray(value)
-    addr = None if name is None else prefix + (name,)
-    bind_observe(call.dist, value, call.params, addr=addr, nest=nesting(), missing=missing)
-
-
-def factor(log_weight: Any) -> None:
-    """Multiply the program's density by exp(`log_weight`) (Pyro's `factor`).
-
-    A program with a factor is unnormalized, as one that observes is: use it as a
-    model, not as a guide. Inside `gv.plate`/`gv.vmap` a factor of shape [lanes] is one
-    weight per lane (scaled like an observation in a subsampled plate).
-
-    Example (a soft constraint that z stays near 1):
-        >>> import genvi as gv, jax.numpy as jnp
-        >>> @gv.gen
-        ... def model():
-        ...     z = gv.normal(0.0, 1.0) @ "z"
-        ...     gv.factor(-0.5 * (z - 1.0) ** 2 / 0.1)
-        >>> round(float(model.log_density(gv.choices({"z": 1.0}))), 4)
-        -1.4189
-    """
-    current_prefix("gv.factor")
-    if isinstance(log_weight, DistCall):
-        raise TypeError(f"gv.factor takes a log weight (an array), not a distribution call "
-                        f"{log_weight!r}; to score a value under a distribution use "
-                        "gv.observe(dist(...), value)")
-    log_weight = jnp.asarray(log_weight)
-    if not jnp.issubdtype(log_weight.dtype, jnp.floating):
-        log_weight = log_weight.astype(jnp.result_type(float))
-    bind_observe(FACTOR, jnp.zeros(log_weight.shape, log_weight.dtype), (log_weight,),
-                 nest=nesting())
+# gv.observe and gv.factor, re-exported: the language's other two statements
+from genvi.gen.observations import factor as factor, observe as observe
 
 
 class Trace(NamedTuple):
@@ -175,6 +116,13 @@ class GenFn:
                 return self.body(*a)
         return trace_cached(self._traces, at_root, args,
                             name=("program", self.name, getattr(self, "fn", None)))
+
+    def _note_scored(self, traced: Any, scored: set) -> None:
+        """In an objective, a model's (a program that observes) scored sites with `grad=`:
+        unused unless the objective also samples it (`TraceNotes.finish` warns)."""
+        if IN_OBJECTIVE and sites.first_observation(traced.closed) is not None:
+            note_scored(self, {a: s for a, s in sites.site_strategies(traced.closed).items()
+                               if s is not None and a in scored})
 
     @staticmethod
     def _layouts(traced: Any) -> dict:
@@ -290,6 +238,7 @@ class GenFn:
         """
         cm = to_choices(choices)
         traced, outs, state = self._run_traced(h.Assess(), args, reads=cm)
+        self._note_scored(traced, state.visited)
         unvisited = set(cm.flat()) - state.visited
         if unvisited:
             names = sorted("/".join(map(str, a)) for a in unvisited)
@@ -318,6 +267,7 @@ class GenFn:
                 "inside an @gv.expectation objective. Outside one, use "
                 f"{self.name}.simulate(key, ...).")
         traced, _, state = self._run_traced(h.Sim(repr(self.name)), args)
+        note_sampled(self, sites.site_strategies(traced.closed))
         return self._user(traced, state.choices), state.log_density
 
     def dream(self, *args: Any) -> tuple[ChoiceMap, list, jax.Array]:
@@ -326,6 +276,7 @@ class GenFn:
         observations in program order, log joint density)`; used by wake-sleep."""
         with PLAIN.set():
             traced, _, state = self._run_traced(h.Dream(repr(self.name)), args)
+        note_sampled(self, sites.site_strategies(traced.closed))
         latents = {a: v for a, v in state.choices.items() if a[0] != "__observation__"}
         latents = self._user(traced, latents).flat()
         observed = [v for _, v in sorted((a[1], v) for a, v in state.choices.items()
@@ -369,12 +320,14 @@ class GenFn:
         the density of the constrained sites and observations (importance sampling
         with the program's own prior as proposal)."""
         traced, _, state = self._run_traced(h.Generate(), args, reads=to_choices(constraints))
+        note_sampled(self, sites.site_strategies(traced.closed))
         return self._user(traced, state.choices), state.log_density
 
     def partial_log_density(self, choices: Any, scored: Any, *args: Any) -> jax.Array:
         """Log density of the sites at addresses in `scored` plus the observations,
         with every site's value read from `choices`."""
-        _, _, state = self._run_traced(h.Assess(set(scored)), args, reads=to_choices(choices))
+        traced, _, state = self._run_traced(h.Assess(set(scored)), args, reads=to_choices(choices))
+        self._note_scored(traced, set(scored) & state.visited)
         return state.log_density
 
     def __repr__(self) -> str:

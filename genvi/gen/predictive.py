@@ -3,7 +3,18 @@
 Latents come from the guide (or, without one, from the model's prior); the model is
 then run with a handler that reads those latents and *samples* each observation
 named with `gv.observe(..., name="y")` from its distribution instead of scoring the
-value passed in. Draws are vectorized with `jax.vmap`: no Python loop over samples.
+value passed in. Draws are vectorized with `jax.vmap`: no Python loop over samples;
+with `batch_size=k` they are drawn k at a time in a `lax.scan` (memory bounded by k,
+beyond the output), and sample i depends only on `fold_in(key, i)`, so chunking
+changes no draw.
+
+Example:
+    >>> import genvi as gv, jax
+    >>> @gv.gen
+    ... def model(params):
+    ...     gv.normal(0.0, 1.0) @ "mu"
+    >>> gv.predictive(model, None, None, 10, batch_size=4)(jax.random.key(0))["mu"].shape
+    (10,)
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ import jax.numpy as jnp
 from genvi.core import jaxpr as jx
 from genvi.core.choices import ChoiceMap
 from genvi.core.mistakes import check_key, did_you_mean
+from genvi.core.program_mistakes import require_program
 from genvi.core.primitives import observe_p
 from genvi.gen.handlers import Handler, MissingChoice, observation_text, site_parts
 from genvi.gen.language import GenFn
@@ -113,8 +125,37 @@ def _predict_one(model: GenFn, key: jax.Array, latents: ChoiceMap | None, args: 
     return out.choices
 
 
+def _positive_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not hasattr(value, "__index__") or operator.index(value) < 1:
+        raise ValueError(f"gv.predictive: {what} is a positive int; got {value!r}")
+    return operator.index(value)
+
+
+def _draws(one: Callable[[jax.Array], Any], key: jax.Array, n: int, k: int | None) -> Any:
+    """`one(fold_in(key, i))` for i < n, stacked; with `k`, computed k at a time in a
+    `lax.scan` that writes each chunk into the output (no other buffer grows with n).
+    The last chunk starts at n - k: it recomputes some draws of the one before, from
+    the same keys, so every draw equals the unchunked one."""
+    def chunk(start: Any, size: int) -> Any:
+        return jax.vmap(lambda i: one(jax.random.fold_in(key, i)))(start + jnp.arange(size))
+
+    if k is None or k >= n:
+        return chunk(0, n)
+    shapes = jax.eval_shape(lambda: chunk(0, k))
+    out = jax.tree_util.tree_map(lambda a: jnp.zeros((n,) + a.shape[1:], a.dtype), shapes)
+
+    def step(out: Any, c: jax.Array) -> tuple[Any, None]:
+        start = jnp.minimum(c * k, n - k)
+        return jax.tree_util.tree_map(
+            lambda o, x: jax.lax.dynamic_update_slice_in_dim(o, x, start, 0),
+            out, chunk(start, k)), None
+
+    return jax.lax.scan(step, out, jnp.arange(-(-n // k)))[0]
+
+
 def predictive(model: GenFn, guide: GenFn | None, params: Any, num_samples: int, *,
-               sites: Sequence[Any] | None = None) -> Callable[..., ChoiceMap]:
+               sites: Sequence[Any] | None = None,
+               batch_size: int | None = None) -> Callable[..., ChoiceMap]:
     """A function `(key, *args) -> ChoiceMap` of `num_samples` stacked draws (leading
     axis `num_samples`) of the model's latent sites, drawn from the guide, and of its
     observations named with `gv.observe(dist, value, name="y")`, drawn from the model
@@ -131,6 +172,14 @@ def predictive(model: GenFn, guide: GenFn | None, params: Any, num_samples: int,
     draws are stacked like choices, after the sample axis. Wrap the result in
     `jax.jit` to compile it.
 
+    `batch_size=k` draws k samples at a time (a `lax.scan` over chunks of `vmap`ped
+    draws), so the memory of the compiled draws, beyond the output itself, does not
+    grow with `num_samples`. Sample i is drawn from `jax.random.fold_in(key, i)`
+    whatever `batch_size` is, so the same key gives the same draws, chunked or not (up
+    to floating-point rounding of batched arithmetic). `num_samples` need not be a
+    multiple of k: the last chunk overlaps the one before and redraws some samples
+    from the same keys.
+
     Example:
         >>> import genvi as gv, jax, jax.numpy as jnp
         >>> @gv.gen
@@ -144,15 +193,15 @@ def predictive(model: GenFn, guide: GenFn | None, params: Any, num_samples: int,
         >>> out = draw(jax.random.key(0), jnp.zeros(3))
         >>> out["mu"].shape, out["y"].shape
         ((100,), (100, 3))
+        >>> chunked = gv.predictive(model, guide, {"m": 1.0}, num_samples=100, batch_size=30)
+        >>> bool(jnp.allclose(chunked(jax.random.key(0), jnp.zeros(3))["y"], out["y"]))
+        True
     """
-    if not isinstance(model, GenFn) or not (guide is None or isinstance(guide, GenFn)):
-        raise TypeError("gv.predictive(model, guide, params, num_samples): model and guide are "
-                        "@gv.gen programs (guide=None: draw latents from the prior); got "
-                        f"{model!r}, {guide!r}")
-    if isinstance(num_samples, bool) or not hasattr(num_samples, "__index__") \
-            or operator.index(num_samples) < 1:
-        raise ValueError(f"gv.predictive: num_samples is a positive int; got {num_samples!r}")
-    n = operator.index(num_samples)
+    call = "gv.predictive(model, guide, params, num_samples)"
+    require_program(model, "model", call)
+    require_program(guide, "guide (None: draw latents from the prior)", call, optional=True)
+    n = _positive_int(num_samples, "num_samples")
+    k = None if batch_size is None else _positive_int(batch_size, "batch_size")
     wanted = None if sites is None else [_path(s) for s in sites]
 
     def draw(key: jax.Array, *args: Any) -> ChoiceMap:
@@ -164,7 +213,7 @@ def predictive(model: GenFn, guide: GenFn | None, params: Any, num_samples: int,
             latents = None if guide is None else guide.simulate(k_guide, *full).choices
             return _predict_one(model, k_model, latents, full)
 
-        out = jax.vmap(one)(jax.random.split(key, n))
+        out = _draws(one, key, n, k)
         return out if wanted is None else _select(out, wanted, model, full)
 
     return draw

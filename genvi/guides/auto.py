@@ -33,6 +33,7 @@ import jax.numpy as jnp
 from genvi.adev.strategies import REPARAM
 from genvi.core.addressing import current_prefix, prefixed
 from genvi.core.choices import ChoiceMap
+from genvi.core.program_mistakes import require_program
 from genvi.core.scopes import assume_continuous
 from genvi.distributions.base import Distribution
 from genvi.gen import language
@@ -126,8 +127,7 @@ class AutoGuide(language.GenFn):
     def __init__(self, model: language.GenFn, *, params_key: str = "guide",
                  exclude: Sequence = (), init_scale: float = 0.1):
         super().__init__()
-        if not isinstance(model, language.GenFn):
-            raise TypeError(f"gv.{self.kind}(model) needs a @gv.gen program; got {model!r}")
+        require_program(model, "model", f"gv.{self.kind}(model)")
         self.model, self.params_key, self.exclude = model, params_key, tuple(exclude)
         self.init_scale = float(init_scale)
         self.name = f"{self.kind}({model.name})"
@@ -149,7 +149,7 @@ class AutoGuide(language.GenFn):
         """
         k_sites, k_init = jax.random.split(key)
         sites, draws = discover(self.model, k_sites, args, self.exclude, who=self.kind,
-                                draws=PRIOR_DRAWS)
+                                draws=PRIOR_DRAWS, call_args=self.call_args())
         self.sites, self._sampler = sites, None
         @jax.jit
         def medians(draws):  # the median of the prior draws, unconstrained
@@ -161,6 +161,11 @@ class AutoGuide(language.GenFn):
             return z0
         z0 = medians({s.name: draws[s.addr] for s in sites})
         return self.family_init(k_init, sites, z0)
+
+    def call_args(self) -> str:
+        """This guide's required constructor arguments after the model, as code (""
+        here; ", rank=2" for `gv.auto_low_rank`): error messages quote them in fixes."""
+        return ""
 
     def guide_params(self, params: Any) -> Any:
         """This guide's own parameters: `params[params_key]` for a dict holding them
@@ -232,8 +237,10 @@ class AutoGuide(language.GenFn):
     def quantiles(self, params: Any, qs: Sequence[float], *, key: jax.Array | None = None,
                   num_samples: int = 4000) -> dict:
         """Per-site quantiles of the fitted guide (constrained space): {address:
-        array with a leading axis len(qs)}. Monte Carlo here (`num_samples` draws);
-        the Gaussian families compute them exactly.
+        array with a leading axis len(qs)}. Monte Carlo here (`num_samples` draws with
+        `key`, default key 0: the same call gives the same numbers). The Gaussian
+        families compute them exactly where a site's bijector is elementwise (see
+        `gv.auto_normal(...).quantiles`); `gv.auto_delta`'s are its point.
 
         Example:
             >>> import genvi as gv, jax
@@ -250,8 +257,10 @@ class AutoGuide(language.GenFn):
         qs = jnp.asarray(qs)
         return {k: jnp.quantile(v, qs, axis=0) for k, v in draws.items()}
 
-    def median(self, params: Any) -> dict:
-        """Per-site posterior median (constrained space): {address: value}.
+    def median(self, params: Any, *, key: jax.Array | None = None,
+               num_samples: int = 4000) -> dict:
+        """Per-site posterior median (constrained space): {address: value}; here the
+        Monte Carlo 0.5 quantile of `quantiles` (same `key` and `num_samples`).
 
         Example:
             >>> import genvi as gv, jax
@@ -263,7 +272,8 @@ class AutoGuide(language.GenFn):
             >>> bool(auto.median(params)["r"] > 0)
             True
         """
-        return {k: v[0] for k, v in self.quantiles(params, [0.5]).items()}
+        return {k: v[0] for k, v in self.quantiles(params, [0.5], key=key,
+                                                   num_samples=num_samples).items()}
 
     def mean(self, params: Any, *, key: jax.Array | None = None,
              num_samples: int = 20000) -> dict:

@@ -51,8 +51,9 @@ class AutoDelta(base.AutoGuide):
         return {s.name: base.sample_site(POINT, s, (params["value"][s.name].reshape(-1),))
                 for s in sites}
 
-    def median(self, params: Any) -> dict:
-        """The point estimate of every site (constrained space).
+    def median(self, params: Any, **kw: Any) -> dict:
+        """The point estimate of every site (constrained space); exact, so the Monte
+        Carlo options of the other guides (`key`, `num_samples`) are accepted and unused.
 
         Example:
             >>> import genvi as gv, jax

@@ -77,21 +77,22 @@ _MOVING = ("gv.{who}: the support of site {name!r} (gv.{dist}) {why}; automatic 
            "automatic one (exclude=[{name!r}], see AutoGuide.inline).")
 
 
-def _site_errors(who: str, name: str, dist: Any, domain: Any, scale: float) -> None:
+def _site_errors(who: str, name: str, dist: Any, domain: Any, scale: float,
+                 call_args: str = "") -> None:
     if scale != 1.0:
         raise ValueError(
             f"gv.{who}: site {name!r} (gv.{dist.name}) is a local latent inside a "
             f"subsampled gv.plate (each lane counts {scale:g} times): a global guide "
             "parameter per datapoint cannot follow the minibatch. Write an amortized "
             "guide for it by hand (e.g. a network of the datapoint) and combine it: "
-            f"auto = gv.{who}(model, exclude=[{name!r}]), then call auto.inline(*args) "
-            "inside your hand-written guide.")
+            f"auto = gv.{who}(model{call_args}, exclude=[{name!r}]), then call "
+            "auto.inline(*args) inside your hand-written guide.")
     if domain == "discrete":
         raise ValueError(
             f"gv.{who}: site {name!r} (gv.{dist.name}) is discrete; automatic guides "
             "cover continuous latents only. Write that part of the guide by hand and "
-            f"combine it: auto = gv.{who}(model, exclude=[{name!r}]); in a @gv.gen guide "
-            f"with the model's arguments, call auto.inline(*args) and sample "
+            f"combine it: auto = gv.{who}(model{call_args}, exclude=[{name!r}]); in a "
+            f"@gv.gen guide with the model's arguments, call auto.inline(*args) and sample "
             f"gv.{dist.name}(..., grad=gv.ENUM) @ {name!r} (or another discrete "
             "strategy). Or sum it out of the model exactly: gv.marginal(model, keep=[its "
             "continuous sites], algorithm=gv.enumeration()), whose automatic guide covers "
@@ -105,7 +106,8 @@ def _site_errors(who: str, name: str, dist: Any, domain: Any, scale: float) -> N
 
 
 def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
-             who: str = "automatic guide", draws: int = 15) -> tuple[list[Site], dict]:
+             who: str = "automatic guide", draws: int = 15,
+             call_args: str = "") -> tuple[list[Site], dict]:
     """The model's latent sites on `args` (in program order, minus `exclude`) and
     `draws` prior draws of each site's choice ({address: array with a leading axis}).
 
@@ -113,7 +115,8 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
     model's `Simulate` interpreter with a handler that records each site's
     distribution and plate scale and returns the support parameters of interval /
     TFP sites. Those must be the same in every draw (a support that moves with other
-    latents is refused by name)."""
+    latents is refused by name). `call_args` are the guide constructor's required
+    arguments after the model (", rank=2"), quoted in the fixes the errors suggest."""
     # a marginal (gv.marginal) is discovered through its program, keeping its kept sites
     program, kept = getattr(model, "kept_sites_program", lambda: (model, None))()
     dyn, static, treedef, mask = split_args(args)
@@ -165,7 +168,7 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
         name = "/".join(map(str, addr))
         value = values[addr][0]
         domain = supports.domain_of(dist, value)
-        _site_errors(who, name, dist, domain, scale)
+        _site_errors(who, name, dist, domain, scale, call_args)
         bounds = ()
         if domain in ("interval", "tfp"):
             stacked = tuple(np.asarray(b) for b in all_bounds[addr])

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import ndtri
 
@@ -132,10 +133,20 @@ class _Gaussian(base.AutoGuide):
         loc, chol = self.loc_scale_tril(self.guide_params(params))
         return loc, jnp.sqrt(jnp.sum(chol * chol, -1))
 
-    def quantiles(self, params: Any, qs: Sequence[float], **kw: Any) -> dict:
-        """Per-site quantiles (constrained space), exact: the Gaussian marginal's
-        quantiles mapped by the site's monotone bijector (Monte Carlo for simplex and
-        TFP-wrapped sites, whose bijectors are not elementwise).
+    def quantiles(self, params: Any, qs: Sequence[float], *, key: jax.Array | None = None,
+                  num_samples: int = 4000) -> dict:
+        """Per-site quantiles (constrained space): {address: array with a leading axis
+        len(qs)}.
+
+        Exact for every site whose bijector acts elementwise (real, positive, interval
+        sites, and `gv.from_tfp` sites whose TFP event-space bijector has
+        `forward_min_event_ndims == 0`, such as `Exp` or `Softplus`): each coordinate's
+        marginal is normal in the unconstrained space and an elementwise bijector is
+        monotone, so the quantile is the bijector of the normal quantile (of the
+        mirrored level 1 − q where the bijector decreases). Monte Carlo (`num_samples`
+        draws with `key`, default key 0) for the rest: simplex sites and TFP sites
+        whose bijector mixes coordinates, where a coordinate's marginal is not a
+        monotone map of one normal. `median` is the 0.5 quantile in both cases.
 
         Example:
             >>> import genvi as gv, jax
@@ -144,24 +155,27 @@ class _Gaussian(base.AutoGuide):
             ...     gv.gamma(2.0, 1.0) @ "r"
             >>> auto = gv.auto_mvn(model)
             >>> params = {"guide": auto.init(jax.random.key(0), {})}
-            >>> auto.quantiles(params, [0.05, 0.5, 0.95])["r"].shape
-            (3,)
+            >>> q = auto.quantiles(params, [0.05, 0.5, 0.95])["r"]
+            >>> q.shape, bool(q[1] == auto.median(params)["r"])
+            ((3,), True)
         """
-        self._check_ready()
+        sites = self._check_ready()
         loc, sd = self.marginals(params)
         qs = jnp.asarray(qs, loc.dtype)
-        mc = [s for s in self.sites if s.domain in ("simplex", "tfp")]
-        out = super().quantiles(params, qs, **kw) if mc else {}
-        for s, m, d in zip(self.sites, base.split_flat(self.sites, loc).values(),
-                           base.split_flat(self.sites, sd).values()):
-            if s in mc:
-                continue
-            u = m + d * ndtri(qs)[:, None]
-            out[s.name] = s.bijector().forward(u.reshape((len(qs),) + s.ushape))
+        mc = [s for s in sites if not elementwise(s)]
+        out = (super().quantiles(params, qs, key=key, num_samples=num_samples)
+               if mc else {})
+        for s, m, d in zip(sites, base.split_flat(sites, loc).values(),
+                           base.split_flat(sites, sd).values()):
+            if s not in mc:
+                out[s.name] = monotone_quantiles(s, m, d, qs)
         return out
 
-    def median(self, params: Any) -> dict:
-        """Per-site median (constrained space): the bijector of the unconstrained mean.
+    def median(self, params: Any, *, key: jax.Array | None = None,
+               num_samples: int = 4000) -> dict:
+        """Per-site median (constrained space): the bijector of the unconstrained mean
+        where the bijector is elementwise; elsewhere the Monte Carlo 0.5 quantile of
+        `quantiles` (same `key` and `num_samples`), so the two always agree.
 
         Example:
             >>> import genvi as gv, jax
@@ -173,10 +187,37 @@ class _Gaussian(base.AutoGuide):
             >>> bool(auto.median(params)["r"] > 0)
             True
         """
-        self._check_ready()
+        sites = self._check_ready()
+        if any(not elementwise(s) for s in sites):
+            return {k: v[0] for k, v in self.quantiles(params, [0.5], key=key,
+                                                       num_samples=num_samples).items()}
         loc, _ = self.marginals(params)
         return {s.name: s.bijector().forward(m.reshape(s.ushape))
-                for s, m in zip(self.sites, base.split_flat(self.sites, loc).values())}
+                for s, m in zip(sites, base.split_flat(sites, loc).values())}
+
+
+def elementwise(site: Any) -> bool:
+    """Whether `site`'s bijector maps each unconstrained coordinate to one value
+    coordinate (then it is monotone in it: a continuous bijection of the line)."""
+    if site.domain == "simplex":
+        return False
+    if site.domain != "tfp":
+        return True
+    ndims = site.bijector().forward_min_event_ndims
+    return isinstance(ndims, int) and ndims == 0 and tuple(site.ushape) == tuple(site.shape)
+
+
+def monotone_quantiles(site: Any, loc: jax.Array, sd: jax.Array, qs: jax.Array) -> jax.Array:
+    """Exact quantiles at levels `qs` of an elementwise bijector applied to independent
+    normal coordinates (`loc`, `sd`, flat): f(loc + sd Φ⁻¹(q)) where f increases,
+    f(loc + sd Φ⁻¹(1 − q)) where it decreases (found by comparing f(1) with f(−1))."""
+    bij = site.bijector()
+    shape = (len(qs),) + tuple(site.ushape)
+    z = ndtri(qs)[:, None]
+    up = bij.forward((loc + sd * z).reshape(shape))
+    down = bij.forward((loc - sd * z).reshape(shape))
+    one = jnp.ones(site.ushape, loc.dtype)
+    return jnp.where(bij.forward(one) >= bij.forward(-one), up, down)
 
 
 def _flat_loc(sites, z0):
@@ -232,8 +273,20 @@ class AutoLowRank(_Gaussian):
     kind = "auto_low_rank"
 
     def __init__(self, model, rank: int, **kw):
+        is_int = isinstance(rank, (int, np.integer)) and not isinstance(rank, bool)
+        if not is_int or rank < 1:
+            error = ValueError if is_int else TypeError
+            raise error(
+                f"gv.auto_low_rank(model, rank={rank!r}): rank is the number of columns of "
+                "the covariance factor W (D × rank), a positive int; got "
+                f"{type(rank).__name__} {rank!r}. Fix: pass e.g. rank=2 (rank=1 is the "
+                "cheapest correlated guide; gv.auto_normal has no correlations, "
+                "gv.auto_mvn full ones).")
         super().__init__(model, **kw)
         self.rank = int(rank)
+
+    def call_args(self) -> str:
+        return f", rank={self.rank}"
 
     def family_init(self, key, sites, z0):
         loc = _flat_loc(sites, z0)
@@ -322,7 +375,7 @@ def auto_mvn(model: Any, *, params_key: str = "guide", exclude: Sequence = (),
 
 def auto_low_rank(model: Any, rank: int, *, params_key: str = "guide",
                   exclude: Sequence = (), init_scale: float = 0.1) -> AutoLowRank:
-    """A Gaussian guide with covariance W Wᵀ + diag(d²), W of shape (D, rank):
+    """A Gaussian guide with covariance W Wᵀ + diag(d²), W of shape (D, rank ≥ 1):
     parameters {"loc", "cov_factor", "scale": gv.positive}. O(D · rank) parameters
     and O(D · rank²) per draw and density: each site's conditional given the earlier
     sites is again low rank plus diagonal, scored with the Woodbury identity and the

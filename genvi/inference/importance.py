@@ -26,6 +26,7 @@ from genvi.adev.sample import sample
 from genvi.adev.strategies import ENUM
 from genvi.core.choices import ChoiceMap, choices as to_choices
 from genvi.core.mistakes import check_key
+from genvi.core.program_mistakes import require_program
 from genvi.core.strategy import Strategy
 from genvi.core.tracing import IN_OBJECTIVE, PLAIN, trace_cached
 from genvi.core.validation import entry_point
@@ -58,6 +59,8 @@ def importance(proposal: GenFn | None = None, particles: int = 1,
         >>> alg.particles
         5
     """
+    require_program(proposal, "proposal (None: the program's own prior)",
+                    "gv.importance(proposal, particles)", optional=True)
     if int(particles) < 1:
         raise ValueError(f"gv.importance needs particles >= 1, got {particles}")
     return Importance(proposal, int(particles), resample)
@@ -227,6 +230,7 @@ def marginal(g: GenFn, keep: Sequence, algorithm: Any = None) -> Marginal:
         >>> guide = gv.marginal(joint, keep=["x"], algorithm=gv.importance(reverse, particles=5))
         >>> # gv.elbo(model, guide): IWHVI(5); gv.iwelbo(model, guide, particles=5): DIWHVI
     """
+    require_program(g, "program", "gv.marginal(g, keep, algorithm)")
     algorithm = algorithm or importance()
     if not hasattr(algorithm, "marginal"):  # each algorithm builds its marginal
         raise TypeError(f"gv.marginal: algorithm={algorithm!r} is not an algorithm; use "
@@ -247,4 +251,5 @@ def normalize(g: GenFn, algorithm: Importance | None = None) -> Normalize:
         ...     gv.observe(gv.normal(z, 1.0), y)
         >>> sir = gv.normalize(posterior, gv.importance(particles=10))
     """
+    require_program(g, "program", "gv.normalize(g, algorithm)")
     return Normalize(g, algorithm or importance())

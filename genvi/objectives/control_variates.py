@@ -16,6 +16,7 @@ from jax.scipy.special import logsumexp
 
 from genvi.adev.expectation import Expectation
 from genvi.adev.program import ProgramExpectation
+from genvi.core.program_mistakes import require_programs
 from genvi.gen.language import GenFn
 
 
@@ -64,6 +65,7 @@ def vimco(model: GenFn, guide: GenFn, particles: int) -> Expectation:
         >>> import genvi as gv
         >>> # gv.vimco(model, guide, particles=5).grad_estimate(key, params, data)
     """
+    require_programs("gv.vimco(model, guide, particles)", model=model, guide=guide)
     k = int(particles)
     if k < 2:
         raise ValueError("gv.vimco needs particles >= 2 (leave-one-out baselines)")
@@ -98,6 +100,7 @@ def dreg(model: GenFn, guide: GenFn, particles: int) -> Expectation:
         >>> import genvi as gv
         >>> # gv.dreg(model, guide, particles=8).grad_estimate(key, params, data)
     """
+    require_programs("gv.dreg(model, guide, particles)", model=model, guide=guide)
     k = int(particles)
 
     def requires(*args):

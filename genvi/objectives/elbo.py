@@ -13,6 +13,7 @@ from jax.scipy.special import logsumexp
 
 from genvi.adev.expectation import Expectation
 from genvi.adev.program import ProgramExpectation
+from genvi.core.program_mistakes import require_programs
 from genvi.gen.language import GenFn
 
 
@@ -40,6 +41,7 @@ def elbo(model: GenFn, guide: GenFn) -> Expectation:
         ...     gv.normal(m, 0.7, grad=gv.REPARAM) @ "z"
         >>> objective = gv.elbo(model, guide)   # objective.grad_estimate(key, m, y)
     """
+    require_programs("gv.elbo(model, guide)", model=model, guide=guide)
     return ProgramExpectation(lambda *args: _log_weight(model, guide, args), name="elbo")
 
 
@@ -52,6 +54,7 @@ def iwelbo(model: GenFn, guide: GenFn, particles: int) -> Expectation:
         >>> import genvi as gv
         >>> # gv.iwelbo(model, guide, particles=8).grad_estimate(key, params, data)
     """
+    require_programs("gv.iwelbo(model, guide, particles)", model=model, guide=guide)
     k = int(particles)
 
     def body(*args):
@@ -69,6 +72,7 @@ def renyi(model: GenFn, guide: GenFn, alpha: float, particles: int) -> Expectati
         >>> import genvi as gv
         >>> # gv.renyi(model, guide, alpha=0.5, particles=8).grad_estimate(key, params, data)
     """
+    require_programs("gv.renyi(model, guide, alpha, particles)", model=model, guide=guide)
     k, a = int(particles), float(alpha)
     if a == 1.0:
         return ProgramExpectation(lambda *args: jnp.mean(particle_log_weights(model, guide, args, k)),

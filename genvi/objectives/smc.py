@@ -20,6 +20,7 @@ from jax.scipy.special import logsumexp
 from genvi.adev.expectation import Expectation
 from genvi.adev.program import ProgramExpectation
 from genvi.adev.strategies import REINFORCE
+from genvi.core.program_mistakes import require_programs
 from genvi.core.strategy import Strategy
 from genvi.distributions.discrete import Categorical
 from genvi.gen.language import GenFn
@@ -73,6 +74,8 @@ def smc(model_step: GenFn, proposal_step: GenFn, init: Any, particles: int,
         ...     gv.normal(params["a"] * x, 1.0, grad=gv.REPARAM) @ "x"
         >>> objective = gv.smc(step, prop, init=jnp.array(0.0), particles=8)
     """
+    require_programs("gv.smc(model_step, proposal_step, init, particles)",
+                     model_step=model_step, proposal_step=proposal_step)
     k = int(particles)
     return ProgramExpectation(_particle_filter(model_step, proposal_step, init, k, resample, True),
                               name=f"smc({k})")
@@ -88,6 +91,8 @@ def fivo(model_step: GenFn, proposal_step: GenFn, init: Any, particles: int) -> 
         >>> import genvi as gv
         >>> # gv.fivo(step, prop, init=0.0, particles=8).grad_estimate(key, params, ys)
     """
+    require_programs("gv.fivo(model_step, proposal_step, init, particles)",
+                     model_step=model_step, proposal_step=proposal_step)
     k = int(particles)
     return ProgramExpectation(_particle_filter(model_step, proposal_step, init, k, REINFORCE, False),
                               name=f"fivo_biased({k})")

@@ -17,6 +17,7 @@ from jax.scipy.special import logsumexp
 from genvi.adev.expectation import Expectation
 from genvi.adev.program import ProgramExpectation
 from genvi.adev.strategies import REINFORCE
+from genvi.core.program_mistakes import require_programs
 from genvi.inference.importance import importance, normalize
 from genvi.gen.language import GenFn
 
@@ -40,6 +41,7 @@ def wake_model(model: GenFn, guide: GenFn, particles: int) -> Expectation:
         >>> import genvi as gv
         >>> # (gv.wake_model(m, q, 10) + gv.wake_guide(m, q, 10)).grad_estimate(key, params, x)
     """
+    require_programs("gv.wake_model(model, guide, particles)", model=model, guide=guide)
     k = int(particles)
 
     def body(*args):
@@ -52,6 +54,7 @@ def wake_model(model: GenFn, guide: GenFn, particles: int) -> Expectation:
 def wake_guide(model: GenFn, guide: GenFn, particles: int) -> Expectation:
     """Wake phase for the guide: Σ_k w̃_k log q(z_k) with self-normalized weights
     (an estimate of −KL(p(z|x) ‖ q) up to a constant); gradient Σ_k w̃_k ∂log q(z_k)."""
+    require_programs("gv.wake_guide(model, guide, particles)", model=model, guide=guide)
     k = int(particles)
 
     def body(*args):
@@ -70,6 +73,7 @@ def sleep_guide(model: GenFn, guide: GenFn, particles: int = 1, data_argnum: int
     of the guide receives the dreamed data (the single observation's value, or a
     tuple of them in program order).
     """
+    require_programs("gv.sleep_guide(model, guide)", model=model, guide=guide)
     k = int(particles)
 
     def body(*args):
@@ -91,6 +95,7 @@ def forward_kl_sir(model: GenFn, guide: GenFn, particles: int) -> Expectation:
     """Forward KL through SIR: log q(z) at z drawn by sampling-importance-resampling
     with the (stopped) guide as proposal; maximizing it minimizes an estimate of
     KL(p(z|x) ‖ q) (biased for finite K, consistent as K grows)."""
+    require_programs("gv.forward_kl_sir(model, guide, particles)", model=model, guide=guide)
     # Parameters are stopped, so the resampling choice needs no enumeration.
     sir = normalize(model, importance(guide, int(particles), resample=REINFORCE))
 

@@ -3,6 +3,7 @@ up front, and what it raises or warns when steps are not finite."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 import warnings
@@ -77,6 +78,10 @@ def check_objective(objective: Any, name: str) -> None:
     if isinstance(objective, GenFn):
         what = (f"the @gv.gen program {objective.name!r}, which is a program, not an "
                 f"objective; build one from it, e.g. gv.elbo(model, {objective.name})")
+    elif inspect.isfunction(objective):  # a forgotten decorator
+        what = (f"{objective!r}, a plain Python function: decorate it with "
+                "@gv.expectation if it is an objective; if it is a model or a guide, decorate "
+                "it with @gv.gen and build an objective from them, e.g. gv.elbo(model, guide)")
     else:
         what = f"{objective!r} (a {type(objective).__name__})"
     raise TypeError(

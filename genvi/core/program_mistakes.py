@@ -1,0 +1,227 @@
+"""Clear words for the mistakes of a user's first hour with `@gv.gen` programs.
+
+A distribution call never sampled at an address, a plain Python function passed where
+a program belongs, a Python `if` on a traced value, and a `grad=` on a model site
+that nothing samples: each raises (or warns) with what went wrong, where, and the
+fix. Detection lives with the code that sees the mistake (`genvi.core.tracing` notes
+what a traced program did); the words live here.
+
+Example:
+    >>> from genvi.core.program_mistakes import require_program
+    >>> def model(y):
+    ...     pass
+    >>> try:
+    ...     require_program(model, "model", "gv.elbo(model, guide)")
+    ... except TypeError as err:
+    ...     print(str(err).split(";")[0])
+    gv.elbo(model, guide): the model must be a @gv.gen program
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import linecache
+import os
+import re
+import tokenize
+from typing import Any, Iterable
+
+import jax
+
+from genvi.core.mistakes import addr_name
+
+_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__))
+
+
+# --------------------------------------------------------------------------- programs as arguments
+
+def is_program(obj: Any) -> bool:
+    """Whether `obj` is a generative program (`@gv.gen`, a combinator, an automatic
+    guide, `gv.marginal`...): it has `simulate`, `log_density` and `interpret`.
+
+    Example:
+        >>> import genvi as gv
+        >>> is_program(gv.gen(lambda: None)), is_program(lambda: None)
+        (True, False)
+    """
+    return all(callable(getattr(type(obj), m, None))
+               for m in ("simulate", "log_density", "interpret"))
+
+
+def describe_non_program(obj: Any) -> str:
+    """What `obj` is and the fix, for an argument that should have been a program.
+
+    Example:
+        >>> def guide(p):
+        ...     pass
+        >>> describe_non_program(guide).split(";")[0]
+        "the plain Python function 'guide' (no @gv.gen)"
+    """
+    if inspect.isfunction(obj) or inspect.ismethod(obj) or isinstance(obj, type(len)):
+        name = getattr(obj, "__name__", "f")
+        return (f"the plain Python function {name!r} (no @gv.gen); decorate it with @gv.gen "
+                f"(write `@gv.gen` on the line above `def {name}(...)`) so that its sampling "
+                "sites `dist(...) @ \"address\"` are recorded")
+    gen = getattr(obj, "gen", None) if isinstance(obj, tuple) else None
+    if gen is not None and is_program(gen):  # `model(...)`: a program call
+        return (f"the program call {gen.name}(...); pass the program itself, `{gen.name}`, "
+                "not a call of it (the arguments are given when the objective or the draws run)")
+    if callable(getattr(type(obj), "grad_estimate", None)):
+        return (f"the objective {getattr(obj, 'name', obj)!r}, not a program; pass the model "
+                "and guide programs it was built from")
+    text = repr(obj)
+    return f"{text if len(text) < 60 else text[:57] + '...'} ({type(obj).__name__})"
+
+
+def require_program(obj: Any, arg: str, call: str, optional: bool = False) -> None:
+    """Raise a `TypeError` unless `obj` is a generative program; `arg` names the argument
+    of `call` (e.g. `"guide"` of `"gv.elbo(model, guide)"`); `optional`: None is allowed.
+
+    Example:
+        >>> import genvi as gv
+        >>> require_program(gv.gen(lambda: None), "model", "gv.elbo(model, guide)")
+    """
+    if is_program(obj) or (optional and obj is None):
+        return
+    raise TypeError(f"{call}: the {arg} must be a @gv.gen program; got "
+                    f"{describe_non_program(obj)}.")
+
+
+def require_programs(call: str, **programs: Any) -> None:
+    """`require_program` for each keyword argument, e.g. `model=model, guide=guide`.
+
+    Example:
+        >>> import genvi as gv
+        >>> p = gv.gen(lambda: None)
+        >>> require_programs("gv.elbo(model, guide)", model=p, guide=p)
+    """
+    for arg, obj in programs.items():
+        require_program(obj, arg, call)
+
+
+# --------------------------------------------------------------------------- distribution calls never sampled
+
+def unaddressed_error(kind: str, name: str, unused: list) -> TypeError:
+    """The error for distribution calls that a program (or objective) made and never
+    sampled, scored or read: `unused` holds (what, "file:line") pairs, e.g.
+    `("gv.normal(...)", "model.py:3 (model)")`.
+
+    Example:
+        >>> err = unaddressed_error("program", "model", [("gv.normal(...)", "m.py:3 (model)")])
+        >>> "@ \\"name\\"" in str(err)
+        True
+    """
+    what, line = unused[0]
+    code = _source_text(line)
+    more = "" if len(unused) == 1 else (
+        f" (and {len(unused) - 1} more: " + "; ".join(f"{w} at {w_line}" for w, w_line in unused[1:])
+        + ")")
+    if kind == "program":
+        fix = (f"Sample it at an address: `{what} @ \"name\"` (the value is then a choice at "
+               f"\"name\"), or score a value with gv.observe({what}, value)")
+        verb = "sampled at an address"
+    else:
+        fix = f"Draw from it with `x = gv.sample({what})`, or call a program's .sim(...)"
+        verb = "drawn from"
+    return TypeError(
+        f"the {kind} {name!r} makes {what} at {line}{code} but it is never {verb}{more}: a "
+        f"distribution call by itself samples nothing, so it would be silently dropped. {fix}.")
+
+
+def _source_text(line: str) -> str:
+    """` (`code`)` for a "file:line (function)" location, or ""."""
+    match = re.match(r"(.*):(\d+) \(", line)
+    text = _code(match.group(1), int(match.group(2))) if match else ""
+    return f" (`{text}`)" if text else ""
+
+
+def _code(filename: str, line: int) -> str:
+    """The source line, stripped of its comment ("" where the source is unknown)."""
+    text = linecache.getline(filename, line).strip()
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):  # a line that opens a bracket
+        return text
+    comments = [t for t in tokens if t.type == tokenize.COMMENT]
+    return text[:comments[0].start[1]].rstrip() if comments else text
+
+
+# --------------------------------------------------------------------------- Python control flow on traced values
+
+class TracedConditionError(TypeError):
+    """Python control flow (`if`, `while`, `and`, `bool()`) on a traced value inside a
+    program or objective."""
+
+
+def _innermost_user_frame(err: BaseException) -> tuple[Any, int]:
+    """(frame, line) of the innermost frame of `err`'s traceback outside JAX: the code
+    that asked for a bool (JAX drops its own frames from the traceback, mostly)."""
+    tb, found = err.__traceback__, (None, 0)
+    while tb is not None:
+        if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_JAX_DIR):
+            found = (tb.tb_frame, tb.tb_lineno)
+        tb = tb.tb_next
+    return found
+
+
+def _tested_sites(code: str, frame: Any, site_values: dict) -> list[str]:
+    """Addresses of the site values that the source line `code` names (by variable)."""
+    found = []
+    for ident in dict.fromkeys(re.findall(r"[A-Za-z_]\w*", code)):
+        value = frame.f_locals.get(ident)
+        entry = site_values.get(id(value))
+        if entry is not None and entry[0] is value:
+            found.append(addr_name(entry[1]))
+    return found
+
+
+def traced_condition_error(err: BaseException, kind: str, name: str,
+                           site_values: dict) -> TracedConditionError:
+    """The error for JAX's `TracerBoolConversionError` raised in the user's code while
+    tracing the {kind} `name`; `site_values` maps `id(value)` to `(value, address)` of
+    the sites bound so far (to name the latent that the condition tests)."""
+    frame, line = _innermost_user_frame(err)
+    where, tested = "", "a traced value"
+    if frame is not None:
+        code = _code(frame.f_code.co_filename, line)
+        where = f" at {frame.f_code.co_filename}:{line}" + (f" (`{code}`)" if code else "")
+        sites = _tested_sites(code, frame, site_values) if code else []
+        if sites:
+            tested = "the latent " + " and ".join(repr(s) for s in sites)
+    discrete = ("`b = gv.flip(p, grad=gv.ENUM) @ \"b\"`" if kind == "program"
+                else "`b = gv.sample(gv.flip(p, grad=gv.ENUM))`")
+    return TracedConditionError(
+        f"the {kind} {name!r} uses {tested} as a Python bool{where}. genvi {kind}s are "
+        "traced once, like functions under jax.jit: a latent, or anything computed from a "
+        "sample or an argument, has no concrete value while the Python code runs, so a "
+        "Python `if`, `while`, `and`/`or` or bool() cannot test it. Instead: select a value "
+        "with jnp.where(condition, a, b); branch between code that samples with "
+        "jax.lax.cond / jax.lax.switch (genvi samples inside their branches); or, for a "
+        f"discrete choice, make it a discrete site such as {discrete} (enumerated exactly "
+        "with grad=gv.ENUM) and branch on it with jax.lax.cond.")
+
+
+# --------------------------------------------------------------------------- grad= where nothing samples
+
+class UnusedStrategyWarning(UserWarning):
+    """A `grad=` that an objective never uses: the site is only scored there."""
+
+
+def unused_strategy_message(objective: str, program: str, strategies: Iterable) -> str:
+    """The warning for model sites with `grad=` that the objective `objective` only
+    scores (their values come from another program, such as a guide).
+
+    Example:
+        >>> unused_strategy_message("elbo", "model", [(("z",), "gv.ENUM")]).split(":")[0]
+        "the objective 'elbo' only scores the program 'model' at values another program proposes (a guide)"
+    """
+    listed = ", ".join(f"{addr_name(a)!r} (grad={s})" for a, s in strategies)
+    return (
+        f"the objective {objective!r} only scores the program {program!r} at values another "
+        f"program proposes (a guide): its sites are never sampled here, so grad= at {listed} "
+        "is unused. A model site's value comes from the guide, and the strategy of the guide's "
+        "site at that address is what differentiates it: put grad= there (or remove it from "
+        "the model). grad= on a model site matters only where the model itself is sampled in "
+        "an objective: a site no guide proposes (g.generate), gv.importance(proposal=None), "
+        "g.sim or g.dream.")
