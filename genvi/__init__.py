@@ -37,6 +37,8 @@ from genvi.distributions.continuous import (Beta, Dirichlet, Gamma, MvNormal, Mv
                                             Normal, Uniform)
 from genvi.distributions.discrete import (Bernoulli, Binomial, Categorical, Flip, Geometric,
                                           Poisson)
+from genvi.distributions.priors import (Exponential, HalfCauchy, HalfNormal, Laplace, LogNormal,
+                                        StudentT)
 from genvi.distributions.tfp import from_tfp
 from genvi.gen import handlers
 from genvi.gen.combinators import repeat, scan, vmap
@@ -76,6 +78,12 @@ categorical = Categorical()
 geometric = Geometric()
 poisson = Poisson()
 binomial = Binomial()
+lognormal = LogNormal()
+halfnormal = HalfNormal()
+exponential = Exponential()
+student_t = StudentT()
+halfcauchy = HalfCauchy()
+laplace = Laplace()
 
 __version__ = "0.1.0"
 
@@ -171,6 +179,19 @@ __all__ = [
     "wake_model",
     "dual",
     "handlers",
+    # the common priors of hierarchical models (genvi/distributions/priors.py)
+    "Exponential",
+    "HalfCauchy",
+    "HalfNormal",
+    "Laplace",
+    "LogNormal",
+    "StudentT",
+    "exponential",
+    "halfcauchy",
+    "halfnormal",
+    "laplace",
+    "lognormal",
+    "student_t",
     # automatic guides and constrained parameters (genvi/guides)
     "AutoGuide",
     "Constrained",
