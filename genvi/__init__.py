@@ -60,6 +60,8 @@ from genvi.inference.importance import importance, marginal, normalize
 from genvi.objectives.wake_sleep import forward_kl_sir, sleep_guide, wake_guide, wake_model
 from genvi.training.checkpoints import CheckpointError
 from genvi.training.fit import FitResult, fit
+from genvi.training.schedule import Schedule, schedule
+from genvi.training.stopping import Converged, converged
 from genvi.training.fit_checks import NonFiniteError, NonFiniteWarning
 from genvi.training.comparison import EstimatorComparison
 from genvi.training.lab import compare_estimators
@@ -94,6 +96,7 @@ __all__ = [
     "Categorical",
     "CheckpointError",
     "ChoiceMap",
+    "Converged",
     "Deferred",
     "DiscontinuityError",
     "Dirichlet",
@@ -119,6 +122,7 @@ __all__ = [
     "REPARAM",
     "RLOO",
     "SD",
+    "Schedule",
     "Strategy",
     "Trace",
     "TracedConditionError",
@@ -134,6 +138,7 @@ __all__ = [
     "categorical",
     "choices",
     "compare_estimators",
+    "converged",
     "decaying_average",
     "dirichlet",
     "dreg",
@@ -166,6 +171,7 @@ __all__ = [
     "renyi",
     "repeat",
     "sample",
+    "schedule",
     "scan",
     "set_validation",
     "sleep_guide",

@@ -1,26 +1,26 @@
 """`gv.fit`: maximize an objective with an optax optimizer.
 
-Steps run in chunks, each chunk one loop inside one jitted call; the key of step `t`
-is `fold_in(key, t)` and minibatches come from a per-epoch permutation, so a run's
-result does not depend on how it is chunked, checkpointed or resumed. The chunk's
-length is an argument of the compiled loop, not part of its shape, so chunks of every
-length (a remainder, the stretch up to an evaluation or a checkpoint) share one
-compiled program.
+Steps run in chunks, each chunk one compiled loop (genvi/training/fit_loop.py); this
+module runs the chunks: it sets a run up (fresh, continuing a `FitResult`, or resuming
+a checkpoint: genvi/training/fit_state.py), and between chunks records the history,
+evaluates, checkpoints, calls callbacks and moves the progress bar. A stopping rule
+(genvi/training/stopping.py) stops the loop inside a chunk; a step whose estimate or
+gradient is not finite stops it too and `gv.fit` raises `NonFiniteError`, naming the
+step and the leaves, with the parameters from before it.
 
-Every step checks that its objective estimate and gradient are finite (one reduction
-per gradient leaf). The loop stops at the first step that is not, keeping the
-parameters from before it, and `gv.fit` raises `NonFiniteError` naming the step and
-the leaves; with `skip_nonfinite=True` such steps are skipped, counted and, past a
-fraction of the run, warned about.
+Example:
+    >>> import genvi as gv, jax, optax
+    >>> @gv.expectation
+    ... def e(m):
+    ...     return -(gv.sample(gv.normal(m, 1.0, grad=gv.REPARAM)) - 1.0) ** 2
+    >>> gv.fit(e, 0.0, optimizer=optax.sgd(0.1), steps=5, key=jax.random.key(0),
+    ...        progress=False).stopped
+    'ran all 5 steps'
 """
 
 from __future__ import annotations
 
-import functools
-import math
-import os
-import sys
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -28,47 +28,51 @@ import numpy as np
 import optax
 
 from genvi.adev.expectation import Expectation
-from genvi.training import checkpoints
-from genvi.training import minibatch
-from genvi.training.distributed import (check_batch, data_parallel, local, per_process,
-                                        place_data, reports)
-from genvi.training.fit_checks import (NonFiniteError, as_arrays, check_float_params,
-                                       check_objective, nonfinite_message, warn_if_skipped)
 from genvi.core.compile_cache import use_compilation_cache
 from genvi.core.validation import entry_point
-
-
-class FitResult(NamedTuple):
-    """What `gv.fit` returns.
-
-    `history` holds numpy arrays: `objective` (the estimate at every step),
-    `skipped` (steps whose non-finite update was skipped), and, when evaluating,
-    `eval_step` and `eval` (held-out objective means); and `num_skipped`, an int.
-
-    Example:
-        >>> import genvi as gv
-        >>> gv.FitResult._fields
-        ('params', 'state', 'history')
-    """
-
-    params: Any
-    state: Any
-    history: dict
+from genvi.training import checkpoints, fit_state
+from genvi.training.distributed import check_batch, data_parallel, local, place_data, reports
+from genvi.training.fit_checks import (NonFiniteError, as_arrays, check_float_params,
+                                       check_objective, nonfinite_message, warn_if_skipped)
+from genvi.training.fit_loop import (Chunk, Setup, check_order, compiled_chunk, dataset_size,
+                                     shuffle_once, strongly_typed)
+from genvi.training.fit_state import FitResult
+from genvi.training.progress import ProgressBar
+from genvi.training.schedule import at_step, check_schedules, split_scheduled
+from genvi.training.stopping import replay
 
 
 @entry_point
 def fit(objective: Expectation, params: Any, *data: Any,
-        optimizer: optax.GradientTransformation, steps: int, key: jax.Array,
+        optimizer: optax.GradientTransformation, steps: int, key: jax.Array | None = None,
         progress: bool = True, batch_size: int | None = None, shuffle: str = "epoch",
-        skip_nonfinite: bool = False,
+        skip_nonfinite: bool = False, stop: Any = None,
         eval_objective: Expectation | None = None, eval_data: Sequence | None = None,
         eval_every: int | None = None, eval_estimates: int = 64,
         callbacks: Sequence[Callable] = (), chunk_size: int = 1000,
         checkpoint_dir: str | None = None, checkpoint_every: int | None = None,
         resume: bool | None = None, shard: bool = False,
         skip_warn_fraction: float | None = 0.1) -> FitResult:
-    """Maximize `objective(params, *data)`; returns `FitResult(params, state, history)`.
+    """Maximize `objective(params, *data)`; returns a `FitResult` (`params`, `state`,
+    `history`, `steps`, `stopped`, `key`).
 
+    * `params`: the starting parameters (any pytree of floats), or a previous
+      `FitResult` to continue: its parameters, optimizer state (pass the same
+      `optimizer`), history and key carry on, and `steps` counts the steps to run on
+      top, numbered on from the previous ones; so 300 steps, then 300 more, end
+      bit-for-bit where one 600-step run ends (learning-rate schedules, minibatch order
+      and annealing included). `key` may then be left out; a new key draws fresh
+      randomness for the new steps.
+    * `stop`: a stopping rule, e.g. `gv.converged(window=100, patience=3)`: stop once
+      the mean objective of `patience` windows in a row moved by at most `tolerance`
+      standard errors (a noise-aware test: the estimates are stochastic). The rule
+      runs inside the compiled loop and `result.stopped` says why the fit ended.
+    * Data arguments given as `gv.schedule(fn)` get `fn(step)` at each step
+      (annealing, e.g. a KL weight `gv.schedule(optax.linear_schedule(0.0, 1.0, 1000))`).
+    * Every step passes the loss, −(objective estimate), to the optimizer as optax's
+      `value` argument, so transformations that take one work, e.g.
+      `optax.chain(optax.adam(lr), optax.contrib.reduce_on_plateau(accumulation_size=50))`
+      (average over many steps: one estimate is noisy); others ignore it.
     * `batch_size`: minibatch every data array along its leading axis (use a
       `gv.batch_mean` objective, or a model whose data sit in a `gv.plate`). Every
       datapoint is in a step's batch with probability `batch_size / n`, so objectives
@@ -126,42 +130,62 @@ def fit(objective: Expectation, params: Any, *data: Any,
     check_objective(objective, "objective")
     if eval_objective is not None:
         check_objective(eval_objective, "eval_objective")
-    check_float_params(params)
-    params = _strongly_typed(params)
-    data = tuple(as_arrays(d, i) for i, d in enumerate(data))
+    _check_stop(stop)
+    if isinstance(params, FitResult):
+        params, state, history, key = fit_state.continued(params, optimizer, key)
+    else:
+        if key is None:
+            raise TypeError("gv.fit: pass key=jax.random.key(seed), the key of the run's "
+                            "randomness (only a run continuing a FitResult may leave it out)")
+        check_float_params(params)
+        params = strongly_typed(params)
+        state, history = optimizer.init(params), fit_state.new_history()
+    params, state = strongly_typed((params, state))
+    base = len(history["objective"])   # steps run before this call (a continued result)
+    end = base + steps
+    data, scheduled = split_scheduled(data)
+    check_schedules(scheduled, "data")
+    taken = {i for i, _ in scheduled}
+    positions = [i for i in range(len(data) + len(scheduled)) if i not in taken]
+    data = tuple(as_arrays(d, i) for i, d in zip(positions, data))
     step_key, data_key = jax.random.split(key)
     sharding = data_parallel(shard)
     check_batch(batch_size, sharding)
     data = place_data(data, sharding)
-    n = _dataset_size(data) if batch_size else None
-    order = _check_order(shuffle, batch_size, n)
+    n = dataset_size(data) if batch_size else None
+    order = check_order(shuffle, batch_size, n)
     if order == "once":
-        data = _shuffle_once(data, data_key, batch_size, n, sharding.processes)
-    chunk = _compiled_chunk(objective, optimizer, (batch_size, order), n, skip_nonfinite,
-                            sharding)
+        data = shuffle_once(data, data_key, batch_size, n, sharding.processes)
+    chunk = compiled_chunk(objective, optimizer,
+                           Setup((batch_size, order), n, skip_nonfinite, stop, scheduled),
+                           sharding)
     capacity = max(1, min(chunk_size, steps))
-    state = _strongly_typed(optimizer.init(params))
-    history = {"objective": np.zeros(0, np.float32), "skipped": np.zeros(0, bool),
-               "eval_step": [], "eval": []}
-    start = 0
-    found = checkpoint_dir is not None and checkpoints.latest_step(checkpoint_dir) is not None
+    start = base
+    latest = checkpoints.latest_step(checkpoint_dir) if checkpoint_dir is not None else None
+    found = latest is not None and latest > base
     if resume and not found:
-        raise checkpoints.CheckpointError(
-            f"resume=True but there is no checkpoint in "
-            f"{os.path.abspath(checkpoint_dir) if checkpoint_dir else '(no checkpoint_dir given)'!r}")
+        where = (repr(checkpoint_dir) if checkpoint_dir else "(no checkpoint_dir given)")
+        after = f" past step {base}, where the continued FitResult ends" if base else ""
+        raise checkpoints.CheckpointError(f"resume=True but there is no checkpoint in {where}{after}")
     if found and resume is not False:
-        start, params, state, history = _resume(checkpoint_dir, params, state, key)
+        start, params, state, history = fit_state.resume(checkpoint_dir, params, state, key)
+    # a resumed or continued run replays its history, so it stops where one run would
+    rule_state = () if stop is None else replay(stop, history["objective"], ~history["skipped"])
     if shard:
-        params, state = jax.device_put((params, state), sharding.replicated)
+        params, state, rule_state = jax.device_put((params, state, rule_state), sharding.replicated)
     evaluate = _make_eval(eval_objective, eval_data, eval_estimates, key)
-    bar = _ProgressBar(steps, enabled=progress and reports(sharding))
-    bar.advance(start)
-    boundaries = _boundaries(start, steps, chunk_size, eval_every, checkpoint_every)
+    bar = ProgressBar(end - base, enabled=progress and reports(sharding))
+    bar.advance(start - base)
+    converged = stop is not None and bool(stop.done(local(rule_state, sharding)))
+    boundaries = [] if converged else _boundaries(start, end, chunk_size, eval_every,
+                                                  checkpoint_every)
+    stopped = stop.describe(local(rule_state, sharding)) if converged else f"ran all {end} steps"
     try:
-        for begin, end in boundaries:
-            before = (params, state)
-            (params, state), (values, skipped), (done, failed) = chunk.run(
-                before, begin, end - begin, data, step_key, data_key, capacity=capacity)
+        for begin, until in boundaries:
+            before = (params, state, rule_state)
+            ((params, state), rule_state), (values, skipped), (done, failed) = chunk.run(
+                before[:2], rule_state, begin, until - begin, data, step_key, data_key,
+                capacity=capacity)
             done, values, skipped, failed = local((done, values, skipped, failed), sharding)
             done, values, skipped = int(done), np.asarray(values), np.asarray(skipped)
             history["objective"] = np.concatenate([history["objective"], values[:done]])
@@ -169,252 +193,92 @@ def fit(objective: Expectation, params: Any, *data: Any,
             if bool(failed):   # the loop stopped at step `begin + done`
                 bar.advance(done)
                 raise _nonfinite_error(chunk, before, begin, done, data, step_key, data_key,
-                                       capacity, history)
-            if evaluate and eval_every and end % eval_every == 0:
-                history["eval_step"].append(end)
-                history["eval"].append(float(evaluate(params)))
-            if checkpoint_dir and checkpoint_every and (end % checkpoint_every == 0 or end == steps):
-                checkpoints.save(checkpoint_dir, end,
-                                 _payload(*local((params, state), sharding), end, key, history),
+                                       capacity, history, key)
+            reached = begin + done
+            if stop is not None and bool(stop.done(local(rule_state, sharding))):
+                converged, stopped = True, stop.describe(local(rule_state, sharding))
+            if evaluate and eval_every and reached % eval_every == 0:
+                history["eval_step"].append(reached)
+                history["eval"].append(float(evaluate(params, reached)))
+            if checkpoint_dir and checkpoint_every and (
+                    reached % checkpoint_every == 0 or reached == end or converged):
+                checkpoints.save(checkpoint_dir, reached,
+                                 fit_state.payload(*local((params, state), sharding), reached,
+                                                   key, history),
                                  primary=reports(sharding))
             for callback in callbacks:
-                callback(end, params, history)
-            bar.advance(end - begin, float(np.mean(values[:done])))
+                callback(reached, params, history)
+            bar.advance(done, float(np.mean(values[:done])) if done else None)
+            if converged:
+                break
     finally:
-        bar.close()
-    result = _finish(*local((params, state), sharding), history)
+        bar.close(stopped if converged else None)
+    result = fit_state.finish(*local((params, state), sharding), history, key, stopped)
     warn_if_skipped(result.history, skip_warn_fraction)
     return result
 
 
-def _finish(params, state, history) -> FitResult:
-    history = dict(history, eval_step=np.asarray(history["eval_step"], np.int64),
-                   eval=np.asarray(history["eval"], np.float32),
-                   num_skipped=int(np.sum(history["skipped"])))
-    return FitResult(params, state, history)
+def _check_stop(stop: Any) -> None:
+    """A stopping rule has the methods the loop calls and is hashable (it is part of
+    the compiled program's identity)."""
+    if stop is None:
+        return
+    missing = [m for m in ("init", "update", "done", "describe") if not callable(getattr(stop, m, None))]
+    try:
+        hash(stop)
+    except TypeError:
+        missing.append("__hash__")
+    if missing:
+        raise TypeError(f"gv.fit: stop must be a stopping rule such as gv.converged(window=100, "
+                        f"patience=3); got {stop!r}, which lacks {', '.join(missing)}")
 
 
-_CHUNKS: dict = {}  # compiled chunk runners, reused across gv.fit calls
-_CHUNKS_KEPT = 16   # the most recent ones; each holds its objective and optimizer alive
-
-
-def _compiled_chunk(objective, optimizer, batching, n, skip_nonfinite, sharding):
-    """`_Chunk(run, leaf_check)`. `run` is a jitted `(carry, begin, length, data,
-    step_key, data_key, *, capacity) -> (carry, (values, skipped), (done, failed))`
-    running steps `begin .. begin + length - 1`, with `length <= capacity` traced (one
-    compile for every chunk length) and per-step outputs in buffers of `capacity`.
-    Unless `skip_nonfinite`, it stops at the first non-finite step, `begin + done`
-    (`failed`; its carry is then not meaningful). `leaf_check(params, step, data,
-    step_key, data_key)` gives that step's value and per-leaf gradient finiteness (for
-    the error; compiled only when needed). Data and keys are arguments, never baked-in
-    constants, so a second `gv.fit` with the same objective and optimizer objects
-    reuses the compiled program."""
-    cache_key = (id(objective), id(optimizer), batching, n, skip_nonfinite, sharding.batch,
-                 sharding.processes)
-    hit = _CHUNKS.get(cache_key)
-    if hit is not None and hit[0] is objective and hit[1] is optimizer:
-        return hit[2]
-
-    def run_chunk(carry, begin, length, data, step_key, data_key, *, capacity):
-        step_fn, _ = _make_step(objective, optimizer, data, batching, n, step_key, data_key,
-                                sharding)
-
-        def cond(loop):
-            i, failed = loop[:2]
-            return (i < length) & ~failed
-
-        def body(loop):
-            i, failed, carry, values, skipped = loop
-            new_carry, value, ok = step_fn(carry, begin + i)
-            values = values.at[i].set(value)
-            if skip_nonfinite:
-                keep = lambda new, old: jnp.where(ok, new, old)  # noqa: E731
-                new_carry = jax.tree_util.tree_map(keep, new_carry, carry)
-                return i + 1, failed, new_carry, values, skipped.at[i].set(~ok)
-            # Stop; no select of the old carry here (it costs ~15% of a small step on
-            # CPU): gv.fit recomputes the carry from before the failed step instead.
-            return jnp.where(ok, i + 1, i), ~ok, new_carry, values, skipped
-
-        # a loop with a traced trip count (XLA's while) that can also stop early
-        loop = (jnp.zeros((), jnp.int32), jnp.zeros((), bool), carry,
-                jnp.zeros(capacity, jnp.asarray(0.0).dtype), jnp.zeros(capacity, bool))
-        done, failed, carry, values, skipped = jax.lax.while_loop(cond, body, loop)
-        return carry, (values, skipped), (done, failed)
-
-    def leaf_check(params, step, data, step_key, data_key):
-        _, grads_at = _make_step(objective, optimizer, data, batching, n, step_key, data_key,
-                                 sharding)
-        value, grads = grads_at(params, step)
-        return value, [jnp.all(jnp.isfinite(g)) for g in jax.tree_util.tree_leaves(grads)]
-
-    fn = _Chunk(jax.jit(run_chunk, static_argnames="capacity"), jax.jit(leaf_check))
-    _CHUNKS[cache_key] = (objective, optimizer, fn)
-    while len(_CHUNKS) > _CHUNKS_KEPT:
-        _CHUNKS.pop(next(iter(_CHUNKS)))
-    return fn
-
-
-def _check_order(shuffle: str, batch_size: int | None, n: int | None) -> str | None:
-    if shuffle not in minibatch.SHUFFLES:
-        raise ValueError(f"gv.fit: shuffle={shuffle!r} is not one of {minibatch.SHUFFLES}")
-    if shuffle != "epoch" and not batch_size:
-        raise ValueError(f"gv.fit: shuffle={shuffle!r} orders minibatches; pass batch_size=B "
-                         "too (without it every step sees all the data)")
-    if batch_size and n // batch_size < 1:
-        raise ValueError(f"gv.fit: batch_size={batch_size} is larger than the dataset ({n})")
-    return shuffle if batch_size else None
-
-
-@functools.partial(jax.jit, static_argnums=(2, 3, 4))
-def _shuffle_once(data, key, batch_size, n, processes):
-    """`shuffle="once"`'s permutation, of each process's rows among themselves."""
-    return per_process(lambda block, k, _, rows: minibatch.shuffle_once(block, k, batch_size, rows),
-                       data, key, processes, batch_size, n)
-
-
-def _make_step(objective, optimizer, data, batching, n, step_key, data_key, sharding):
-    batch_size, order = batching
-
-    def batch_at(step):
-        # O(batch_size) whatever n (genvi/training/minibatch.py); several processes:
-        # equal shares, each from one process's rows (genvi/training/distributed.py)
-        if order is None:
-            return data
-        draw = minibatch.epoch_batch if order == "epoch" else minibatch.window_batch
-        return per_process(lambda block, k, size, rows: draw(block, k, step, size, rows),
-                           data, data_key, sharding.processes, batch_size, n)
-
-    def grads_at(params, step):
-        batch = batch_at(step)
-        if sharding.batch is not None:
-            batch = jax.lax.with_sharding_constraint(batch, sharding.batch)
-        return objective.value_and_grad_estimate(
-            jax.random.fold_in(step_key, step), params, *batch)
-
-    def step_fn(carry, step):
-        params, state = carry
-        value, grads = grads_at(params, step)
-        updates, new_state = optimizer.update(jax.tree_util.tree_map(jnp.negative, grads),
-                                              state, params)
-        return (optax.apply_updates(params, updates), new_state), value, _finite(value, grads)
-
-    return step_fn, grads_at
-
-
-def _finite(value, grads) -> jax.Array:
-    """Whether the value and every gradient entry are finite. `sum(g * 0)` is 0 exactly
-    when every entry of `g` is finite (it cannot overflow) and XLA fuses the sums of
-    all leaves into one pass: on CPU ~5-9% of a small VAE step, against 12-15% for
-    `all(isfinite(g))` per leaf (a concatenation first is slower still)."""
-    return jnp.isfinite(sum((jnp.sum(g * 0) for g in jax.tree_util.tree_leaves(grads)), value * 0))
-
-
-class _Chunk(NamedTuple):
-    run: Callable
-    leaf_check: Callable
-
-
-def _nonfinite_error(chunk, before, begin, done, data, step_key, data_key, capacity,
-                     history) -> NonFiniteError:
+def _nonfinite_error(chunk: Chunk, before: tuple, begin: int, done: int, data: tuple,
+                     step_key: jax.Array, data_key: jax.Array, capacity: int, history: dict,
+                     key: jax.Array) -> NonFiniteError:
     """The error for step `begin + done`, with the carry from before it: the chunk's
     steps before it run again from `before` (the same program and inputs, so the same
     parameters), then that step's gradient is checked leaf by leaf."""
-    step, (params, state) = begin + done, before
+    step, (params, state, rule_state) = begin + done, before
     if done:
-        (params, state), _, _ = chunk.run(before, begin, done, data, step_key, data_key,
-                                          capacity=capacity)
+        ((params, state), _), _, _ = chunk.run((params, state), rule_state, begin, done, data,
+                                               step_key, data_key, capacity=capacity)
     value, leaf_ok = chunk.leaf_check(params, step, data, step_key, data_key)
     value = float(value)
     paths = [jax.tree_util.keystr(path)
              for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
     leaves = [p for p, ok in zip(paths, leaf_ok) if not bool(ok)]
+    stopped = (f"stopped before step {step} (counting from 0), whose objective estimate or "
+               "gradient is not finite")
     return NonFiniteError(nonfinite_message(step, value, leaves, data), step, value, leaves,
-                          _finish(params, state, history))
+                          fit_state.finish(params, state, history, key, stopped))
 
 
-def _strongly_typed(tree):
-    """Arrays without JAX's weak types: a step returns parameters and optimizer state
-    strongly typed, so weakly typed ones (from Python floats) would make the second
-    chunk compile the loop again."""
-    return jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.result_type(a)), tree)
-
-
-def _dataset_size(data) -> int:
-    sizes = {jnp.shape(a)[0] for a in jax.tree_util.tree_leaves(data)}
-    if len(sizes) != 1:
-        raise ValueError(f"gv.fit: minibatched data arrays need one leading size; got {sorted(sizes)}")
-    return sizes.pop()
-
-
-
-def _boundaries(start: int, steps: int, chunk: int, *every: int | None) -> list[tuple[int, int]]:
-    """Chunk edges: every `chunk` steps and at every multiple of each `every`."""
-    edges = set(range(start + chunk, steps, chunk)) | {steps}
+def _boundaries(start: int, end: int, chunk: int, *every: int | None) -> list[tuple[int, int]]:
+    """Chunk edges from step `start` to `end`: every `chunk` steps and at every
+    multiple of each `every`."""
+    edges = set(range(start + chunk, end, chunk)) | {end}
     for e in every:
         if e:
-            edges |= {s for s in range(e, steps, e) if s > start}
+            edges |= {s for s in range(e, end, e) if s > start}
     points = [start] + sorted(s for s in edges if s > start)
     return list(zip(points[:-1], points[1:]))
 
 
-def _make_eval(objective, data, n, key):
+def _make_eval(objective: Expectation | None, data: Sequence | None, n: int,
+               key: jax.Array) -> Callable | None:
+    """`evaluate(params, step)`: the mean of `n` held-out estimates, with scheduled
+    arguments at `step`."""
     if objective is None:
         return None
-    data = tuple(data or ())
+    fixed, scheduled = split_scheduled(tuple(data or ()))
+    check_schedules(scheduled, "eval_data")
     eval_key = jax.random.fold_in(key, 2 ** 31 - 1)
 
     @jax.jit
-    def evaluate(params):
+    def evaluate(params, step):
+        args = at_step(fixed, scheduled, step)
         keys = jax.random.split(eval_key, n)
-        return jnp.mean(jax.vmap(lambda k: objective.estimate(k, params, *data))(keys))
+        return jnp.mean(jax.vmap(lambda k: objective.estimate(k, params, *args))(keys))
 
     return evaluate
-
-
-def _payload(params, state, step, key, history) -> dict:
-    return {"params": params, "state": state, "step": np.int64(step),
-            "key": np.asarray(jax.random.key_data(key)),
-            "objective": history["objective"], "skipped": history["skipped"]}
-
-
-def _resume(directory, params, state, key):
-    step = checkpoints.latest_step(directory)
-    like = _payload(params, state, step, key, {"objective": np.zeros(step, np.float32),
-                                               "skipped": np.zeros(step, bool)})
-    step, saved = checkpoints.restore(directory, like)
-    if not np.array_equal(saved["key"], like["key"]):
-        raise checkpoints.CheckpointError(
-            f"the checkpoint in {os.path.abspath(directory)!r} was written by a run with a "
-            "different key; pass the same key to resume, or use another checkpoint_dir")
-    history = {"objective": np.asarray(saved["objective"]), "skipped": np.asarray(saved["skipped"]),
-               "eval_step": [], "eval": []}
-    restored_params = jax.tree_util.tree_map(jnp.asarray, saved["params"])
-    restored_state = jax.tree_util.tree_unflatten(
-        jax.tree_util.tree_structure(state),
-        [jnp.asarray(x) for x in jax.tree_util.tree_leaves(saved["state"])])
-    return int(step), restored_params, restored_state, history
-
-
-class _ProgressBar:
-    """A rich progress bar with the running objective; silent when output is not a
-    terminal or the CI variable is set."""
-
-    def __init__(self, total: int, enabled: bool):
-        self.enabled = enabled and sys.stdout.isatty() and not os.environ.get("CI")
-        if self.enabled:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn  # noqa
-            self.progress = Progress(TextColumn("gv.fit"), BarColumn(),
-                                     TextColumn("{task.completed}/{task.total}"),
-                                     TextColumn("objective {task.fields[value]}"),
-                                     TimeRemainingColumn())
-            self.progress.start()
-            self.task = self.progress.add_task("fit", total=total, value="…")
-
-    def advance(self, n: int, value: float | None = None) -> None:
-        if self.enabled and n:
-            shown = "…" if value is None or not math.isfinite(value) else f"{value:.4g}"
-            self.progress.update(self.task, advance=n, value=shown)
-
-    def close(self) -> None:
-        if self.enabled:
-            self.progress.stop()
