@@ -57,6 +57,8 @@ from genvi.objectives.elbo import elbo, iwelbo, renyi
 from genvi.objectives.smc import fivo, smc
 from genvi.inference.enumeration import enumeration
 from genvi.inference.importance import importance, marginal, normalize
+from genvi.inference.arviz_export import to_arviz
+from genvi.inference.diagnose import Diagnosis, diagnose
 from genvi.objectives.wake_sleep import forward_kl_sir, sleep_guide, wake_guide, wake_model
 from genvi.training.checkpoints import CheckpointError
 from genvi.training.fit import FitResult, fit
@@ -212,4 +214,8 @@ __all__ = [
     "positive",
     "simplex",
     "unit_interval",
+    # did it work? (genvi/inference/diagnose.py, arviz_export.py)
+    "Diagnosis",
+    "diagnose",
+    "to_arviz",
 ]
