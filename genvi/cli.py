@@ -18,9 +18,11 @@ that module, since `genvi list` loads it) with three string attributes: `module`
 the module whose `main(argv)` runs the experiment (argv: the options after NAME,
 with `--out` added when not given), `about`, one line on what it does, and `time`,
 its wall time at the defaults (`"30 s"`). A NamedTuple does; so does
-`genvi_experiments.registry.Experiment`. `genvi.cli.ShowDefaults` is the helper for
-the experiment's own argument parser (`genvi run NAME --help` then shows every
-default). After `pip install` of that package, `genvi list` shows `my_model` and
+`genvi_experiments.registry.Experiment`. Two helpers for the experiment itself:
+`genvi.cli.ShowDefaults`, the formatter for its argument parser (pass the module
+docstring as the description: `genvi run NAME --help` then shows all of it, paragraph
+by paragraph, and every option's help and default), and `genvi.cli.announce`, which
+says what a long phase (a compile, a training loop) is doing before it starts. After `pip install` of that package, `genvi list` shows `my_model` and
 `genvi run my_model` runs it. Experiments are listed demo first, then by the module
 holding their records and, within one, in the order the records are defined there.
 """
@@ -31,25 +33,33 @@ import argparse
 import copy
 import importlib
 import importlib.metadata
+import re
 import sys
+import textwrap
 from typing import Any, NamedTuple
 
 from genvi.core.compile_cache import use_compilation_cache
 
 
 class ShowDefaults(argparse.HelpFormatter):
-    """Help that shows every option's default (also options without help text), for
-    `genvi run NAME --help`. The helper for experiments, genvi's own and other
-    packages' (see the module docstring): pass it as the `formatter_class` of the
-    experiment's `argparse.ArgumentParser`.
+    """Help for `genvi run NAME --help` that shows every option's default (also for
+    options without help text) and the whole description, paragraph by paragraph: a
+    module docstring passed as the description keeps its paragraphs, its bullet items
+    (lines starting with `* ` or `- `) and its command lines (indented by four spaces
+    or more, as in Markdown), instead of being
+    run together or cut. The helper for experiments, genvi's own and other packages'
+    (see the module docstring): pass it as the `formatter_class` of the experiment's
+    `argparse.ArgumentParser`.
 
     Example:
         >>> import argparse
         >>> from genvi.cli import ShowDefaults
-        >>> ap = argparse.ArgumentParser(formatter_class=ShowDefaults)
-        >>> _ = ap.add_argument("--steps", type=int, default=5)
-        >>> "(default: 5)" in ap.format_help()
-        True
+        >>> ap = argparse.ArgumentParser(prog="x", formatter_class=ShowDefaults,
+        ...                              description="One paragraph.\\n\\n    x --steps 5\\n")
+        >>> _ = ap.add_argument("--steps", type=int, default=5, help="steps to take")
+        >>> text = ap.format_help()
+        >>> "steps to take (default: 5)" in text, "One paragraph.\\n\\n    x --steps 5" in text
+        (True, True)
     """
 
     def _format_action(self, action: argparse.Action) -> str:
@@ -59,6 +69,54 @@ class ShowDefaults(argparse.HelpFormatter):
             action = copy.copy(action)  # argparse prints no help line for help=None
             action.help = ((action.help or "") + " (default: %(default)s)").strip()
         return super()._format_action(action)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        # argparse's own filling joins the whole description into one paragraph
+        blocks = []
+        for paragraph in re.split(r"\n\s*\n", textwrap.dedent(text).strip("\n")):
+            lines = []
+            for verbatim, group in _runs(paragraph.splitlines()):
+                if verbatim:  # an indented command line or example: as written
+                    lines += [indent + line.rstrip() for line in group]
+                    continue
+                for item in re.split(r"\n(?=[*-] )", "\n".join(group)):
+                    hang = "  " if item.startswith(("* ", "- ")) else ""
+                    lines.append(textwrap.fill(" ".join(item.split()), width,
+                                               initial_indent=indent,
+                                               subsequent_indent=indent + hang))
+            blocks.append("\n".join(lines))
+        return "\n\n".join(blocks)
+
+
+def _runs(lines: list[str]) -> list[tuple[bool, list[str]]]:
+    """Consecutive lines grouped by whether they are indented by four spaces or more
+    (kept verbatim; a bullet item's continuation lines are indented less)."""
+    runs: list[tuple[bool, list[str]]] = []
+    for line in lines:
+        verbatim = line.startswith(("    ", "\t"))
+        if runs and runs[-1][0] == verbatim:
+            runs[-1][1].append(line)
+        else:
+            runs.append((verbatim, [line]))
+    return runs
+
+
+def announce(message: str) -> None:
+    """Say what an experiment is about to do, before a phase that runs for a while
+    without output (compiling a training loop, then running it; an evaluation): one
+    line on stderr, flushed at once, so it shows even when stdout is a pipe and stays
+    out of the results that an experiment prints on stdout.
+
+    Example:
+        >>> import contextlib, io
+        >>> from genvi.cli import announce
+        >>> err = io.StringIO()
+        >>> with contextlib.redirect_stderr(err):
+        ...     announce("ELBO: compiling, then 20000 SGD steps")
+        >>> err.getvalue()
+        'ELBO: compiling, then 20000 SGD steps …\\n'
+    """
+    print(f"{message} …", file=sys.stderr, flush=True)
 
 
 GROUP = "genvi.experiments"  # the entry-point group experiments register in
@@ -137,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     # so the run command leaves -h/--help to the experiment once a name is given
     run = sub.add_parser("run", help="run an experiment", add_help=False,
                          usage="genvi run NAME [options]  (genvi run NAME --help: NAME's options)")
-    run.add_argument("name", nargs="?", choices=sorted(known))
+    run.add_argument("name", nargs="?", choices=sorted(known),
+                     help="the experiment to run (genvi list shows them)")
     args, rest = ap.parse_known_args(argv)
     if args.command == "run" and args.name is None:
         run.print_usage()

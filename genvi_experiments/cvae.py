@@ -24,7 +24,7 @@ import numpy as np
 import optax
 
 import genvi as gv
-from genvi.cli import ShowDefaults
+from genvi.cli import ShowDefaults, announce
 from genvi_experiments.common.data import (Images, add_experiment_arguments, binarize,
                                           images_from_args, positive_int)
 from genvi_experiments.common.figures import save_grid
@@ -113,10 +113,13 @@ def train_cvae(data: Images, *, hidden: int = 200, latent: int = 4, epochs: int 
     def baseline_log_lik(params, x, y):
         return bernoulli_log_lik(nets("baseline", params, x), y)
 
+    announce(f"baseline network: compiling, then {steps} steps (gv.fit's progress bar shows on a "
+             "terminal)")
     t0 = time.perf_counter()
     params = gv.fit(on_images(nets, baseline_log_lik), nets.init(k_init), data.train,
                     key=k_base, **fit).params
     baseline_seconds = time.perf_counter() - t0
+    announce(f"CVAE: compiling, then {steps} steps")
     params = gv.fit(on_images(nets, gv.elbo(model, guide)), params, data.train,
                     key=k_cvae, **fit).params
     cvae_seconds = time.perf_counter() - t0 - baseline_seconds
@@ -124,6 +127,7 @@ def train_cvae(data: Images, *, hidden: int = 200, latent: int = 4, epochs: int 
     def test_mean(objective):   # on the fixed binarization of the test images
         return chunked_mean(on_images(nets, objective, binarize=False), params, test, k_eval, 100)
 
+    announce(f"test losses on {len(test)} images, IWELBO({eval_particles}) included")
     losses = {"baseline −log p(y ∣ x)": -test_mean(baseline_log_lik),
               "CVAE −ELBO": -test_mean(gv.elbo(model, guide)),
               f"CVAE −IWELBO({eval_particles})": -test_mean(gv.iwelbo(model, guide, eval_particles))}
@@ -152,11 +156,13 @@ def completions(run: dict, images: np.ndarray, key: jax.Array, samples: int = 3)
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="genvi run cvae", description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(prog="genvi run cvae", description=__doc__,
                                  formatter_class=ShowDefaults)
     add_experiment_arguments(ap, latent=4)
-    ap.add_argument("--eval-particles", type=positive_int, default=100)
-    ap.add_argument("--out", default="out/cvae")
+    ap.add_argument("--eval-particles", type=positive_int, default=100,
+                    help="K of the test IWELBO(K), a bound on the CVAE's −log p(y | x)")
+    ap.add_argument("--out", default="out/cvae",
+                    help="folder for results.md and the figure completions.png")
     args = ap.parse_args(argv)
     data = images_from_args(args)
     run = train_cvae(data, hidden=args.hidden, latent=args.latent, epochs=args.epochs,

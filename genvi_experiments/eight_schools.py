@@ -3,9 +3,10 @@ NUTS: `gv.auto_normal` and `gv.auto_mvn` trained on the ELBO, and `gv.auto_mvn`
 trained on objectives from mode-seeking to mass-covering: Rényi(α = 0.5, K),
 IWELBO(K) and the wake-phase inclusive KL (`gv.wake_guide`). Each guide's posterior
 is reported twice: the guide's own draws, and the same draws reweighted by
-p(z, y) / q(z) (self-normalized importance sampling, with its effective sample size),
-which is the posterior an IWELBO-trained guide stands for and corrects the ELBO's
-underestimate of the group scale τ.
+p(z, y) / q(z) (self-normalized Pareto-smoothed importance sampling, with its effective
+sample size), which is the posterior an IWELBO-trained guide stands for and corrects the
+ELBO's underestimate of the group scale τ. `gv.diagnose` reports on each fitted guide:
+the Pareto shape k̂ of its weights (< 0.5 good, > 0.7 unreliable) and its verdict.
 
 A last row is the best `auto_mvn` can do under the ELBO: its exact optimum, found by
 L-BFGS on the ELBO estimated with 50,000 fixed draws of the noise (common random
@@ -35,7 +36,7 @@ import optax
 import genvi as gv
 from genvi_experiments.common.data import positive_int
 from genvi_experiments.common.figures import pyplot, save_figure
-from genvi.cli import ShowDefaults
+from genvi.cli import ShowDefaults, announce
 
 Y = jnp.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
 SIGMA = jnp.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
@@ -102,25 +103,24 @@ def elbo_optimum(guide_maker, key: jax.Array, draws: int, iterations: int = 60,
 
     params = {"guide": guide.init(jax.random.key(0), {}, Y, SIGMA)}
     state = opt.init(params)
-    for _ in range(iterations):   # a few hundred host-side L-BFGS steps, each one jitted call
+    for i in range(iterations):   # a few hundred host-side L-BFGS steps, each one jitted call
         params, state = step(params, state)
+        if i == 0 or (i + 1) % 10 == 0 or i + 1 == iterations:  # the first one compiles
+            announce(f"  L-BFGS iteration {i + 1} of {iterations}: ELBO "
+                     f"{-float(optax.tree_utils.tree_get(state, 'value')):.3f}")
     return posterior_draws(guide, params, jax.random.fold_in(key, 1), n)
 
 
 def posterior_draws(guide, params, key: jax.Array, n: int) -> dict:
-    """`n` draws of μ, τ, θ from the guide and their self-normalized weights p / q."""
-    @jax.jit
-    @jax.vmap
-    def draw(k):
-        trace = guide.simulate(k, params, Y, SIGMA)
-        return trace.choices, schools.log_density(trace.choices, params, Y, SIGMA) - trace.log_density
-
-    choices, log_w = draw(jax.random.split(key, n))
+    """`n` draws of μ, τ, θ from the guide, their self-normalized Pareto-smoothed
+    weights p / q, and `gv.diagnose`'s report on the guide (k̂, ESS, log evidence)."""
+    report = gv.diagnose(schools, guide, params, Y, SIGMA, key=key, num_samples=n)
+    choices = report.draws
     mu, tau = choices["mu"], choices["tau"]
     theta = mu[:, None] + tau[:, None] * choices["theta_tilde"]
-    w = np.asarray(jax.nn.softmax(log_w), np.float64)
+    w = np.exp(report.smoothed_log_weights)
     return {"draws": {"mu": np.asarray(mu), "tau": np.asarray(tau), "theta": np.asarray(theta)},
-            "weights": w}
+            "weights": w / w.sum(), "diagnosis": report}
 
 
 def summary(draws: dict, weights: np.ndarray | None = None) -> dict:
@@ -143,16 +143,19 @@ def compare(s: dict) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="genvi run eight_schools", description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(prog="genvi run eight_schools", description=__doc__,
                                  formatter_class=ShowDefaults)
-    ap.add_argument("--steps", type=positive_int, default=20000)
+    ap.add_argument("--steps", type=positive_int, default=20000,
+                    help="Adam steps for each trained guide (a cosine-decayed rate from 0.01)")
     ap.add_argument("--particles", type=positive_int, default=20, help="K of IWELBO(K)")
     ap.add_argument("--optimum-draws", type=positive_int, default=50_000,
                     help="common random numbers for auto_mvn's exact ELBO optimum")
     ap.add_argument("--optimum-iterations", type=positive_int, default=60,
                     help="L-BFGS iterations for the exact ELBO optimum (40 converge)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="out/eight_schools")
+    ap.add_argument("--seed", type=int, default=0,
+                    help="random seed of the training runs and of the posterior draws")
+    ap.add_argument("--out", default="out/eight_schools",
+                    help="folder for results.md and the per-school figure theta.png")
     args = ap.parse_args(argv)
     key = jax.random.key(args.seed)
     k = args.particles
@@ -167,25 +170,34 @@ def main(argv: list[str] | None = None) -> dict:
             "auto_mvn, exact ELBO optimum": lambda key: elbo_optimum(
                 gv.auto_mvn, key, args.optimum_draws, args.optimum_iterations)}
     lines = ["| guide, objective | posterior from | μ mean ± sd | τ mean ± sd | max Δ mean vs NUTS | "
-             "max Δ sd vs NUTS | importance ESS | time (s) |", "|---|---|---|---|---|---|---|---|",
+             "max Δ sd vs NUTS | importance ESS | khat | time (s) |",
+             "|---|---|---|---|---|---|---|---|---|",
              f"| NUTS (NumPyro) | 25,000 draws | {NUTS['mu'][0]:.2f} ± {NUTS['mu'][1]:.2f} | "
-             f"{NUTS['tau'][0]:.2f} ± {NUTS['tau'][1]:.2f} | | | | |"]
+             f"{NUTS['tau'][0]:.2f} ± {NUTS['tau'][1]:.2f} | | | | | |"]
     print("\n".join(lines), flush=True)
-    results = {}
+    results, diagnoses = {}, []
     for i, (name, make) in enumerate(runs.items()):
         t0 = time.perf_counter()
+        announce(f"[{i + 1}/{len(runs)}] {name}: compiling, then " + (
+            f"{args.optimum_iterations} L-BFGS iterations on {args.optimum_draws:,} fixed draws"
+            if "optimum" in name else f"{args.steps} Adam steps") + "; 100,000 draws to reweight")
         run = make(jax.random.fold_in(key, i))
         seconds = time.perf_counter() - t0
-        ess = 1.0 / float(np.sum(run["weights"] ** 2))
+        report = run["diagnosis"]  # gv.diagnose of the fitted guide (100,000 draws)
+        ess, khat = report.ess, report.khat
+        diagnoses.append(f"### {name}\n\n```\n{report}\n```")
         for source, weights in (("the guide", None), ("the guide, reweighted", run["weights"])):
             s = summary(run["draws"], weights)
             dm, ds = compare(s)
             results[f"{name} ({source})"] = {"summary": s, "max_mean_diff": dm, "max_sd_rel": ds,
-                                             "ess": ess}
+                                             "ess": ess, "khat": khat}
             lines.append(f"| {name} | {source} | {s['mu'][0]:.2f} ± {s['mu'][1]:.2f} | "
                          f"{s['tau'][0]:.2f} ± {s['tau'][1]:.2f} | {dm:.2f} | {ds:.0%} | "
-                         f"{ess:,.0f} of 100,000 | {seconds:.1f} |")
+                         f"{ess:,.0f} of 100,000 | {khat:.2f} | {seconds:.1f} |")
             print(lines[-1], flush=True)
+    # did each fit work? gv.diagnose's verdict on each guide, in words
+    lines += ["", "## gv.diagnose of each fitted guide", ""] + diagnoses
+    print("\n".join(lines[-len(diagnoses) - 3:]), flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")

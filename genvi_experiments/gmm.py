@@ -24,7 +24,7 @@ import optax
 import genvi as gv
 from genvi_experiments.common.data import positive_int
 from genvi_experiments.common.figures import pyplot, save_figure
-from genvi.cli import ShowDefaults
+from genvi.cli import ShowDefaults, announce
 
 K, SD = 3, 0.5
 TRUE_MEANS = np.array([[-2.0, 0.0], [2.0, 1.0], [0.0, -2.5]])
@@ -78,17 +78,23 @@ def start_params(x: jax.Array, seed: int = 0) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="genvi run gmm", description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(prog="genvi run gmm", description=__doc__,
                                  formatter_class=ShowDefaults)
-    ap.add_argument("--points", type=positive_int, default=100_000)
-    ap.add_argument("--batch-size", type=positive_int, default=1024)
-    ap.add_argument("--steps", type=positive_int, default=1500)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="out/gmm")
+    ap.add_argument("--points", type=positive_int, default=100_000,
+                    help="points drawn from the three-component mixture")
+    ap.add_argument("--batch-size", type=positive_int, default=1024,
+                    help="points per step's minibatch (the plate stands for all of them)")
+    ap.add_argument("--steps", type=positive_int, default=1500,
+                    help="Adam steps (learning rate 0.05)")
+    ap.add_argument("--seed", type=int, default=0, help="random seed of the points and the fit")
+    ap.add_argument("--out", default="out/gmm",
+                    help="folder for results.md and the figure gmm.png")
     args = ap.parse_args(argv)
     x, _ = make_points(args.points, args.seed)
     mixture, guide = programs(args.points)
     start = start_params(x, args.seed)
+    announce(f"Gaussian mixture, {args.points:,} points: compiling, then {args.steps} Adam steps "
+             f"on minibatches of {min(args.batch_size, args.points)}")
     t0 = time.perf_counter()
     result = gv.fit(gv.elbo(mixture, guide), start, x, optimizer=optax.adam(0.05),
                     steps=args.steps, batch_size=min(args.batch_size, args.points),

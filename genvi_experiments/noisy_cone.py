@@ -30,7 +30,7 @@ import numpy as np
 import optax
 
 import genvi as gv
-from genvi.cli import ShowDefaults
+from genvi.cli import ShowDefaults, announce
 from genvi_experiments.common.data import positive_int
 from genvi_experiments.common.figures import pyplot, save_figure
 from genvi_experiments.common.training import ascend, mean_estimate
@@ -131,16 +131,21 @@ def train_and_evaluate(name: str, seed: int, steps: int | None = None,
     obj, init = objectives()[name]
     _, paper_steps, paper_estimates = PROTOCOL[name]
     i = list(PROTOCOL).index(name)
-    params = ascend(obj, init, Z_OBS, optimizer=optax.sgd(1e-3), steps=steps or paper_steps,
+    steps, estimates_per_step = steps or paper_steps, estimates_per_step or paper_estimates
+    # one compiled scan with no output until it ends: compiling it is most of the time
+    announce(f"{name}, seed {seed}: compiling, then {steps} SGD steps (each the mean of "
+             f"{estimates_per_step} gradient estimate{'s' * (estimates_per_step > 1)}) and "
+             f"{evals} estimates to evaluate")
+    params = ascend(obj, init, Z_OBS, optimizer=optax.sgd(1e-3), steps=steps,
                     key=jax.random.fold_in(jax.random.key(seed), i),
-                    estimates_per_step=estimates_per_step or paper_estimates)
+                    estimates_per_step=estimates_per_step)
     value, se = mean_estimate(obj, params, Z_OBS, n=evals,
                               key=jax.random.fold_in(jax.random.key(seed + 100), i))
     return value, se, params
 
 
 def main(argv=None) -> dict[str, float]:
-    ap = argparse.ArgumentParser(prog="genvi run noisy_cone", description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(prog="genvi run noisy_cone", description=__doc__,
                                  formatter_class=ShowDefaults)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0],
                     help="train from each seed; the table shows the first seed's value and "
@@ -151,8 +156,11 @@ def main(argv=None) -> dict[str, float]:
     ap.add_argument("--estimates-per-step", type=positive_int, default=None,
                     help="gradient estimates averaged per step (default: the paper's, 1 for "
                          "IWELBO and 64 otherwise)")
-    ap.add_argument("--eval", type=positive_int, default=5000)
-    ap.add_argument("--out", default="out/noisy_cone")
+    ap.add_argument("--eval", type=positive_int, default=5000,
+                    help="fresh estimates of each trained objective whose mean (± its standard "
+                         "error) the table reports")
+    ap.add_argument("--out", default="out/noisy_cone",
+                    help="folder for results.md and each objective's guide-sample figure")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     exact = log_evidence()
@@ -160,7 +168,10 @@ def main(argv=None) -> dict[str, float]:
     spread = len(args.seeds) > 1
     lines = ["| objective | genvi | paper | " + (f"range over seeds {args.seeds} | " if spread else "")
              + "time (s) |", "|---|---|---|---|" + ("---|" if spread else "")]
-    print("\n".join(lines))
+    announce(f"noisy cone: {len(PROTOCOL)} objectives × {len(args.seeds)} "
+             f"seed{'s' * (len(args.seeds) > 1)}, each compiled "
+             "(on a CPU most of its time), trained and evaluated; a table row as each finishes")
+    print("\n".join(lines), flush=True)
     for name in PROTOCOL:
         t0 = time.perf_counter()
         runs = [train_and_evaluate(name, seed, args.steps, args.estimates_per_step, args.eval)

@@ -23,7 +23,7 @@ import numpy as np
 import optax
 
 import genvi as gv
-from genvi.cli import ShowDefaults
+from genvi.cli import ShowDefaults, announce
 from genvi_experiments.common.data import (Images, add_experiment_arguments, binarize,
                                           images_from_args, positive_int)
 from genvi_experiments.common.figures import save_curves, save_grid
@@ -156,7 +156,11 @@ def train_m2(data: Images, *, labelled: float = 0.1, alpha: float = 10.0, latent
                         "test ELBO": chunked_mean(test_elbo, params, test,
                                                   jax.random.fold_in(k_eval, epoch), 500),
                         "test accuracy": accuracy})
+            announce(f"epoch {epoch} of {epochs}: test accuracy {accuracy:.3f}, test ELBO "
+                     f"{log[-1]['test ELBO']:.2f}")
 
+    announce(f"M2: compiling, then {epochs} epochs of {steps_per_epoch} steps, evaluated every "
+             f"{eval_every} (gv.fit's progress bar shows on a terminal)")
     t0 = time.perf_counter()
     result = gv.fit(objective, nets.init(k_init), x_u, x_l, y_l, optimizer=optax.adam(lr),
                     steps=epochs * steps_per_epoch, batch_size=batch_size, key=k_fit,
@@ -179,13 +183,15 @@ def save_figures(out: str, run: dict, data: Images, key: jax.Array) -> list[str]
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="genvi run ssvae", description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(prog="genvi run ssvae", description=__doc__,
                                  formatter_class=ShowDefaults)
     add_experiment_arguments(ap)
     ap.add_argument("--labelled", type=float, default=0.1, help="labelled fraction")
     ap.add_argument("--alpha", type=float, default=10.0, help="classifier weight")
-    ap.add_argument("--eval-every", type=positive_int, default=5)
-    ap.add_argument("--out", default="out/ssvae")
+    ap.add_argument("--eval-every", type=positive_int, default=5,
+                    help="epochs between evaluations of the test ELBO and accuracy")
+    ap.add_argument("--out", default="out/ssvae",
+                    help="folder for results.md and the samples and accuracy figures")
     args = ap.parse_args(argv)
     data = images_from_args(args)
     run = train_m2(data, labelled=args.labelled, alpha=args.alpha, latent=args.latent,

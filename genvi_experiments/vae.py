@@ -21,7 +21,7 @@ import numpy as np
 import optax
 
 import genvi as gv
-from genvi.cli import ShowDefaults
+from genvi.cli import ShowDefaults, announce
 from genvi_experiments.common.data import (Images, add_experiment_arguments, binarize, binarized,
                                           images_from_args, positive_int)
 from genvi_experiments.common.figures import save_curves, save_grid
@@ -86,8 +86,11 @@ def train_vae(data: Images, *, latent: int = 10, hidden: int = 200, epochs: int 
                    "train objective": float(np.mean(history["objective"][-steps_per_epoch:]))}
             row.update(evaluate(params, jax.random.fold_in(k_eval, epoch)))
             log.append(row)
+            announce(f"epoch {epoch} of {epochs}: test ELBO {row['test ELBO']:.2f}")
 
     params = init = nets.init(k_init)
+    announce(f"VAE: compiling, then {epochs} epochs of {steps_per_epoch} steps, evaluated every "
+             f"{eval_every} (gv.fit's progress bar shows on a terminal)")
     t0 = time.perf_counter()
     result = gv.fit(train_objective, params, data.train, optimizer=optax.adam(lr),
                     steps=epochs * steps_per_epoch, batch_size=batch_size, key=k_fit,
@@ -128,14 +131,17 @@ def write_table(path: str, title: str, log: list[dict], notes: list[str] = ()) -
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="genvi run vae", description=__doc__.splitlines()[0],
+    ap = argparse.ArgumentParser(prog="genvi run vae", description=__doc__,
                                  formatter_class=ShowDefaults)
     add_experiment_arguments(ap)
-    ap.add_argument("--objective", choices=["elbo", "iwelbo"], default="elbo")
+    ap.add_argument("--objective", choices=["elbo", "iwelbo"], default="elbo",
+                    help="the training objective: the ELBO or IWELBO(K) with K = --particles")
     ap.add_argument("--particles", type=positive_int, default=5, help="K of IWELBO(K) training")
-    ap.add_argument("--eval-particles", type=positive_int, default=1000)
+    ap.add_argument("--eval-particles", type=positive_int, default=1000,
+                    help="K of the IWELBO(K) that estimates the test log-likelihood")
     ap.add_argument("--eval-every", type=positive_int, default=1, help="epochs between evaluations")
-    ap.add_argument("--out", default="out/vae")
+    ap.add_argument("--out", default="out/vae",
+                    help="folder for results.md and the sample, reconstruction and curve figures")
     args = ap.parse_args(argv)
     data = images_from_args(args)
     run = train_vae(data, latent=args.latent, hidden=args.hidden, epochs=args.epochs,

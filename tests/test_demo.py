@@ -8,7 +8,11 @@ def test_demo_reaches_exact_posterior(capsys, tmp_path):
     (m, s, p), (m0, s0, p0) = out["learned"], out["exact"][:3]
     assert abs(m - m0) < 0.05 and abs(s - s0) < 0.03 and abs(p - p0) < 0.02
     assert abs(out["elbo"] - out["log_evidence"]) < 0.05
-    assert "posterior mean of mu" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "posterior mean of mu" in printed
+    # the model is named before the fit: its first line, before the results table
+    assert printed.startswith("genvi demo: variational inference on a model")
+    assert printed.index("mu ~ Normal(0, 1)") < printed.index("posterior mean of mu")
     # results.md is a well-formed table: every row has the header's three cells
     rows = (tmp_path / "results.md").read_text().splitlines()
     cells = [len(r.replace("\\|", "").strip("|").split("|")) for r in rows]

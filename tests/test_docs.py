@@ -12,8 +12,25 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
                                  "docs/neural.md", "docs/sharp_edges.md",
                                  "docs/estimator_lab.md", "docs/dataset_scale.md",
                                  "docs/auto_guides.md", "docs/from_numpyro.md",
-                                 "docs/algebra.md"])
+                                 "docs/algebra.md", "docs/did_it_work.md"])
 def test_python_blocks_run(doc):
     namespace: dict = {}
     for block in re.findall(r"```python\n(.*?)```", (ROOT / doc).read_text(), re.S):
         exec(compile(block, doc, "exec"), namespace)  # noqa: S102 - our own docs
+
+
+def test_api_reference_documents_every_public_name():
+    """The site's API reference is generated from genvi.__all__ (docs/conf.py), so a
+    new public name appears in it without editing the docs."""
+    import importlib.util
+
+    import genvi
+    spec = importlib.util.spec_from_file_location("genvi_docs_conf", ROOT / "docs" / "conf.py")
+    conf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conf)
+    reference = conf.api_reference()
+    documented = set(re.findall(r"^\.\. auto(?:function|class|data|module):: genvi\.(\w+)$",
+                                reference, re.M))
+    assert documented == set(genvi.__all__)
+    # every page in docs/ is on the site: index.md's toctree takes them by a glob
+    assert ":glob:\n\n*\n" in (ROOT / "docs" / "index.md").read_text()

@@ -130,7 +130,7 @@ class Handler:
 
     @property
     def scale(self) -> float:
-        """The product of the factors of the `gv.plate`s being interpreted."""
+        """The product of the factors of the `gv.plate` bodies being interpreted."""
         return self.__dict__.get("_scales", [1.0])[-1]
 
     def plate(self, eqn: Any) -> None:

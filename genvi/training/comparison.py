@@ -52,7 +52,7 @@ class EstimatorComparison:
     * `seconds[label]`: median seconds per gradient estimate;
     * `work_variance[label][leaf]`: variance × seconds (lower is better: the
       variance of the average of one second's worth of estimates, times 1 s²);
-    * `max_z[label][leaf]`: the largest |z| of the mean over the leaf's entries,
+    * `max_z[label][leaf]`: the largest abs(z) of the mean over the leaf's entries,
       against `exact` when it was given, else against the other estimators (the
       lower median over the others, so an estimator is flagged only when it
       disagrees with more than half of them);
@@ -158,7 +158,7 @@ class EstimatorComparison:
 
     def plot(self, path: str, leaves: Sequence[str] | None = None, title: str = "") -> str:
         """Save a PNG: per leaf, grouped bars of variance, variance × time and
-        max |z| over its flag threshold (above 1: flagged), one bar per estimator.
+        max abs(z) over its flag threshold (above 1: flagged), one bar per estimator.
 
         Example: see `gv.compare_estimators`.
         """

@@ -76,7 +76,7 @@ def _clock(seconds: float) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The options, with `--quick`/`--all` filling what was not given explicitly."""
-    ap = argparse.ArgumentParser(prog="genvi run air", description=" ".join(__doc__.split("\n\n")[0].split()),
+    ap = argparse.ArgumentParser(prog="genvi run air", description=__doc__,
                                  formatter_class=ShowDefaults)
     preset = ap.add_mutually_exclusive_group()
     preset.add_argument("--quick", action="store_true",
@@ -89,24 +89,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="training wall-clock budget per estimator, compile and evaluation "
                          "excluded (default: 2, or 20 with --all)")
     ap.add_argument("--steps", type=positive_int, default=None, help="step budget per estimator")
-    ap.add_argument("--batch-size", type=positive_int, default=64)
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--batch-size", type=positive_int, default=64, help="canvases per step")
+    ap.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
     ap.add_argument("--chunk", type=positive_int, default=None,
                     help="steps between evaluations (default: 200, or 100 with --quick)")
     ap.add_argument("--pres-prior", type=float, default=AIRConfig.pres_prior,
                     help="ratio k of the truncated geometric prior on the count")
-    ap.add_argument("--rnn-hidden", type=positive_int, default=AIRConfig.rnn_hidden)
+    ap.add_argument("--rnn-hidden", type=positive_int, default=AIRConfig.rnn_hidden,
+                    help="hidden size of the guide's LSTM, which reads the canvas once per object")
     ap.add_argument("--hidden", type=positive_int, default=AIRConfig.encoder_hidden,
                     help="hidden size of the predict, encoder, decoder and baseline MLPs")
-    ap.add_argument("--z-what", type=positive_int, default=AIRConfig.z_what)
+    ap.add_argument("--z-what", type=positive_int, default=AIRConfig.z_what,
+                    help="dimensions of each object's appearance code z_what")
     ap.add_argument("--data", default=None, metavar="PATH",
                     help="local MNIST .npz or IDX folder (default: scikit-learn's digits)")
     ap.add_argument("--train-size", type=positive_int, default=None,
                     help="training canvases (default: 20000)")
     ap.add_argument("--test-size", type=positive_int, default=None,
                     help="held-out canvases (default: 1000, or 200 with --quick)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="out/air")
+    ap.add_argument("--seed", type=int, default=0, help="random seed of the canvases and the runs")
+    ap.add_argument("--out", default="out/air",
+                    help="folder for results.md, curves.png and the reconstruction figures")
     args = ap.parse_args(argv)
     preset = PRESETS["quick" if args.quick else "all" if args.all else "default"]
     if args.minutes is None and args.steps is None:

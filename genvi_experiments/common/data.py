@@ -84,16 +84,20 @@ def add_experiment_arguments(ap: argparse.ArgumentParser, latent: int = 10) -> N
     """The options every image experiment takes: data, sizes, optimizer, seed."""
     ap.add_argument("--data", default=None, metavar="PATH",
                     help="local MNIST .npz or IDX folder (default: scikit-learn's digits)")
-    ap.add_argument("--epochs", type=positive_int, default=100)
-    ap.add_argument("--batch-size", type=positive_int, default=100)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--latent", type=positive_int, default=latent)
-    ap.add_argument("--hidden", type=positive_int, default=200)
+    ap.add_argument("--epochs", type=positive_int, default=100,
+                    help="passes over the training images")
+    ap.add_argument("--batch-size", type=positive_int, default=100, help="images per step")
+    ap.add_argument("--lr", type=float, default=1e-3, help="Adam's learning rate")
+    ap.add_argument("--latent", type=positive_int, default=latent,
+                    help="dimensions of the latent code z")
+    ap.add_argument("--hidden", type=positive_int, default=200,
+                    help="hidden units of each network's layers")
     ap.add_argument("--train-size", type=positive_int, default=None,
                     help="use the first N training images")
     ap.add_argument("--test-size", type=positive_int, default=None,
                     help="use the first N test images")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=0,
+                    help="random seed of the initialization, the minibatches and the evaluation")
 
 
 def images_from_args(args: argparse.Namespace) -> "Images":
