@@ -71,7 +71,29 @@ def _on_half_line(x, log_density):
     return jnp.where(inside, log_density(jnp.where(inside, x, 0.0)), -jnp.inf)
 
 
-class LogNormal(Distribution):
+class _Transformed(Distribution):
+    """What the six share: elementwise, a differentiable sampler (REPARAM) whose
+    support does not move with the parameters (REINFORCE)."""
+
+    lanewise = True
+    strategies = ("REPARAM", "REINFORCE")
+    reparameterized = True
+
+
+class _HalfLineScale(_Transformed):
+    """A distribution on [0, ∞) with one parameter, its scale (halfnormal, halfcauchy)."""
+
+    domain = "positive"
+    param_names = ("scale",)
+
+    def check_params(self, scale):
+        return [(jnp.all(scale > 0), "scale must be > 0")]
+
+    def check_value(self, x, scale):
+        return [((x >= 0) & jnp.isfinite(x), "must be >= 0 and finite")]
+
+
+class LogNormal(_Transformed):
     """LogNormal(loc, scale): exp of a Normal(loc, scale), elementwise.
 
     Example:
@@ -82,10 +104,7 @@ class LogNormal(Distribution):
     """
 
     name = "lognormal"
-    lanewise = True
     domain = "positive"
-    strategies = ("REPARAM", "REINFORCE")
-    reparameterized = True
     param_names = ("loc", "scale")
 
     def sample(self, key, loc, scale):
@@ -109,7 +128,7 @@ class LogNormal(Distribution):
         return [((x > 0) & jnp.isfinite(x), "must be > 0 and finite")]
 
 
-class HalfNormal(Distribution):
+class HalfNormal(_HalfLineScale):
     """HalfNormal(scale): abs(Normal(0, scale)), elementwise; a common prior for scales.
 
     Example:
@@ -119,11 +138,6 @@ class HalfNormal(Distribution):
     """
 
     name = "halfnormal"
-    lanewise = True
-    domain = "positive"
-    strategies = ("REPARAM", "REINFORCE")
-    reparameterized = True
-    param_names = ("scale",)
 
     def sample(self, key, scale):
         z = jax.random.normal(key, jnp.shape(scale), _dtype(scale))
@@ -135,14 +149,8 @@ class HalfNormal(Distribution):
             return -0.5 * z * z - jnp.log(scale) + 0.5 * math.log(2 / math.pi)
         return _on_half_line(x, inside)
 
-    def check_params(self, scale):
-        return [(jnp.all(scale > 0), "scale must be > 0")]
 
-    def check_value(self, x, scale):
-        return [((x >= 0) & jnp.isfinite(x), "must be >= 0 and finite")]
-
-
-class Exponential(Distribution):
+class Exponential(_Transformed):
     """Exponential(rate), mean 1 / rate, elementwise.
 
     Example:
@@ -152,10 +160,7 @@ class Exponential(Distribution):
     """
 
     name = "exponential"
-    lanewise = True
     domain = "positive"
-    strategies = ("REPARAM", "REINFORCE")
-    reparameterized = True
     param_names = ("rate",)
 
     def sample(self, key, rate):
@@ -173,7 +178,7 @@ class Exponential(Distribution):
         return [((x >= 0) & jnp.isfinite(x), "must be >= 0 and finite")]
 
 
-class StudentT(Distribution):
+class StudentT(_Transformed):
     """StudentT(df, loc, scale), elementwise: loc + scale · Z / √(G / df) with
     Z ~ Normal(0, 1) and G ~ Chi²(df) = 2 · Gamma(df / 2); REPARAM differentiates in
     df through the gamma draw's implicit gradient (as gv.gamma does).
@@ -185,10 +190,7 @@ class StudentT(Distribution):
     """
 
     name = "student_t"
-    lanewise = True
     domain = "real"
-    strategies = ("REPARAM", "REINFORCE")
-    reparameterized = True
     param_names = ("df", "loc", "scale")
 
     def sample(self, key, df, loc, scale):
@@ -217,7 +219,7 @@ class StudentT(Distribution):
         return [(jnp.isfinite(x), "must be finite")]
 
 
-class HalfCauchy(Distribution):
+class HalfCauchy(_HalfLineScale):
     """HalfCauchy(scale): abs(Cauchy(0, scale)) = scale · tan(πU / 2), elementwise; the
     heavy-tailed prior for scales (no mean: summarize it by quantiles).
 
@@ -228,11 +230,6 @@ class HalfCauchy(Distribution):
     """
 
     name = "halfcauchy"
-    lanewise = True
-    domain = "positive"
-    strategies = ("REPARAM", "REINFORCE")
-    reparameterized = True
-    param_names = ("scale",)
 
     def sample(self, key, scale):
         u = jax.random.uniform(key, jnp.shape(scale), _dtype(scale))
@@ -244,14 +241,8 @@ class HalfCauchy(Distribution):
             return math.log(2 / math.pi) - jnp.log(scale) - jnp.log1p(z * z)
         return _on_half_line(x, inside)
 
-    def check_params(self, scale):
-        return [(jnp.all(scale > 0), "scale must be > 0")]
 
-    def check_value(self, x, scale):
-        return [((x >= 0) & jnp.isfinite(x), "must be >= 0 and finite")]
-
-
-class Laplace(Distribution):
+class Laplace(_Transformed):
     """Laplace(loc, scale): density exp(−|x − loc| / scale) / (2 scale), elementwise.
 
     Example:
@@ -261,10 +252,7 @@ class Laplace(Distribution):
     """
 
     name = "laplace"
-    lanewise = True
     domain = "real"
-    strategies = ("REPARAM", "REINFORCE")
-    reparameterized = True
     param_names = ("loc", "scale")
 
     def sample(self, key, loc, scale):
