@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import genvi as gv
+from programs import model
 
 Y = jnp.array([0.8, 1.9, -0.3, 1.2, 0.4])
 N = Y.shape[0]
@@ -25,12 +26,6 @@ def exact_log_evidence() -> float:
     y = np.asarray(Y, np.float64)
     _, logdet = np.linalg.slogdet(cov)
     return float(-0.5 * (N * math.log(2 * math.pi) + logdet + y @ np.linalg.solve(cov, y)))
-
-
-@gv.gen
-def model(params, y):
-    z = gv.normal(0.0, 1.0) @ "z"
-    gv.observe(gv.normal(z, 1.0), y)
 
 
 @gv.gen

@@ -20,14 +20,9 @@ import pytest
 
 import genvi as gv
 from genvi.core.program_mistakes import TracedConditionError, UnusedStrategyWarning
+from programs import model
 
 KEY = jax.random.key(0)
-
-
-@gv.gen
-def model(p, y):
-    z = gv.normal(0.0, 1.0) @ "z"
-    gv.observe(gv.normal(z, 1.0), y)
 
 
 @gv.gen

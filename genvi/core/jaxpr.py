@@ -87,6 +87,7 @@ def name_stack(eqn: Any) -> str:
 
 
 GENVI_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__))
 
 
 def source_line(eqn: Any) -> str:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import operator
 import os
+import sys
 from typing import Any, Callable, Iterable, Mapping
 
 import jax
@@ -60,6 +62,39 @@ def is_key(x: Any) -> bool:
     if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
         return np.shape(x) == ()
     return dtype == np.uint32 and np.shape(x) == (2,)
+
+
+def is_count(value: Any, minimum: int = 1) -> bool:
+    """Whether `value` is an int (not a bool) of at least `minimum`: a number of
+    samples, a chunk size.
+
+    Example:
+        >>> is_count(3), is_count(0), is_count(True), is_count(2.0), is_count(1, minimum=2)
+        (True, False, False, False, False)
+    """
+    return (not isinstance(value, bool) and hasattr(value, "__index__")
+            and operator.index(value) >= minimum)
+
+
+def user_stacklevel(skip: tuple[str, ...] = (GENVI_DIR + os.sep,)) -> int:
+    """`warnings.warn`'s stacklevel, for its caller, of the first frame whose file is
+    not under `skip` (genvi's folder by default): a warning raised deep inside genvi
+    points at the user's line that called it, whatever wraps that call.
+
+    Example:
+        >>> import warnings
+        >>> def warn_from_library():
+        ...     warnings.warn("a warning", stacklevel=user_stacklevel(skip=()))
+        >>> with warnings.catch_warnings(record=True) as caught:
+        ...     warnings.simplefilter("always")
+        ...     warn_from_library()
+        >>> caught[0].lineno == warn_from_library.__code__.co_firstlineno + 1
+        True
+    """
+    frame, level = sys._getframe(1), 1
+    while frame is not None and frame.f_code.co_filename.startswith(skip):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _describe(x: Any) -> str:

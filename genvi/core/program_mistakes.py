@@ -27,11 +27,10 @@ import re
 import tokenize
 from typing import Any, Iterable
 
-import jax
 
+from genvi.core.jaxpr import JAX_DIR
 from genvi.core.mistakes import addr_name
 
-_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__))
 
 
 # --------------------------------------------------------------------------- programs as arguments
@@ -159,7 +158,7 @@ def _innermost_user_frame(err: BaseException) -> tuple[Any, int]:
     that asked for a bool (JAX drops its own frames from the traceback, mostly)."""
     tb, found = err.__traceback__, (None, 0)
     while tb is not None:
-        if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_JAX_DIR):
+        if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(JAX_DIR):
             found = (tb.tb_frame, tb.tb_lineno)
         tb = tb.tb_next
     return found

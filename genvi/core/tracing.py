@@ -175,23 +175,14 @@ class TraceNotes:
             if pid not in self.sampled and unused:
                 warnings.warn(program_mistakes.unused_strategy_message(
                     self.name, program, sorted(unused.items(), key=lambda kv: str(kv[0]))),
-                    program_mistakes.UnusedStrategyWarning, stacklevel=_user_stacklevel())
+                    program_mistakes.UnusedStrategyWarning,
+                    stacklevel=mistakes.user_stacklevel(skip=(jx.GENVI_DIR + os.sep, jx.JAX_DIR)))
 
 
 _NOTES: contextvars.ContextVar = contextvars.ContextVar("genvi_trace_notes", default=None)
 # where distribution calls are made on a user's behalf (gv.normal(...), gv.from_tfp)
-_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__))
 _LIBRARY_CALL_DIRS = tuple(os.path.join(jx.GENVI_DIR, d) + os.sep
                            for d in ("core", "distributions"))
-
-
-def _user_stacklevel() -> int:
-    """`warnings.warn`'s stacklevel, from its caller, of the first frame outside genvi
-    and JAX: the warning points at the user's line that traced the objective."""
-    frame, level = sys._getframe(2), 2
-    while frame is not None and frame.f_code.co_filename.startswith((jx.GENVI_DIR + os.sep, _JAX_DIR)):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def _caller_line() -> str:

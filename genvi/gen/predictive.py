@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
 from genvi.core.choices import ChoiceMap
-from genvi.core.mistakes import check_key, did_you_mean
+from genvi.core.mistakes import check_key, did_you_mean, is_count
 from genvi.core.program_mistakes import require_program
 from genvi.core.primitives import observe_p
 from genvi.gen.handlers import Handler, MissingChoice, observation_text, site_parts
@@ -126,7 +126,7 @@ def _predict_one(model: GenFn, key: jax.Array, latents: ChoiceMap | None, args: 
 
 
 def _positive_int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not hasattr(value, "__index__") or operator.index(value) < 1:
+    if not is_count(value):
         raise ValueError(f"gv.predictive: {what} is a positive int; got {value!r}")
     return operator.index(value)
 

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from genvi.core.choices import ChoiceMap
-from genvi.core.mistakes import check_key
+from genvi.core.mistakes import check_key, is_count
 from genvi.core.program_mistakes import require_programs
 from genvi.gen.language import GenFn
 from genvi.inference.arviz_export import require_arviz
@@ -117,7 +117,7 @@ class Diagnosis:
             ((2000,), True)
         """
         check_key(key, "Diagnosis.resample")
-        if isinstance(n, bool) or not hasattr(n, "__index__") or operator.index(n) < 1:
+        if not is_count(n):
             raise ValueError(f"Diagnosis.resample(key, n): n is the number of draws, a positive "
                              f"int; got {n!r}")
         w = np.exp(self.smoothed_log_weights - np.max(self.smoothed_log_weights))
@@ -223,12 +223,10 @@ def diagnose(model: GenFn, guide: GenFn, params: Any, *args: Any, key: jax.Array
     require_programs("gv.diagnose(model, guide, params, *args, key=...)", model=model,
                      guide=guide)
     check_key(key, "gv.diagnose")
-    if isinstance(num_samples, bool) or not hasattr(num_samples, "__index__") \
-            or operator.index(num_samples) < 2:
+    if not is_count(num_samples, minimum=2):
         raise ValueError(f"gv.diagnose: num_samples is an int of at least 2 (thousands for a "
                          f"reliable khat); got {num_samples!r}")
-    if batch_size is not None and (isinstance(batch_size, bool) or not hasattr(
-            batch_size, "__index__") or operator.index(batch_size) < 1):
+    if batch_size is not None and not is_count(batch_size):
         raise ValueError(f"gv.diagnose: batch_size is a positive int or None; got {batch_size!r}")
     n = operator.index(num_samples)
     draws, log_w, rounding = _log_weights(model, guide, (params,) + args,

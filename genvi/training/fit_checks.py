@@ -4,8 +4,6 @@ up front, and what it raises or warns when steps are not finite."""
 from __future__ import annotations
 
 import inspect
-import os
-import sys
 import warnings
 from typing import Any
 
@@ -13,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from genvi.core.mistakes import user_stacklevel
 from genvi.adev.expectation import Expectation, non_float_leaves
 from genvi.gen.language import GenFn
 
@@ -181,14 +180,5 @@ def warn_if_skipped(history: dict, fraction: float | None) -> None:
         "parameters moved only on the other steps. Find the site that produces it by "
         "running the objective inside `with gv.validation():`, or raise "
         f"skip_warn_fraction (now {fraction}) to silence this.",
-        NonFiniteWarning, stacklevel=_user_stacklevel())
+        NonFiniteWarning, stacklevel=user_stacklevel())
 
-
-def _user_stacklevel() -> int:
-    """`warnings.warn`'s stacklevel, from its caller, of the first frame outside genvi:
-    the warning points at the user's `gv.fit(...)` line whatever wraps it."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    frame, level = sys._getframe(1), 1
-    while frame is not None and frame.f_code.co_filename.startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level
