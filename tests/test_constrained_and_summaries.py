@@ -187,6 +187,13 @@ def test_an_address_with_a_slash_is_refused_since_slash_nests():
     with pytest.raises(ValueError, match=r"contains '/'.*'data_obs'.*sub-program at 'data'"):
         model.simulate(jax.random.key(0))
 
+    @gv.gen
+    def named(y):
+        gv.observe(gv.normal(0.0, 1.0), y, name="data/y")
+
+    with pytest.raises(ValueError, match=r"contains '/'.*'data_y'"):
+        named.simulate(jax.random.key(0), 1.0)
+
 
 def test_an_auto_guide_summary_of_a_nested_site_is_a_valid_choice_map():
     auto = gv.auto_normal(nested_model)

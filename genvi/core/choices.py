@@ -72,15 +72,8 @@ class ChoiceMap:
         """A copy of the flat `{path: value}` mapping."""
         return dict(self._flat)
 
-    def _path(self, key: Any) -> Path:
-        """The path `key` names; a string key stored as it is (a site address that
-        itself contains "/") wins over its "outer/inner" reading."""
-        if isinstance(key, str) and (key,) in self._flat:
-            return (key,)
-        return _as_path(key)
-
     def __getitem__(self, key: Any) -> Any:
-        path = self._path(key)
+        path = _as_path(key)
         if path in self._flat:
             return self._flat[path]
         n = len(path)
@@ -99,7 +92,7 @@ class ChoiceMap:
             return default
 
     def __contains__(self, key: Any) -> bool:
-        path = self._path(key)
+        path = _as_path(key)
         return any(p[:len(path)] == path for p in self._flat)
 
     def __or__(self, other: "ChoiceMap") -> "ChoiceMap":

@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from genvi.core.addressing import current_prefix, nesting
+from genvi.core.addressing import check_address, current_prefix, nesting
 from genvi.core.primitives import bind_observe
 from genvi.distributions.base import DistCall
 from genvi.distributions.factor import FACTOR
@@ -52,6 +52,8 @@ def observe(call: DistCall, value: Any, *, name: str | None = None) -> None:
         raise TypeError(f"gv.observe(gv.{call.dist.name}(...), value, name=...): a name is a "
                         f"string address such as name=\"y\"; got {name!r} "
                         f"({type(name).__name__})")
+    if name is not None:
+        check_address(name)  # no "/": it separates the parts of a nested address
     missing = value is None
     if missing and name is None:
         raise TypeError(f"gv.observe(gv.{call.dist.name}(...), None): an observation needs a "
