@@ -25,6 +25,7 @@ import jax
 
 from genvi.core.primitives import bind_site, site_p
 from genvi.core.strategy import check_strategy
+from genvi.core.tracing import note_site_value
 
 _PREFIX = jax.make_user_context(default_value=None)
 _NEST = jax.make_user_context(default_value=())
@@ -85,4 +86,6 @@ def sample_site(call: Any, addr: str) -> Any:
     where = current_prefix(f"`... @ {addr!r}`") + (addr,)
     if call.strategy is not None:
         check_strategy(call.dist, call.strategy, where)
-    return bind_site(site_p, call.dist, call.params, call.strategy, where, nest=_NEST.value)
+    value = bind_site(site_p, call.dist, call.params, call.strategy, where, nest=_NEST.value)
+    note_site_value(value, where)  # to name the latent a Python `if` may test
+    return value

@@ -34,10 +34,10 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 
-from genvi.core.addressing import current_prefix, sample_site
+from genvi.core.addressing import sample_site
 from genvi.core.mistakes import not_a_value
 from genvi.core.scopes import density_scope
-from genvi.core.tracing import note_dist_call, note_site_value
+from genvi.core.tracing import note_dist_call
 
 
 class Distribution:
@@ -168,9 +168,7 @@ class DistCall:
         return self._strategy
 
     def __matmul__(self, addr: str) -> Any:
-        value = sample_site(self, addr)
-        note_site_value(value, current_prefix("a site") + (addr,))
-        return value
+        return sample_site(self, addr)
 
     def sample(self, key: jax.Array) -> jax.Array:
         """Draw a value (plain JAX; no address, no gradient strategy)."""
