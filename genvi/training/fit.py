@@ -176,10 +176,11 @@ def fit(objective: Expectation, params: Any, *data: Any,
     evaluate = _make_eval(eval_objective, eval_data, eval_estimates, key)
     bar = ProgressBar(end - base, enabled=progress and reports(sharding))
     bar.advance(start - base)
-    converged = stop is not None and bool(stop.done(local(rule_state, sharding)))
+    reason = _converged(stop, rule_state, sharding)
+    converged = reason is not None
     boundaries = [] if converged else _boundaries(start, end, chunk_size, eval_every,
                                                   checkpoint_every)
-    stopped = stop.describe(local(rule_state, sharding)) if converged else f"ran all {end} steps"
+    stopped = reason if converged else f"ran all {end} steps"
     try:
         for begin, until in boundaries:
             before = (params, state, rule_state)
@@ -195,8 +196,9 @@ def fit(objective: Expectation, params: Any, *data: Any,
                 raise _nonfinite_error(chunk, before, begin, done, data, step_key, data_key,
                                        capacity, history, key)
             reached = begin + done
-            if stop is not None and bool(stop.done(local(rule_state, sharding))):
-                converged, stopped = True, stop.describe(local(rule_state, sharding))
+            reason = _converged(stop, rule_state, sharding)
+            if reason is not None:
+                converged, stopped = True, reason
             if evaluate and eval_every and reached % eval_every == 0:
                 history["eval_step"].append(reached)
                 history["eval"].append(float(evaluate(params, reached)))
@@ -216,6 +218,14 @@ def fit(objective: Expectation, params: Any, *data: Any,
     result = fit_state.finish(*local((params, state), sharding), history, key, stopped)
     warn_if_skipped(result.history, skip_warn_fraction)
     return result
+
+
+def _converged(stop: Any, rule_state: Any, sharding: Any) -> str | None:
+    """Why the stopping rule fired, or None while it has not (or without a rule)."""
+    if stop is None:
+        return None
+    here = local(rule_state, sharding)
+    return stop.describe(here) if bool(stop.done(here)) else None
 
 
 def _check_stop(stop: Any) -> None:
