@@ -33,6 +33,7 @@ import argparse
 import copy
 import importlib
 import importlib.metadata
+import itertools
 import re
 import sys
 import textwrap
@@ -75,8 +76,11 @@ class ShowDefaults(argparse.HelpFormatter):
         blocks = []
         for paragraph in re.split(r"\n\s*\n", textwrap.dedent(text).strip("\n")):
             lines = []
-            for verbatim, group in _runs(paragraph.splitlines()):
-                if verbatim:  # an indented command line or example: as written
+            # lines indented by four spaces or more (a command line, an example) are kept
+            # as written; a bullet item's continuation lines are indented less
+            for verbatim, run in itertools.groupby(paragraph.splitlines(), key=_verbatim):
+                group = list(run)
+                if verbatim:
                     lines += [indent + line.rstrip() for line in group]
                     continue
                 for item in re.split(r"\n(?=[*-] )", "\n".join(group)):
@@ -88,17 +92,8 @@ class ShowDefaults(argparse.HelpFormatter):
         return "\n\n".join(blocks)
 
 
-def _runs(lines: list[str]) -> list[tuple[bool, list[str]]]:
-    """Consecutive lines grouped by whether they are indented by four spaces or more
-    (kept verbatim; a bullet item's continuation lines are indented less)."""
-    runs: list[tuple[bool, list[str]]] = []
-    for line in lines:
-        verbatim = line.startswith(("    ", "\t"))
-        if runs and runs[-1][0] == verbatim:
-            runs[-1][1].append(line)
-        else:
-            runs.append((verbatim, [line]))
-    return runs
+def _verbatim(line: str) -> bool:
+    return line.startswith(("    ", "\t"))
 
 
 def announce(message: str) -> None:
