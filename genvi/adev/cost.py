@@ -4,8 +4,9 @@ count; and a CPU time model that weighs those counts.
 
 XLA's own cost analysis counts each loop body once, so it cannot see that a scan's
 replays run T times, nor that a scan XLA:CPU did not compile into one kernel runs its
-body kernel by kernel, paying a launch for every operation at every step. The counts
-here do both; `explain` prints them and the model's estimate.
+body kernel by kernel, paying a launch for every operation at every step, while one it
+did compile whole runs its instructions as tight scalar code. The counts here see all
+three; `explain` prints them and the model's estimate.
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -58,12 +59,16 @@ def work(jaxpr: Any) -> tuple[float, float]:
 class CompiledWork(NamedTuple):
     """What one run of a compiled step executes, loops at their trip counts:
     `launches`, kernels run one after another (a fusion, a lone operation, a loop XLA:CPU
-    compiled whole); `instructions`, HLO instructions executed inside them; `elements`,
-    array elements those instructions produce (a dynamic-update-slice: its update's)."""
+    compiled whole); `instructions`, HLO instructions executed inside the kernels that are
+    launched one by one; `elements`, array elements the instructions produce (a
+    dynamic-update-slice: its update's); `looped`, instructions executed inside loops
+    XLA:CPU compiled into one kernel, which run as tight scalar code and cost far less
+    each than a launched kernel's instructions."""
 
     launches: int
     instructions: int
     elements: int
+    looped: int = 0
 
     def __add__(self, other: tuple) -> CompiledWork:  # type: ignore[override]
         return CompiledWork(*(a + b for a, b in zip(self, other)))
@@ -72,7 +77,8 @@ class CompiledWork(NamedTuple):
         return CompiledWork(*(a * n for a in self))
 
 
-_NOTHING = CompiledWork(0, 0, 0)
+_NOTHING = CompiledWork(0, 0, 0, 0)
+_LAUNCHED, _FUSED, _LOOPED = "launched", "fused", "looped"
 _SETUP_OPS = frozenset({"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
                         "after-all"})
 _ARRAY_TYPE = re.compile(r"\b(?:pred|[suf]\d+|bf16|c64|c128)\[([\d,]*)\]")
@@ -108,29 +114,42 @@ def compiled_work(hlo: str) -> CompiledWork:
             return defined[i.operands[1]].elements if i.operands[1] in defined else 1
         return i.elements
 
-    def count(name: str, whole: bool) -> CompiledWork:
-        """`whole`: the computation runs inside one compiled kernel."""
+    def count(name: str, where: str) -> CompiledWork:
+        """`where`: LAUNCHED (each operation a kernel), FUSED (inside one kernel) or
+        LOOPED (inside a loop compiled into one kernel)."""
         total = _NOTHING
         for i in computations.get(name, []):
             if i is None or i.opcode in _SETUP_OPS:
                 continue
+            launch = int(where == _LAUNCHED)
             if i.opcode == "while":
                 trips = re.search(r'known_trip_count":\{"n":"(\d+)"', i.line)
-                total += (count(i.called["body"], whole) + count(i.called["condition"], whole)
+                total += (count(i.called["body"], where) + count(i.called["condition"], where)
                           ) * (int(trips.group(1)) if trips else 1)
             elif i.opcode == "conditional":
                 branches = re.search(r"branch_computations=\{([^}]*)\}", i.line)
                 names = branches.group(1).split(", ") if branches else []
-                total += max((count(b, whole) for b in names), default=_NOTHING) + (
-                    0 if whole else 1, 1, 0)
+                total += max((count(b, where) for b in names), default=_NOTHING) + (
+                    launch, *_one(where, 0))
             elif i.opcode in ("call", "fusion") and i.called:
                 inner = i.called.get("to_apply") or i.called.get("calls")
-                one_kernel = whole or i.opcode == "fusion" or "xla_cpu_small_call" in i.line
-                total += count(inner, one_kernel) + (int(one_kernel and not whole), 0, 0)
+                if where != _LAUNCHED:
+                    total += count(inner, where)
+                elif "xla_cpu_small_call" in i.line:
+                    total += count(inner, _LOOPED) + (1, 0, 0, 0)
+                elif i.opcode == "fusion":
+                    total += count(inner, _FUSED) + (1, 0, 0, 0)
+                else:
+                    total += count(inner, where)
             else:
-                total += (0 if whole else 1, 1, produced(i))
+                total += (launch, *_one(where, produced(i)))
         return total
-    return count(entry, False) if entry else _NOTHING
+    return count(entry, _LAUNCHED) if entry else _NOTHING
+
+
+def _one(where: str, elements: int) -> tuple[int, int, int]:
+    """(instructions, elements, looped) of one instruction executed `where`."""
+    return (0, elements, 1) if where == _LOOPED else (1, elements, 0)
 
 
 @dataclass(frozen=True)
@@ -177,26 +196,30 @@ def _split_type(rest: str) -> tuple[str, str | None, str]:
 @dataclass(frozen=True)
 class CpuTimeModel:
     """A step's time on a CPU from its `CompiledWork`: a fixed cost per call, and a cost
-    per kernel launched, per instruction executed and per element produced. The defaults
-    were fitted by `python -m genvi_experiments.bench.explain_calibration` (2026-11-24;
-    x86_64, 2 cores, JAX 0.10.2, XLA:CPU) on the gradient steps of the plate and HMM
-    benches at their smaller sizes; the script checks them on the larger sizes, and
-    prints this machine's fit.
+    per kernel launched, per instruction executed in a launched kernel, per element
+    produced and per instruction executed inside a loop compiled whole (tight scalar
+    code: about a fourteenth of a launched kernel's instruction). The defaults are the
+    mean of two fits by `python -m genvi_experiments.bench.explain_calibration`
+    (2026-11-24; x86_64, 2 cores, JAX 0.10.2, XLA:CPU) on the gradient steps of the
+    plate and HMM benches at their smaller sizes; the script checks them on the larger
+    sizes, and prints this machine's fit.
 
     Example:
         >>> from genvi.adev.cost import CompiledWork, CpuTimeModel
         >>> model = CpuTimeModel(fixed_us=10.0, launch_ns=100.0, instruction_ns=1.0,
-        ...                      element_ns=0.1)
-        >>> model.microseconds(CompiledWork(10, 1000, 10000))
-        13.0
+        ...                      element_ns=0.1, looped_ns=0.5)
+        >>> model.microseconds(CompiledWork(10, 1000, 10000, looped=4000))
+        15.0
     """
 
-    fixed_us: float = 59.8
-    launch_ns: float = 55.9
-    instruction_ns: float = 0.975
-    element_ns: float = 0.0502
+    fixed_us: float = 42.4
+    launch_ns: float = 6.3
+    instruction_ns: float = 9.5
+    element_ns: float = 0.063
+    looped_ns: float = 0.68
 
     def microseconds(self, executed: CompiledWork) -> float:
         return self.fixed_us + 1e-3 * (self.launch_ns * executed.launches
                                        + self.instruction_ns * executed.instructions
-                                       + self.element_ns * executed.elements)
+                                       + self.element_ns * executed.elements
+                                       + self.looped_ns * executed.looped)

@@ -110,8 +110,8 @@ class Explanation:
     flops_gradient: float = float("nan")
     work_value: tuple = (float("nan"), float("nan"))     # (operations, elements)
     work_gradient: tuple = (float("nan"), float("nan"))
-    compiled_value: CompiledWork = CompiledWork(0, 0, 0)    # loops at their trip counts
-    compiled_gradient: CompiledWork = CompiledWork(0, 0, 0)
+    compiled_value: CompiledWork = CompiledWork(0, 0, 0, 0)  # loops at their trip counts
+    compiled_gradient: CompiledWork = CompiledWork(0, 0, 0, 0)
     time_model: CpuTimeModel = CpuTimeModel()
 
     @property
@@ -142,13 +142,14 @@ class Explanation:
                      f"{og / ov if ov else float('nan'):.1f}× the value")
         cv, cg = self.compiled_value, self.compiled_gradient
         lines.append(f"compiled, loops at their trip counts: value step {cv.launches:,} kernels "
-                     f"run one after another, {cv.instructions:,} instructions, "
-                     f"{cv.elements:,} elements; gradient step {cg.launches:,} kernels, "
-                     f"{cg.instructions:,} instructions, {cg.elements:,} elements")
+                     f"run one after another, {cv.instructions:,} instructions in them, "
+                     f"{cv.looped:,} in loops compiled whole, {cv.elements:,} elements; "
+                     f"gradient step {cg.launches:,} kernels, {cg.instructions:,} instructions, "
+                     f"{cg.looped:,} in loops, {cg.elements:,} elements")
         tv, tg = self.microseconds_value, self.microseconds_gradient
         lines.append(f"estimated CPU time: value step {tv:,.0f} µs; gradient step {tg:,.0f} µs, "
                      f"{tg / tv:.1f}× the value (`CpuTimeModel`: per kernel launched, "
-                     "instruction and element)")
+                     "instruction, instruction in a loop compiled whole, and element)")
         ratio = self.flops_gradient / self.flops_value if self.flops_value else float("nan")
         lines.append(f"compiled value step: {self.flops_value:,.0f} FLOPs; gradient step: "
                      f"{self.flops_gradient:,.0f} FLOPs ({ratio:.1f}× the value; XLA counts "

@@ -2,15 +2,16 @@
 check it on steps it was not fitted on.
 
 The model prices what a compiled step executes (`compiled_work`: kernels launched one
-after another, instructions, elements, loops at their trip counts) with four weights: a
-fixed cost per call, and a cost per kernel, per instruction and per element. They are
-fitted (non-negative least squares on relative error) to the measured times of the
-gradient steps of `plate_replays` (B = 1,000) and `scan_replays` (T = 100; flip,
-2- and 3-state chains) with every strategy, replays per step and whole-objective
-replays included; then checked on the same programs at B = 4,000 and T = 400, where
-the question `explain` answers is "how much slower than REINFORCE?": each step's
-estimated ratio to REINFORCE's against the measured one (interleaved, warm, median;
-paired ratios). The model's defaults come from this script.
+after another, the instructions in them, elements, and the instructions of loops XLA:CPU
+compiled whole, loops at their trip counts) with five weights: a fixed cost per call,
+and a cost per kernel, per instruction, per element and per instruction in a loop
+compiled whole. They are fitted (non-negative least squares on relative error) to the
+measured times of the gradient steps of `plate_replays` (B = 1,000) and
+`scan_replays` (T = 100; flip, 2- and 3-state chains) with every strategy, replays
+per step and whole-objective replays included; then checked on the same programs at
+B = 4,000 and T = 400, where the question `explain` answers is "how much slower than
+REINFORCE?": each step's estimated ratio to REINFORCE's against the measured one
+(interleaved, warm, median; paired ratios). The model's defaults come from this script.
 
     python -m genvi_experiments.bench.explain_calibration [--rounds 12]
 """
@@ -63,7 +64,7 @@ def main() -> None:
     model = fit(steps, [r.ms for r in rows])
     print(f"fitted on {len(steps)} steps: CpuTimeModel(fixed_us={model.fixed_us:.1f}, "
           f"launch_ns={model.launch_ns:.1f}, instruction_ns={model.instruction_ns:.3f}, "
-          f"element_ns={model.element_ns:.4f})")
+          f"element_ns={model.element_ns:.4f}, looped_ns={model.looped_ns:.3f})")
     print("the fitted steps: " + worst_estimate(timed_rows(fitting, args.rounds, model)))
     print("the same, with the defaults (" + repr(CpuTimeModel()) + "): "
           + worst_estimate(timed_rows(fitting, args.rounds, CpuTimeModel())))
