@@ -214,3 +214,21 @@ def test_enumeration_bench_tiny():
         assert set(rows) == {"enumeration in the model", "ENUM in the guide",
                              "NumPyro TraceEnum_ELBO"}
         assert all(t > 0 and math.isfinite(err) for t, err in rows.values())
+
+
+def test_air_compile_reads_xla_phases_from_the_profiler(tmp_path):
+    """`air_compile --phases` reads XLA:CPU's compile phases from the profiler's trace
+    events; their names belong to the pinned jaxlib, so a version that renames them
+    fails here rather than printing zeros."""
+    import jax
+    import jax.numpy as jnp
+
+    from genvi_experiments.bench.air_compile import xla_phases
+
+    lowered = jax.jit(lambda x: jnp.tanh(x @ x.T).sum(0) * 2.0).lower(jnp.ones((8, 8)))
+    with jax.profiler.trace(str(tmp_path)):
+        lowered.compile()
+    phases = xla_phases(str(tmp_path))
+    if jax.default_backend() == "cpu":
+        assert phases["kernels"] >= 1 and phases["ms_per_kernel"] > 0
+        assert phases["hlo_passes"] > 0 and phases["codegen"] > 0
