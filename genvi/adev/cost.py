@@ -133,12 +133,10 @@ def compiled_work(hlo: str) -> CompiledWork:
                     launch, *_one(where, 0))
             elif i.opcode in ("call", "fusion") and i.called:
                 inner = i.called.get("to_apply") or i.called.get("calls")
-                if where != _LAUNCHED:
-                    total += count(inner, where)
-                elif "xla_cpu_small_call" in i.line:
-                    total += count(inner, _LOOPED) + (1, 0, 0, 0)
-                elif i.opcode == "fusion":
-                    total += count(inner, _FUSED) + (1, 0, 0, 0)
+                kernel = (_LOOPED if "xla_cpu_small_call" in i.line
+                          else _FUSED if i.opcode == "fusion" else None)
+                if launch and kernel:  # one kernel launched here, its body inside it
+                    total += count(inner, kernel) + (1, 0, 0, 0)
                 else:
                     total += count(inner, where)
             else:
