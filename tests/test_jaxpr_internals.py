@@ -8,7 +8,7 @@ changes an internal shows up here first:
   (ordinary primitives, `jit`, `custom_jvp` such as `jax.nn.relu`, `custom_vjp`,
   `scan`, `cond`, `while`), also on traced values (under `jit`, `vmap`, `grad`);
 * `jvp_eqn` with `None` (symbolic-zero) tangents matches `jax.jvp`;
-* `kind`, `sub_jaxprs`, `call_body`, `scan_params`, `cond_branches` recognise and
+* `kind`, `sub_jaxprs`, `call_body`, `ScanEqn`, `WhileEqn`, `cond_branches` recognise and
   unpack the higher-order primitives; `contains` finds a primitive nested in their
   bodies;
 * `make_primitive` gives a primitive that refuses to run outside genvi;
@@ -320,25 +320,46 @@ def test_call_body_evaluates_like_the_call():
     assert float(out) == pytest.approx(2.0 * np.sin(0.5) + 1.0)
 
 
-def test_scan_params():
+def test_scan_view():
     eqn = top_eqn(lambda c, xs: jax.lax.scan(lambda c, x: (c + x, c * x), c, xs, reverse=True,
                                              unroll=2), 0.0, jnp.arange(4.0))
-    sp = jx.scan_params(eqn)
-    assert set(sp) == {"body", "num_consts", "num_carry", "length", "reverse", "unroll"}
-    assert sp["length"] == 4 and sp["num_carry"] == 1 and sp["num_consts"] == 0
-    assert sp["reverse"] is True and sp["unroll"] == 2
-    assert isinstance(sp["body"], jx.ClosedJaxpr)
-    # re-emitting the scan from its parameters reproduces it
-    body = sp["body"]
+    scan = jx.ScanEqn.of(eqn)
+    assert scan.length == 4 and scan.num_carry == 1 and scan.num_consts == 0
+    assert scan.reverse is True and scan.unroll == 2
+    assert isinstance(scan.body, jx.ClosedJaxpr)
+    # re-emitting the scan from its view reproduces it
+    body = scan.body
 
     def step(c, x):
         outs = jax.core.eval_jaxpr(body.jaxpr, body.consts, c, x)
-        return outs[0], outs[1]
+        carry, ys = scan.split_outs(outs)
+        return carry[0], ys[0]
 
-    got = jax.lax.scan(step, 0.0, jnp.arange(4.0), length=sp["length"], reverse=sp["reverse"],
-                       unroll=sp["unroll"])
+    got = scan.scan(step, 0.0, jnp.arange(4.0))
     ref = jax.lax.scan(lambda c, x: (c + x, c * x), 0.0, jnp.arange(4.0), reverse=True)
     assert_trees_close(got, ref)
+
+
+def test_scan_view_splits_consts_carries_and_inputs():
+    w = jnp.arange(3.0)
+
+    def f(c, xs):
+        return jax.lax.scan(lambda c, x: ((c[0] + x * w.sum(), c[1] * x), c[0] * x), c, xs)
+    (eqn,) = [e for e in jax.make_jaxpr(f)((1.0, 2.0), jnp.ones(5)).jaxpr.eqns
+              if jx.kind(e) == "scan"]
+    scan = jx.ScanEqn.of(eqn)
+    consts, carry, xs = scan.split(list(range(len(eqn.invars))))
+    assert len(carry) == 2 and len(xs) == 1 and len(consts) == scan.num_consts >= 1
+    assert len(scan.body.jaxpr.invars) == len(eqn.invars)
+    assert [len(part) for part in scan.split_outs(eqn.outvars)] == [2, 1]
+
+
+def test_while_view():
+    eqn = top_eqn(lambda x: jax.lax.while_loop(lambda c: c < 3, lambda c: c + 1, x), 1.0)
+    loop = jx.WhileEqn.of(eqn)
+    assert isinstance(loop.body, jx.ClosedJaxpr) and isinstance(loop.cond, jx.ClosedJaxpr)
+    assert [len(part) for part in loop.split(list(eqn.invars))] == [
+        loop.cond_nconsts, loop.body_nconsts, 1]
 
 
 def test_cond_branches():

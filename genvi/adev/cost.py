@@ -43,8 +43,9 @@ def work(jaxpr: Any) -> tuple[float, float]:
     for eqn in jaxpr.eqns:
         kind, subs = jx.kind(eqn), jx.sub_jaxprs(eqn)
         if kind == "scan":
-            o, e = work(eqn.params["jaxpr"])
-            ops, elements = ops + eqn.params["length"] * o, elements + eqn.params["length"] * e
+            scan = jx.ScanEqn.of(eqn)
+            o, e = work(scan.body)
+            ops, elements = ops + scan.length * o, elements + scan.length * e
             continue
         if kind == "cond":
             o, e = max(work(b) for b in jx.cond_branches(eqn))

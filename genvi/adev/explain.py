@@ -43,11 +43,11 @@ def note_site(eqn: Any, dist: Any, strategy: Any, value: Any, steps: tuple) -> N
         if hasattr(s, "primitive"):
             k = jx.kind(s)
             if k == "scan":
-                within.append(f"scan({s.params['length']})")
+                within.append(f"scan({jx.ScanEqn.of(s).length})")
             elif k == "cond":
                 within.append("cond")
     addr = eqn.params.get("addr")
-    repeat = math.prod(s.params["length"] for s in steps
+    repeat = math.prod(jx.ScanEqn.of(s).length for s in steps
                        if hasattr(s, "primitive") and jx.kind(s) == "scan")
     log[id(eqn)] = dict(addr="/".join(map(str, addr)) if addr else "(gv.sample)",
                         dist=f"gv.{getattr(dist, 'name', '?')}", strategy=repr(strategy),

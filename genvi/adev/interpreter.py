@@ -257,9 +257,9 @@ class _Run:
             "sampling out of custom_jvp/custom_vjp functions.")
 
     def _scan(self, eqn: Any, ins: list, key: Any, steps: tuple):
-        sp = jx.scan_params(eqn)
-        body, nc, ncar = sp["body"], sp["num_consts"], sp["num_carry"]
-        consts, init, xs = ins[:nc], ins[nc:nc + ncar], ins[nc + ncar:]
+        scan = jx.ScanEqn.of(eqn)
+        body, ncar = scan.body, scan.num_carry
+        consts, init, xs = scan.split(ins)
         dual = self.dual  # replays run without tangents, so they are never dual
 
         def tangents_of(xs_):
@@ -273,7 +273,7 @@ class _Run:
             c_p, c_t, i, s, o = carry
             x_p, x_t, key = x
             env = {v: Dual(c) for v, c in zip(body.jaxpr.constvars, body.consts)}
-            env.update(zip(body.jaxpr.invars, list(consts) + [Dual(p, t) for p, t in zip(c_p, c_t)]
+            env.update(zip(body.jaxpr.invars, consts + [Dual(p, t) for p, t in zip(c_p, c_t)]
                            + [Dual(p, t) for p, t in zip(x_p, x_t)]))
             if pending is not None:
                 pending.start()
@@ -291,10 +291,8 @@ class _Run:
         init_carry = (tuple(x.primal for x in init), tuple(tangents_of(init)),
                       jnp.zeros((), jnp.int32), self._acc_zero(), self._acc_zero())
         xs_in = (tuple(x.primal for x in xs), tuple(x.tangent if dual else None for x in xs),
-                 None if key is None else jax.random.split(key, sp["length"]))
-        (c_p, c_t, _, s, o), (y_p, y_t, deferred, sd) = jax.lax.scan(
-            step, init_carry, xs_in, length=sp["length"], reverse=sp["reverse"],
-            unroll=sp["unroll"])
+                 None if key is None else jax.random.split(key, scan.length))
+        (c_p, c_t, _, s, o), (y_p, y_t, deferred, sd) = scan.scan(step, init_carry, xs_in)
         if pending is not None:
             o = d.add(o, pending.resolve(self.replay_context(), self.replay_with,
                                          steps + (eqn,), deferred))

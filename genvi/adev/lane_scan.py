@@ -79,16 +79,16 @@ def _stacked(enc: Any, kind: tuple) -> Any:
 def lane_scan(ev: Any, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
     """Evaluate a `scan` equation holding sampling sites on lane-tracked operands,
     with the same keys and step locations as a replay of the objective."""
-    sp = jx.scan_params(eqn)
-    body, nc, ncar, length = sp["body"], sp["num_consts"], sp["num_carry"], sp["length"]
-    consts, init, xs = ins[:nc], ins[nc:nc + ncar], ins[nc + ncar:]
+    scan = jx.ScanEqn.of(eqn)
+    body, ncar, length = scan.body, scan.num_carry, scan.length
+    consts, init, xs = scan.split(ins)
     sliced = [_sliced(x) for x in xs]
     x_arrays, x_kinds = [a for a, _ in sliced], [k for _, k in sliced]
     step_keys = None if key is None else jax.random.split(key, length)
 
     def run_body(carry, x_enc, i, k):
         env = dict(zip(body.jaxpr.constvars, body.consts))
-        env.update(zip(body.jaxpr.invars, list(consts) + list(carry)
+        env.update(zip(body.jaxpr.invars, consts + list(carry)
                        + [_decode(e, kd) for e, kd in zip(x_enc, x_kinds)]))
         keys = {} if k is None else split_keys(body.jaxpr, k)
         return ev.level(body.jaxpr, 0, env, keys, steps + (eqn, i))
@@ -125,8 +125,7 @@ def lane_scan(ev: Any, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
         return (new_c, i + 1), ys
 
     init_enc = [_encode(ev, v, kd) for v, kd in zip(init, kinds)]
-    (c_enc, _), ys = jax.lax.scan(step, (init_enc, jnp.zeros((), jnp.int32)),
-                                  (x_arrays, step_keys), length=length,
-                                  reverse=sp["reverse"], unroll=sp["unroll"])
+    (c_enc, _), ys = scan.scan(step, (init_enc, jnp.zeros((), jnp.int32)),
+                               (x_arrays, step_keys))
     return ([_decode(e, kd) for e, kd in zip(c_enc, kinds)]
             + [_stacked(e, kd) for e, kd in zip(ys, y_kinds)])

@@ -47,8 +47,7 @@ from genvi.core import jaxpr as jx
 def scans_over_lanes(eqn: Any, ins: list) -> bool:
     """Whether `eqn` is a scan over the first lane axis: an operand it scans over is
     `Local` with that lane axis on its step axis."""
-    sp = jx.scan_params(eqn)
-    xs = ins[sp["num_consts"] + sp["num_carry"]:]
+    _, _, xs = jx.ScanEqn.of(eqn).split(ins)
     return any(isinstance(x, Local) and x.axes and x.axes[0] == 0 for x in xs)
 
 
@@ -100,11 +99,11 @@ class _MarkovScan:
 
     def __init__(self, ev: Any, eqn: Any, ins: list, key: Any, steps: tuple,
                  holding: tuple | None):
-        sp = jx.scan_params(eqn)
-        self.ev, self.eqn, self.steps, self.sp = ev, eqn, steps, sp
-        self.body, nc, self.ncar, self.length = (sp["body"], sp["num_consts"],
-                                                 sp["num_carry"], sp["length"])
-        self.consts, self.init, xs = ins[:nc], ins[nc:nc + self.ncar], ins[nc + self.ncar:]
+        scan = jx.ScanEqn.of(eqn)
+        self.ev, self.eqn, self.steps, self.scan = ev, eqn, steps, scan
+        self.body, nc, self.ncar, self.length = (scan.body, scan.num_consts,
+                                                 scan.num_carry, scan.length)
+        self.consts, self.init, xs = scan.split(ins)
         if any(isinstance(v, (Local, Perturbed)) for v in list(self.consts) + list(self.init)):
             raise Coupled("scan over the steps with lane-tracked constants or initial carries")
         if self.length != ev.site_shape[0]:
@@ -115,7 +114,7 @@ class _MarkovScan:
         self.x_round0, self.x_kinds = zip(*[_step_slices(x) for x in xs]) if xs else ((), ())
         self.keys = None if key is None else jax.random.split(key, self.length)
         self.below, self.alternatives = ((), None) if holding is None else holding
-        self.direction = -1 if sp["reverse"] else 1
+        self.direction = -1 if scan.reverse else 1
         positions = jnp.arange(self.length, dtype=jnp.int32)
         # a step's location holds its iteration, which runs backwards in a reverse scan
         self.iterations = positions if self.direction > 0 else self.length - 1 - positions
@@ -187,10 +186,9 @@ class _MarkovScan:
                 outs = self.run(full, xb, i, k)
                 return ([outs[j] for j in kept], i + 1), state
 
-            (last, _), before = jax.lax.scan(
+            (last, _), before = self.scan.scan(
                 step, ([self.init[j] for j in kept], jnp.zeros((), jnp.int32)),
-                (self.x_base, self.keys), length=self.length, reverse=self.sp["reverse"],
-                unroll=self.sp["unroll"])
+                (self.x_base, self.keys))
             for j, c, b in zip(kept, last, before):
                 final[j], incoming[j] = c, b
         carry_in = [self._stacked_zeros(j) if j in acc else incoming[j] for j in range(self.ncar)]

@@ -24,6 +24,7 @@ from genvi.adev.continuation import Deferred, Replays, replay_sum, replays_total
 from genvi.adev.explain import note_markov, note_replays
 from genvi.adev.lanes import MarkovReplays, lane_replay_values_at, markov_replay_values
 from genvi.adev.replay import Replay
+from genvi.core import jaxpr as jx
 
 
 class Pending:
@@ -61,7 +62,7 @@ class Pending:
             if isinstance(got, MarkovReplays):
                 total = d.add(total, replays_total(jnp.moveaxis(got.values, 0, 1),
                                                    Replays(alternatives, weights, live)))
-                note_markov(below[-1], alternatives[0], at[-1].params["length"],
+                note_markov(below[-1], alternatives[0], jx.ScanEqn.of(at[-1]).length,
                             max(got.windows), sorted(set(got.coupled)))
                 continue
             why_not = f"; not Markov-local: {got}" if got else ""

@@ -215,28 +215,26 @@ def _cond(eqn: Any, ins: list, live: bool, trusted: bool, at: Any) -> list:
 
 
 def _scan(eqn: Any, ins: list, trusted: bool, at: Any) -> list:
-    sp = jx.scan_params(eqn)
-    nc, ncar = sp["num_consts"], sp["num_carry"]
-    carry = list(ins[nc:nc + ncar])
+    scan = jx.ScanEqn.of(eqn)
+    consts, carry, xs = scan.split(ins)
     while True:  # carries only gain taint, and there are two levels: this ends
-        outs = _analyze(sp["body"].jaxpr, ins[:nc] + carry + ins[nc + ncar:], trusted, at)
-        joined = [_merge([c, o]) for c, o in zip(carry, outs[:ncar])]
+        outs = _analyze(scan.body.jaxpr, consts + carry + xs, trusted, at)
+        joined = [_merge([c, o]) for c, o in zip(carry, scan.split_outs(outs)[0])]
         if joined == carry:
             return outs
         carry = joined
 
 
 def _while(eqn: Any, ins: list, live: bool, trusted: bool, at: Any) -> list:
-    p = eqn.params
-    cn, bn = p["cond_nconsts"], p["body_nconsts"]
-    carry = list(ins[cn + bn:])
+    loop = jx.WhileEqn.of(eqn)
+    cond_consts, body_consts, carry = loop.split(ins)
     while True:
-        outs = _analyze(p["body_jaxpr"].jaxpr, ins[cn:cn + bn] + carry, trusted, at)
+        outs = _analyze(loop.body.jaxpr, body_consts + carry, trusted, at)
         joined = [_merge([c, o]) for c, o in zip(carry, outs)]
         if joined == carry:
             break
         carry = joined
-    (pred,) = _analyze(p["cond_jaxpr"].jaxpr, ins[:cn] + carry, trusted, at)
+    (pred,) = _analyze(loop.cond.jaxpr, cond_consts + carry, trusted, at)
     if _decides(pred) and live and not trusted:
         _refuse(eqn, pred, at)
     return carry
@@ -244,7 +242,7 @@ def _while(eqn: Any, ins: list, live: bool, trusted: bool, at: Any) -> list:
 
 def _argsort(eqn: Any, ins: list) -> bool:
     """A sort that carries other operands along a sorted key: argsort's indices."""
-    if eqn.primitive.name != "sort" or len(eqn.invars) <= eqn.params.get("num_keys", 1):
+    if eqn.primitive.name != "sort" or len(eqn.invars) <= jx.sort_keys(eqn):
         return False
     return True
 

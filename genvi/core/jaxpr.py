@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+import dataclasses
 import itertools
 import os
 
@@ -194,24 +195,155 @@ def kind(eqn: Any) -> str:
     return "other"
 
 
+def _closed(j: Any) -> ClosedJaxpr:
+    """`j` as a closed jaxpr (JAX 0.10 keeps open and closed jaxprs apart; from 0.12 a
+    jaxpr carries its own constants)."""
+    if hasattr(j, "consts"):
+        return j
+    return ClosedJaxpr(j, ())
+
+
+@dataclasses.dataclass(frozen=True)
+class CallEqn:
+    """A typed view of a call-like equation (`jit`, `closed_call`, `remat`, a custom
+    derivative): the closed jaxpr it evaluates on its operands.
+
+    Example:
+        >>> import jax
+        >>> eqn = jax.make_jaxpr(lambda x: jax.jit(lambda y: y + 1.0)(x))(1.0).jaxpr.eqns[0]
+        >>> view = CallEqn.of(eqn)
+        >>> [float(v) for v in jax.core.eval_jaxpr(view.body.jaxpr, view.body.consts, 2.0)]
+        [3.0]
+    """
+    eqn: Any
+    body: ClosedJaxpr
+
+    @staticmethod
+    def of(eqn: Any) -> "CallEqn":
+        p = eqn.params
+        j = p.get("jaxpr", p.get("call_jaxpr", p.get("fun_jaxpr")))
+        return CallEqn(eqn, _closed(j))
+
+
+@dataclasses.dataclass(frozen=True)
+class CondEqn:
+    """A typed view of a `cond` equation: its branches (closed jaxprs) and
+    operands (the branch index first, then the branches' arguments).
+
+    Example:
+        >>> import jax
+        >>> f = lambda i, x: jax.lax.switch(i, [lambda v: v, lambda v: -v], x)
+        >>> (eqn,) = [e for e in jax.make_jaxpr(f)(0, 1.0).jaxpr.eqns if kind(e) == "cond"]
+        >>> len(CondEqn.of(eqn).branches)
+        2
+    """
+    eqn: Any
+    branches: tuple
+
+    @staticmethod
+    def of(eqn: Any) -> "CondEqn":
+        return CondEqn(eqn, tuple(_closed(b) for b in eqn.params["branches"]))
+
+    def split(self, ins: Sequence) -> tuple:
+        """(index, branch operands) of the equation's operands `ins`."""
+        return ins[0], list(ins[1:])
+
+
+@dataclasses.dataclass(frozen=True)
+class ScanEqn:
+    """A typed view of a `scan` equation: its body (a closed jaxpr taking consts,
+    carries and one step of the scanned inputs; returning carries, then per-step
+    outputs), how its operands split, and how to emit a scan like it.
+
+    The one reader of a scan's parameters: JAX 0.10 names the operand groups by
+    count (`num_consts`, `num_carry`), later releases by a flat tree (`ft_in`).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> f = lambda c, xs: jax.lax.scan(lambda c, x: (c + x, c * x), c, xs)
+        >>> (eqn,) = jax.make_jaxpr(f)(0.0, jnp.arange(3.0)).jaxpr.eqns
+        >>> s = ScanEqn.of(eqn)
+        >>> (s.num_consts, s.num_carry, s.length, s.reverse)
+        (0, 1, 3, False)
+    """
+    eqn: Any
+    body: ClosedJaxpr
+    num_consts: int
+    num_carry: int
+    length: int
+    reverse: bool
+    unroll: Any
+
+    @staticmethod
+    def of(eqn: Any) -> "ScanEqn":
+        p = eqn.params
+        if "num_consts" in p:
+            nc, ncar = p["num_consts"], p["num_carry"]
+        else:
+            consts, carry, _ = p["ft_in"].unpack()
+            nc, ncar = len(consts), len(carry)
+        return ScanEqn(eqn, _closed(p["jaxpr"]), nc, ncar, p["length"], bool(p["reverse"]),
+                       p["unroll"])
+
+    def split(self, ins: Sequence) -> tuple[list, list, list]:
+        """(consts, initial carries, scanned inputs) of the equation's operands."""
+        nc, ncar = self.num_consts, self.num_carry
+        return list(ins[:nc]), list(ins[nc:nc + ncar]), list(ins[nc + ncar:])
+
+    def split_outs(self, outs: Sequence) -> tuple[list, list]:
+        """(carries, per-step outputs) of the body's or the equation's outputs."""
+        return list(outs[:self.num_carry]), list(outs[self.num_carry:])
+
+    def scan(self, step: Callable, init: Any, xs: Any, length: int | None = None) -> Any:
+        """`jax.lax.scan(step, init, xs)` with this scan's length, direction and
+        unrolling (what an interpreter re-emitting the equation calls)."""
+        return jax.lax.scan(step, init, xs, length=self.length if length is None else length,
+                            reverse=self.reverse, unroll=self.unroll)
+
+
+@dataclasses.dataclass(frozen=True)
+class WhileEqn:
+    """A typed view of a `while` equation: its predicate and body (closed jaxprs) and
+    how its operands split (predicate consts, body consts, carries).
+
+    Example:
+        >>> import jax
+        >>> f = lambda x: jax.lax.while_loop(lambda c: c < 3.0, lambda c: c + 1.0, x)
+        >>> w = WhileEqn.of(jax.make_jaxpr(f)(0.0).jaxpr.eqns[0])
+        >>> [len(part) for part in w.split([0.0])]
+        [0, 0, 1]
+    """
+    eqn: Any
+    cond: ClosedJaxpr
+    body: ClosedJaxpr
+    cond_nconsts: int
+    body_nconsts: int
+
+    @staticmethod
+    def of(eqn: Any) -> "WhileEqn":
+        p = eqn.params
+        return WhileEqn(eqn, _closed(p["cond_jaxpr"]), _closed(p["body_jaxpr"]),
+                        p["cond_nconsts"], p["body_nconsts"])
+
+    def split(self, ins: Sequence) -> tuple[list, list, list]:
+        """(predicate consts, body consts, carries) of the equation's operands."""
+        cn, bn = self.cond_nconsts, self.body_nconsts
+        return list(ins[:cn]), list(ins[cn:cn + bn]), list(ins[cn + bn:])
+
+
+def sort_keys(eqn: Any) -> int:
+    """How many of a `sort` equation's operands are keys (the rest ride along)."""
+    return eqn.params.get("num_keys", 1)
+
+
 def call_body(eqn: Any) -> ClosedJaxpr:
-    """The closed jaxpr a call-like equation ('call' kind) evaluates."""
-    j = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
-    if isinstance(j, Jaxpr):
-        j = ClosedJaxpr(j, ())
-    return j
-
-
-def scan_params(eqn: Any) -> dict:
-    """The parameters of a `scan` equation that genvi re-emits."""
-    p = eqn.params
-    return dict(body=p["jaxpr"], num_consts=p["num_consts"], num_carry=p["num_carry"],
-                length=p["length"], reverse=p["reverse"], unroll=p["unroll"])
+    """The closed jaxpr a call-like equation ('call' or 'custom' kind) evaluates."""
+    return CallEqn.of(eqn).body
 
 
 def cond_branches(eqn: Any) -> tuple:
     """The branches (closed jaxprs) of a `cond` equation."""
-    return tuple(eqn.params["branches"])
+    return CondEqn.of(eqn).branches
 
 
 def shaped(shape: tuple, dtype: Any) -> Any:

@@ -209,16 +209,15 @@ def _masked_control(eqn: Any, mask: Any, ins: list, path: tuple) -> list:
         return [jax.lax.select_n(jax.numpy.broadcast_to(index, c[0].shape), *c)
                 for c in zip(*outs)]
     if kind == "scan":
-        sp = jx.scan_params(eqn)
-        nc, ncar = sp["num_consts"], sp["num_carry"]
-        consts, init, xs = ins[:nc], ins[nc:nc + ncar], ins[nc + ncar:]
+        scan = jx.ScanEqn.of(eqn)
+        consts, init, xs = scan.split(ins)
 
         def step(carry, x):
-            outs = run_masked(sp["body"], mask, list(consts) + list(carry) + list(x), path)
-            return tuple(outs[:ncar]), tuple(outs[ncar:])
+            outs = run_masked(scan.body, mask, consts + list(carry) + list(x), path)
+            new, ys = scan.split_outs(outs)
+            return tuple(new), tuple(ys)
 
-        carry, ys = jax.lax.scan(step, tuple(init), tuple(xs), length=sp["length"],
-                                 reverse=sp["reverse"], unroll=sp["unroll"])
+        carry, ys = scan.scan(step, tuple(init), tuple(xs))
         return list(carry) + list(ys)
     raise NotImplementedError(
         f"sampling sites inside `{eqn.primitive.name}` inside a batched cond are not supported")

@@ -91,16 +91,16 @@ def _control(eqn: Any, ins: list, handler: Handler, state: State) -> tuple[list,
 
 
 def _scan(eqn, ins, handler, state):
-    sp = jx.scan_params(eqn)
-    body, nc, ncar = sp["body"], sp["num_consts"], sp["num_carry"]
-    consts, init, xs = ins[:nc], ins[nc:nc + ncar], ins[nc + ncar:]
+    scan = jx.ScanEqn.of(eqn)
+    body, ncar = scan.body, scan.num_carry
+    consts, init, xs = scan.split(ins)
     addrs = site_addresses(body)
     reads = {a: v for a, v in state.reads.items() if a in addrs}
     for a, v in reads.items():
-        if jnp.ndim(v) == 0 or jnp.shape(v)[0] != sp["length"]:
+        if jnp.ndim(v) == 0 or jnp.shape(v)[0] != scan.length:
             raise ValueError(
                 f"log_density: the value at address {addr_name(a)!r} is sampled inside a scan of "
-                f"length {sp['length']}, so it needs a leading axis of that length; "
+                f"length {scan.length}, so it needs a leading axis of that length; "
                 f"got shape {jnp.shape(v)}")
     visited: set = set()
     paths: dict = {}  # the body's masked addresses: their branch paths (static)
@@ -109,16 +109,15 @@ def _scan(eqn, ins, handler, state):
         c, key, logw = carry
         x_vals, x_reads = x
         sub = State(key, jnp.zeros_like(logw), {}, x_reads, visited)
-        outs, sub = run(body, list(consts) + list(c) + list(x_vals), handler, sub)
+        outs, sub = run(body, consts + list(c) + list(x_vals), handler, sub)
         paths.update({a: p for a, (_, p) in sub.masks.items()})
         masks = {a: m for a, (m, _) in sub.masks.items()}
         return ((tuple(outs[:ncar]), sub.key, logw + sub.log_density),
                 (tuple(outs[ncar:]), sub.choices, masks))
 
     zero = jnp.zeros((), jnp.result_type(float))
-    (c, key, logw), (ys, choices, masks) = jax.lax.scan(
-        step, (tuple(init), state.key, zero), (tuple(xs), reads), length=sp["length"],
-        reverse=sp["reverse"], unroll=sp["unroll"])
+    (c, key, logw), (ys, choices, masks) = scan.scan(
+        step, (tuple(init), state.key, zero), (tuple(xs), reads))
     state.visited.update(visited)
     # a masked record (a scan inside a batched cond's branch) may still meet its
     # address from another branch of that cond

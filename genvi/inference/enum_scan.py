@@ -78,8 +78,8 @@ def _forward(eqn: Any, ins: list) -> list | None:
     if jx.kind(eqn) != "scan":
         return None
     where = jx.source_line(eqn)
-    sp = jx.scan_params(eqn)
-    body, nc, ncar, length = sp["body"], sp["num_consts"], sp["num_carry"], sp["length"]
+    scan = jx.ScanEqn.of(eqn)
+    body, nc, ncar, length = scan.body, scan.num_consts, scan.num_carry, scan.length
     steps = [i for i, x in enumerate(ins) if isinstance(x, Steps)]
     if len(steps) != 1 or steps[0] < nc + ncar or any(
             not isinstance(x, Steps) and is_tracked(x) for x in ins):
@@ -106,8 +106,8 @@ def _forward(eqn: Any, ins: list) -> list | None:
                               "than the previous step's discrete value (a step's state must be "
                               "a function of that step's value alone)")
     support = jnp.asarray(site.support, site.dtype)
-    consts, init, xs = ins[:nc], list(ins[nc:nc + ncar]), ins[nc + ncar:]
-    xs = [jnp.flip(x, 0) if sp["reverse"] and not isinstance(x, Steps) else x for x in xs]
+    consts, init, xs = scan.split(ins)
+    xs = [jnp.flip(x, 0) if scan.reverse and not isinstance(x, Steps) else x for x in xs]
     k = zpos - nc - ncar
 
     def run(carry, x_t, v):
