@@ -133,7 +133,7 @@ class _Run:
 
     # -- entry points ---------------------------------------------------------
     def run(self) -> Dual:
-        with GENVI_CONDS.set():
+        with GENVI_CONDS.set(), jx.genvi_conds:
             return self._run_top()
 
     def _run_top(self) -> Dual:
@@ -364,6 +364,6 @@ def sample_outputs(closed: Any, key: Any, primals: Sequence) -> list:
     jaxpr = closed.jaxpr
     env = {v: Dual(c) for v, c in zip(jaxpr.constvars, closed.consts)}
     env.update({v: Dual(p) for v, p in zip(jaxpr.invars, primals)})
-    with GENVI_CONDS.set():
+    with GENVI_CONDS.set(), jx.genvi_conds:
         outs, _ = run.level(jaxpr, 0, env, key, (), False)
     return [o.primal for o in outs]

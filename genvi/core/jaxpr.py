@@ -49,8 +49,10 @@ def make_primitive(name: str, abstract_eval: Callable, multiple_results: bool = 
 
 
 def trace(fn: Callable, flat_args: Sequence[Any]) -> ClosedJaxpr:
-    """Trace `fn(*flat_args)` (flat arrays in, flat list out) to a closed jaxpr."""
-    return jax.make_jaxpr(fn)(*flat_args)
+    """Trace `fn(*flat_args)` (flat arrays in, flat list out) to a closed jaxpr, with
+    genvi's batching of conds that hold sampling sites (`genvi_conds`) in force."""
+    with genvi_conds:
+        return jax.make_jaxpr(fn)(*flat_args)
 
 
 def read(env: dict, var: Any) -> Any:
@@ -402,23 +404,31 @@ def cond_token() -> int:
     return next(_COND_TOKENS)
 
 
-def override_cond_batching(applies: Callable[[tuple], bool],
-                           run_branch: Callable[[Any, Any, list, tuple], list]) -> None:
-    """Replace how `jax.vmap` batches a `cond` whose index is batched, for the
-    conds where `applies(branches)` holds.
+class _CondBatching:
+    """How genvi batches a `cond` whose index is batched, in force only while genvi
+    traces a program or objective (`trace`) or runs an interpreter that emits conds
+    (`genvi_conds`): JAX's own rule for `cond` is put back on leaving, so a user's
+    `jax.vmap` of a `cond` outside genvi runs JAX's code, and importing genvi
+    changes no rule of JAX's.
 
     JAX evaluates every branch and selects; for branches that sample, every site
-    would then be sampled *and scored* in every lane. Here each branch `b` runs as
-    `run_branch(branch, mask, ops, (token, b))` under `vmap` with `mask = (index == b)`
-    per lane, so its sites can be masked, and the outputs are selected by the index.
-    `token` (from `cond_token`) is shared by the branches of this cond: two sites of
-    one address with the same token and different `b` are never both executed.
+    would then be sampled *and scored* in every lane. With genvi's rule each branch
+    `b` runs as `run_branch(branch, mask, ops, (token, b))` under `vmap` with
+    `mask = (index == b)` per lane, so its sites can be masked, and the outputs are
+    selected by the index. `token` (from `cond_token`) is shared by the branches of
+    this cond: two sites of one address with the same token and different `b` are
+    never both executed. Conds where `applies(branches)` is False go to JAX's rule.
     """
-    cond_p = jcore.primitives.cond_p
-    jax_rule = batching.fancy_primitive_batchers[cond_p]
 
-    def rule(axis_data, args, dims, *, branches, **params):
-        if dims[0] is None or not applies(branches):
+    def __init__(self) -> None:
+        self.applies: Callable[[tuple], bool] | None = None
+        self.run_branch: Callable | None = None
+        self.depth = 0
+        self.saved: Any = None
+
+    def rule(self, axis_data, args, dims, *, branches, **params):
+        jax_rule = self.saved
+        if dims[0] is None or not self.applies(branches):
             return jax_rule(axis_data, args, dims, branches=branches, **params)
         size = axis_data.size
         index = jax.numpy.clip(jax.numpy.moveaxis(args[0], dims[0], 0), 0, len(branches) - 1)
@@ -426,6 +436,7 @@ def override_cond_batching(applies: Callable[[tuple], bool],
                for a, d in zip(args[1:], dims[1:])]
         in_axes = [0 if d is not None else None for d in dims[1:]]
         token = cond_token()
+        run_branch = self.run_branch
         outs = [jax.vmap(lambda m, *o, br=br, b=b: run_branch(br, m, list(o), (token, b)),
                          in_axes=[0] + in_axes, axis_size=size)(index == b, *ops)
                 for b, br in enumerate(branches)]
@@ -434,4 +445,31 @@ def override_cond_batching(applies: Callable[[tuple], bool],
                         *cases) for cases in zip(*outs)]
         return selected, [0] * len(selected)
 
-    batching.fancy_primitive_batchers[cond_p] = rule
+    def __enter__(self) -> None:
+        if self.applies is None:
+            return
+        if self.depth == 0:
+            cond_p = jcore.primitives.cond_p
+            self.saved = batching.fancy_primitive_batchers[cond_p]
+            batching.fancy_primitive_batchers[cond_p] = self.rule
+        self.depth += 1
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.applies is None:
+            return
+        self.depth -= 1
+        if self.depth == 0:
+            batching.fancy_primitive_batchers[jcore.primitives.cond_p] = self.saved
+            self.saved = None
+
+
+#: enter it (`with genvi_conds:`) where genvi traces or interprets programs
+genvi_conds = _CondBatching()
+
+
+def set_cond_batching(applies: Callable[[tuple], bool],
+                      run_branch: Callable[[Any, Any, list, tuple], list]) -> None:
+    """Say how `genvi_conds` batches a `cond` with a batched index (see `_CondBatching`):
+    for the conds where `applies(branches)` holds, each branch runs as
+    `run_branch(branch, mask, ops, (token, b))`. Installs nothing in JAX."""
+    genvi_conds.applies, genvi_conds.run_branch = applies, run_branch

@@ -168,7 +168,7 @@ class Masked:
 
 def run_masked(closed: Any, mask: Any, args: list, path: tuple = ()) -> list:
     """Evaluate a branch jaxpr with its sites masked by `mask` (see
-    `jx.override_cond_batching`); nested conds, scans and calls are followed.
+    `jx.genvi_conds`); nested conds, scans and calls are followed.
 
     Each site's static `branch` parameter becomes `path` (the (cond token, branch
     index) pairs of the batched conds around it, outermost first) followed by the
@@ -232,5 +232,5 @@ def _own_batching(branches: Any) -> bool:
     return bool(IN_OBJECTIVE) or bool(GENVI_CONDS) or any(jx.contains(b, MASKABLE) for b in branches)
 
 
-jx.override_cond_batching(_own_batching,
-                          lambda branch, mask, ops, label: run_masked(branch, mask, ops, (label,)))
+jx.set_cond_batching(_own_batching,
+                     lambda branch, mask, ops, label: run_masked(branch, mask, ops, (label,)))
