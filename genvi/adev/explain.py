@@ -28,6 +28,7 @@ import jax
 
 from genvi.adev.cost import CompiledWork, CpuTimeModel, compiled_work, work
 from genvi.core import jaxpr as jx
+from genvi.core.primitives import SiteEqn
 from genvi.core.tracing import split_args
 
 _LOG: contextvars.ContextVar = contextvars.ContextVar("genvi_estimator_log", default=None)
@@ -46,7 +47,7 @@ def note_site(eqn: Any, dist: Any, strategy: Any, value: Any, steps: tuple) -> N
                 within.append(f"scan({jx.ScanEqn.of(s).length})")
             elif k == "cond":
                 within.append("cond")
-    addr = eqn.params.get("addr")
+    addr = SiteEqn.of(eqn).addr
     repeat = math.prod(jx.ScanEqn.of(s).length for s in steps
                        if hasattr(s, "primitive") and jx.kind(s) == "scan")
     log[id(eqn)] = dict(addr="/".join(map(str, addr)) if addr else "(gv.sample)",

@@ -48,7 +48,7 @@ from typing import Any, Sequence
 
 
 from genvi.core import jaxpr as jx
-from genvi.core.primitives import sample_p
+from genvi.core.primitives import SiteEqn, sample_p
 from genvi.core.scopes import CONTINUOUS_SCOPE, DENSITY_SCOPE
 
 
@@ -194,17 +194,18 @@ def _decides(t: "_Taint | None") -> bool:
 
 
 def _sample_taint(eqn: Any, ins: list, trusted: bool, live: bool, at: Any) -> "_Taint | None":
-    n = eqn.params["n_params"]
+    site = SiteEqn.of(eqn)
+    n = site.n_params
     params = _merge(ins[:n])
     if params is not None and params.is_step and live and not trusted:
         _refuse(eqn, params, at)
-    strategy = eqn.params["strategy"]
+    strategy = site.strategy
     kinds = {s.kind for s in getattr(strategy, "strategies", ())} or {getattr(strategy, "kind", None)}
     if "REPARAM" not in kinds:
         return None  # a fresh draw: its dependence on the parameters is a score term
-    addr = eqn.params["addr"]
+    addr = site.addr
     site = repr("/".join(map(str, addr))) if addr else "an unnamed gv.sample"
-    return _Taint(site, f"gv.{eqn.params['dist'].name}", params is not None and params.param)
+    return _Taint(site, f"gv.{site.dist.name}", params is not None and params.param)
 
 
 def _cond(eqn: Any, ins: list, live: bool, trusted: bool, at: Any) -> list:

@@ -13,6 +13,7 @@ parameters gain a leading axis (a product of independent components).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -90,6 +91,48 @@ def bind_plate(factor: float, enter: bool) -> None:
     site, so that a function JAX traced once and reuses from its caches (a scan or
     jit body) is scaled by the plate it runs in."""
     plate_p.bind(factor=float(factor), enter=bool(enter))
+
+
+@dataclasses.dataclass(frozen=True)
+class SiteEqn:
+    """A typed view of one of genvi's site equations (`site_p`, `sample_p`,
+    `observe_p`): the one reader of their static parameters outside this module.
+
+    `addr` is None for an unnamed observation or `gv.sample`; `strategy` the static
+    part of the gradient strategy (None if none); `n_params` how many operands are
+    the distribution's parameters; `masked` whether the last operand is a lane mask
+    (a site in an untaken branch of a batched cond, at `branch`); `nest` the
+    combinators around a named site; `missing` an observation given no value.
+
+    Example:
+        >>> import jax, genvi as gv
+        >>> bind = lambda: bind_site(site_p, gv.normal, (0.0, 1.0), None, ("x",))
+        >>> (eqn,) = jax.make_jaxpr(bind)().jaxpr.eqns
+        >>> s = SiteEqn.of(eqn)
+        >>> s.addr, s.dist.name, s.n_params
+        (('x',), 'normal', 2)
+    """
+    eqn: Any
+    addr: tuple | None
+    dist: Any
+    strategy: Any
+    n_params: int
+    masked: bool
+    nest: tuple
+    branch: tuple
+    missing: bool
+
+    @staticmethod
+    def of(eqn: Any) -> "SiteEqn":
+        p = eqn.params
+        return SiteEqn(eqn, p["addr"], p["dist"], p["strategy"], p["n_params"],
+                       bool(p.get("masked")), p.get("nest", ()), p.get("branch", ()),
+                       bool(p.get("missing")))
+
+
+def plate_marker(eqn: Any) -> tuple[bool, float]:
+    """(enters, factor) of a `gv.plate` marker equation (see `bind_plate`)."""
+    return eqn.params["enter"], eqn.params["factor"]
 
 
 def site_parts(eqn: Any, invals: list, tangents: list | None = None) -> tuple:

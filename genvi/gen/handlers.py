@@ -45,7 +45,7 @@ import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
 from genvi.core.mistakes import addr_name, is_shape_error, site_shape_error
-from genvi.core.primitives import Masked, bind_site, sample_p, site_parts
+from genvi.core.primitives import Masked, SiteEqn, bind_site, plate_marker, sample_p, site_parts
 from genvi.core.scopes import density_scope
 from genvi.core.strategy import missing_strategy_error
 from genvi.core.tracing import PLAIN
@@ -136,8 +136,9 @@ class Handler:
     def plate(self, eqn: Any) -> None:
         """Enter or leave a `gv.plate`'s body (its markers; see `bind_plate`)."""
         stack = self.__dict__.setdefault("_scales", [1.0])
-        if eqn.params["enter"]:
-            stack.append(stack[-1] * eqn.params["factor"])
+        enters, factor = plate_marker(eqn)
+        if enters:
+            stack.append(stack[-1] * factor)
         else:
             stack.pop()
 
@@ -146,7 +147,7 @@ class Handler:
 
     def observe(self, eqn: Any, ins: list, state: State) -> State:
         dist, params, _, addr = site_parts(eqn, ins[1:])
-        if eqn.params.get("missing"):
+        if SiteEqn.of(eqn).missing:
             raise ValueError(
                 f"the observation {addr_name(addr)!r} (gv.{dist.name}) at {jx.source_line(eqn)} "
                 "has no value (gv.observe(..., None, name=...)), so it cannot be scored: pass "
@@ -257,7 +258,7 @@ class UnnormalizedError(ValueError):
 def observation_text(eqn: Any) -> str:
     """How the user wrote an observation equation: `gv.observe(gv.normal(...), ...)`
     or `gv.factor(...)`."""
-    name = eqn.params["dist"].name
+    name = SiteEqn.of(eqn).dist.name
     return "gv.factor(...)" if name == "factor" else f"gv.observe(gv.{name}(...), ...)"
 
 

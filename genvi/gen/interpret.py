@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
-from genvi.core.primitives import SITES, observe_p, plate_p, site_p
+from genvi.core.primitives import SITES, SiteEqn, observe_p, plate_p, site_p
 from genvi.core.mistakes import addr_name
 from genvi.gen.handlers import Handler, State
 from genvi.gen.site_checks import check_read_value, check_site, control as validation_control
@@ -49,7 +49,7 @@ def _level(jaxpr: Any, env: dict, handler: Handler, state: State) -> tuple[list,
         if eqn.primitive is site_p:
             check_site(eqn, ins, jaxpr=jaxpr)
             value, state = handler.site(eqn, ins, state)
-            if eqn.params["addr"] in state.reads:  # a value given by the user: scored
+            if SiteEqn.of(eqn).addr in state.reads:  # a value given by the user: scored
                 check_read_value(eqn, ins, value, jaxpr)
             env[eqn.outvars[0]] = value
         elif eqn.primitive is plate_p:

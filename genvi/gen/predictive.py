@@ -30,7 +30,7 @@ from genvi.core import jaxpr as jx
 from genvi.core.choices import ChoiceMap
 from genvi.core.mistakes import check_key, did_you_mean, is_count
 from genvi.core.program_mistakes import require_program
-from genvi.core.primitives import observe_p
+from genvi.core.primitives import SiteEqn, observe_p
 from genvi.gen.handlers import Handler, MissingChoice, observation_text, site_parts
 from genvi.gen.language import GenFn
 
@@ -81,7 +81,7 @@ class Predict(Handler):
         return value, self.record(state, addr, value, 0.0, dist)
 
     def observe(self, eqn, ins, state):
-        addr = eqn.params["addr"]
+        addr = SiteEqn.of(eqn).addr
         if addr is None:  # unnamed: nothing to return
             return state
         dist, params, _, _ = site_parts(eqn, ins[1:])
@@ -95,7 +95,7 @@ def _unnamed_observations(jaxpr: Any) -> list[str]:
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     out = []
     for eqn in jaxpr.eqns:
-        if eqn.primitive is observe_p and eqn.params["addr"] is None:
+        if eqn.primitive is observe_p and SiteEqn.of(eqn).addr is None:
             out.append(f"{observation_text(eqn)} at {jx.source_line(eqn)}")
         for j in jx.sub_jaxprs(eqn):
             out += _unnamed_observations(j)

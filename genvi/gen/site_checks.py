@@ -31,6 +31,7 @@ import numpy as np
 from jax.custom_batching import custom_vmap
 
 from genvi.core import jaxpr as jx
+from genvi.core.primitives import SiteEqn
 from genvi.core.scopes import density_scope
 from genvi.core.validation import InvalidParameters, enabled, raise_invalid, within
 
@@ -94,12 +95,12 @@ def check_site(eqn: Any, ins: list, offset: int = 0, value: bool = True,
     Example:
         >>> from genvi.gen.site_checks import check_site   # called by the interpreters
     """
-    if not enabled() or eqn.params.get("masked"):
+    site = SiteEqn.of(eqn)
+    if not enabled() or site.masked:
         # masked sites (untaken lanes of a batched cond) may hold any parameters
         return
-    p = eqn.params
-    dist = p["dist"]
-    params = tuple(ins[offset:offset + p["n_params"]])
+    dist = site.dist
+    params = tuple(ins[offset:offset + site.n_params])
     observed = offset == 1
     line = jx.source_line(eqn) if observed else None
     where = f"the observation {line}" if observed else _address(eqn)
@@ -121,18 +122,18 @@ def check_read_value(eqn: Any, ins: list, value: Any, jaxpr: Any = None) -> None
     Example:
         >>> from genvi.gen.site_checks import check_read_value   # called by the interpreters
     """
-    if not enabled() or eqn.params.get("masked"):
+    site = SiteEqn.of(eqn)
+    if not enabled() or site.masked:
         return
-    p = eqn.params
-    dist = p["dist"]
+    dist = site.dist
     program = within()
     with density_scope():
-        _check_value(dist, value, tuple(ins[:p["n_params"]]), _gate(jaxpr),
+        _check_value(dist, value, tuple(ins[:site.n_params]), _gate(jaxpr),
                      f"invalid value for gv.{dist.name} at {_address(eqn)}{program}", _FIX_READ)
 
 
 def _address(eqn: Any) -> str:
-    return f"address {'/'.join(map(str, eqn.params['addr']))!r}"
+    return f"address {'/'.join(map(str, SiteEqn.of(eqn).addr))!r}"
 
 def _check_value(dist: Any, value: Any, params: tuple, gate: Any, head: str, fix: str) -> None:
     value = jax.lax.stop_gradient(jnp.asarray(value))

@@ -23,7 +23,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
-from genvi.core.primitives import observe_p, site_p
+from genvi.core.primitives import SiteEqn, observe_p, site_p
 
 
 def first_observation(jaxpr: Any) -> Any:
@@ -46,7 +46,7 @@ def site_addresses(jaxpr: Any) -> set:
     out = set()
     for eqn in jaxpr.eqns:
         if eqn.primitive is site_p:
-            out.add(eqn.params["addr"])
+            out.add(SiteEqn.of(eqn).addr)
         for j in jx.sub_jaxprs(eqn):
             out |= site_addresses(j)
     return out
@@ -58,7 +58,8 @@ def site_strategies(jaxpr: Any) -> dict:
     out: dict = {}
     for eqn in jaxpr.eqns:
         if eqn.primitive is site_p:
-            out[eqn.params["addr"]] = eqn.params["strategy"]
+            site = SiteEqn.of(eqn)
+            out[site.addr] = site.strategy
         for j in jx.sub_jaxprs(eqn):
             out.update(site_strategies(j))
     return out
@@ -69,8 +70,9 @@ def site_layouts(jaxpr: Any, depth: int = 0) -> dict:
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     out: dict = {}
     for eqn in jaxpr.eqns:
-        if eqn.primitive is site_p or (eqn.primitive is observe_p and eqn.params["addr"]):
-            out[eqn.params["addr"]] = (eqn.params.get("nest", ()), depth)  # named observations too
+        if eqn.primitive in (site_p, observe_p) and SiteEqn.of(eqn).addr:
+            site = SiteEqn.of(eqn)
+            out[site.addr] = (site.nest, depth)  # named observations too
         inner = depth + (jx.kind(eqn) == "scan")
         for j in jx.sub_jaxprs(eqn):
             out.update(site_layouts(j, inner))

@@ -1,0 +1,74 @@
+"""JAX's internals are read in one place: equation parameters (a scan's body and
+operand counts, a cond's branches, a call's jaxpr, genvi's own site parameters) are
+read only in `genvi/core/` (the typed views `ScanEqn`, `CondEqn`, `CallEqn`,
+`WhileEqn` and `SiteEqn`) and in rule tables keyed by primitive, whose rules read the
+parameters of the one primitive each handles. A JAX release that renames a
+parameter then touches `genvi/core/` only.
+
+Every module of `genvi/` is read with `ast`: an attribute `.params` of an equation
+(a name ending in `eqn`, or one of the loop names `e`, `s`, an indexed equation) is
+allowed only in those modules. Modules that import `jax.extend.core`,
+`jax.interpreters` or `jax._src` are allowed only in `genvi/core/`.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+LIBRARY = ROOT / "genvi"
+# rule tables: one rule per primitive, each reading its primitive's own parameters
+RULE_TABLES = {"genvi/adev/lane_rules.py", "genvi/inference/enum_lanes.py"}
+EQUATION_NAMES = {"e", "s", "at"}
+
+
+def _is_equation(node: ast.AST) -> bool:
+    if isinstance(node, ast.Subscript):
+        return _is_equation(node.value)
+    if isinstance(node, ast.Name):
+        return node.id.endswith(("eqn", "eqns")) or node.id in EQUATION_NAMES
+    if isinstance(node, ast.Attribute):
+        return node.attr.endswith("eqn")
+    return False
+
+
+def _readers(path: pathlib.Path) -> list[int]:
+    tree = ast.parse(path.read_text())
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and node.attr == "params"
+            and _is_equation(node.value)]
+
+
+def _outside_core() -> list[pathlib.Path]:
+    return [p for p in sorted(LIBRARY.rglob("*.py"))
+            if p.relative_to(ROOT).parts[1] != "core"]
+
+
+def test_equation_parameters_are_read_only_in_core_and_rule_tables():
+    found = {str(p.relative_to(ROOT)): lines for p in _outside_core()
+             if str(p.relative_to(ROOT)) not in RULE_TABLES and (lines := _readers(p))}
+    assert not found, ("JAX equation parameters read outside genvi/core/ (use a typed view: "
+                       f"ScanEqn, CondEqn, CallEqn, WhileEqn, SiteEqn): {found}")
+
+
+def test_the_fence_finds_a_reader():
+    # the check itself sees the forms it forbids
+    src = "x = eqn.params['length']\ny = eqns[0].params\nz = self.eqn.params\nw = result.params"
+    tree = ast.parse(src)
+    hits = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+            and n.attr == "params" and _is_equation(n.value)]
+    assert sorted(hits) == [1, 2, 3]
+
+
+def test_jax_internal_modules_are_imported_only_in_core():
+    internal = ("jax.extend", "jax.interpreters", "jax._src", "jax.core")
+    found = {}
+    for path in _outside_core():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad = [n for n in names if n.startswith(internal)]
+            if bad:
+                found.setdefault(str(path.relative_to(ROOT)), []).extend(bad)
+    assert not found, found
