@@ -1,11 +1,13 @@
 #!/usr/bin/env sh
-# Install genvi with its pinned dependencies into the current Python environment.
+# Install genvi and its dependencies (ranges, see pyproject.toml) into the current Python
+# environment; GENVI_CONSTRAINTS names a file of exact versions (CI's: constraints/).
 # The Dockerfile runs this script, .ci/run runs it, and tests/test_install.py runs it
 # (resolving the CUDA variant with --dry-run), so the install steps live only here.
 #
 #   scripts/install.sh                     # CPU (the default)
-#   GENVI_DEVICE=cuda scripts/install.sh   # NVIDIA GPU: the pinned JAX's CUDA 12 plugin
+#   GENVI_DEVICE=cuda scripts/install.sh   # NVIDIA GPU: JAX's CUDA 12 plugin
 #   GENVI_EXTRAS=test scripts/install.sh   # also the test tools (pytest, nbclient, ...)
+#   GENVI_CONSTRAINTS=constraints/newest.txt scripts/install.sh   # CI's exact versions
 #
 # Other settings: GENVI_EDITABLE=1 installs in development mode (pip -e);
 # GENVI_PIP_ARGS passes options to pip (for example --dry-run).
@@ -22,6 +24,8 @@ esac
 target="."
 if [ -n "$extras" ]; then target=".[$extras]"; fi
 if [ "${GENVI_EDITABLE:-0}" = "1" ]; then target="-e $target"; fi
+constraints=""
+if [ -n "${GENVI_CONSTRAINTS:-}" ]; then constraints="-c ${GENVI_CONSTRAINTS}"; fi
 
 case " ${GENVI_PIP_ARGS:-} " in
   *" --dry-run "*) dry_run=1 ;;
@@ -30,8 +34,8 @@ esac
 if [ "$dry_run" = 0 ]; then python -m pip install --quiet --upgrade pip; fi
 # a dry run prints what it would install; a real one stays quiet
 if [ "$dry_run" = 1 ]; then quiet=""; else quiet="--quiet"; fi
-# shellcheck disable=SC2086 # target, quiet and GENVI_PIP_ARGS are lists of words on purpose
-python -m pip install $quiet --no-cache-dir ${GENVI_PIP_ARGS:-} $target
+# shellcheck disable=SC2086 # target, quiet, constraints, GENVI_PIP_ARGS: lists of words
+python -m pip install $quiet --no-cache-dir $constraints ${GENVI_PIP_ARGS:-} $target
 if [ "$dry_run" = 1 ]; then
   echo "install.sh: resolved genvi for $device (dry run)"
 else

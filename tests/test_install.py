@@ -21,15 +21,38 @@ def test_unknown_device_is_a_clear_error():
     assert out.returncode == 2 and "GENVI_DEVICE=tpu is not a device; use cpu or cuda" in out.stderr
 
 
+def constraints_of_this_jax() -> pathlib.Path:
+    """The constraints file whose JAX is the one this suite runs on."""
+    import jax
+    for path in sorted((ROOT / "constraints").glob("*.txt")):
+        if f"jax=={jax.__version__}\n" in path.read_text():
+            return path
+    pytest.skip(f"no constraints file pins the running JAX {jax.__version__}")
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
-def test_install_resolves_with_pinned_versions(device):
-    # a dry run resolves every pinned requirement (for cuda: jax[cuda12] at the pinned
-    # JAX, its plugin and CUDA wheels) against the package index without installing
-    out = run_script(GENVI_DEVICE=device, GENVI_PIP_ARGS="--dry-run")
+def test_install_resolves_with_ci_versions(device):
+    # a dry run resolves every requirement at CI's exact versions (for cuda: jax[cuda12]
+    # at the constrained JAX, its plugin and CUDA wheels) without installing
+    import jax
+    out = run_script(GENVI_DEVICE=device, GENVI_PIP_ARGS="--dry-run",
+                     GENVI_CONSTRAINTS=str(constraints_of_this_jax()))
     assert out.returncode == 0, out.stderr[-2000:]
     assert f"resolved genvi for {device}" in out.stdout
     if device == "cuda":
-        assert "jax-cuda12-plugin-0.10.2" in out.stdout or "jax_cuda12_plugin-0.10.2" in out.stdout
+        v = jax.__version__
+        assert f"jax-cuda12-plugin-{v}" in out.stdout or f"jax_cuda12_plugin-{v}" in out.stdout
+
+
+def test_dependencies_are_ranges_and_constraints_pin_both_ends():
+    import tomllib
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if "==" in d], project["dependencies"]
+    oldest = (ROOT / "constraints" / "oldest.txt").read_text()
+    newest = (ROOT / "constraints" / "newest.txt").read_text()
+    jax_range = next(d for d in project["dependencies"] if d.startswith("jax>="))
+    assert "jax==" + jax_range.split(">=")[1].split(",")[0] + "\n" in oldest
+    assert "jax==0.12." in newest
 
 
 def test_dockerfile_installs_with_the_script_and_runs_the_demo():
