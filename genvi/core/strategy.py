@@ -29,18 +29,30 @@ from typing import Any
 class Strategy:
     """Base class of gradient strategies.
 
-    Subclasses set `kind` (the name distributions list as supported) and define
+    Subclasses set `kind` (its name in messages, and for the built-in strategies the
+    name distributions list as supported) and define
     `jvp(dist, key, primals, tangents, k)` (see `genvi.adev.strategies`). Strategies
     are static (hashable); dynamic data such as a baseline value travels as operands
     through `split`/`join`.
+
+    A strategy written outside genvi declares what it needs of a distribution once,
+    in `needs`: the names of the distribution's methods its rule calls (`sample`,
+    `lane_log_prob`, `support`, `mvd_terms`, ...). Every distribution that has them
+    supports it, and a masked site (an untaken branch of a batched `cond`) hands the
+    rule a distribution whose every such method is masked.
 
     Example:
         >>> import genvi as gv
         >>> isinstance(gv.REPARAM, gv.Strategy), gv.REPARAM.kind
         (True, 'REPARAM')
+        >>> class Mine(gv.Strategy):
+        ...     kind, needs = "MINE", ("sample", "lane_log_prob")
+        >>> supports(gv.flip, Mine()), supports(gv.flip, gv.REPARAM)
+        (True, False)
     """
 
     kind: str = "?"
+    needs: tuple[str, ...] = ()
 
     def jvp(self, dist, key, primals, tangents, k):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -58,6 +70,14 @@ class Strategy:
         return f"gv.{self.kind}"
 
 
+def supports(dist: Any, strategy: Strategy) -> bool:
+    """Whether `dist` supports `strategy`: it has every method the strategy `needs`,
+    or (a built-in strategy, which declares no needs) it lists the strategy's kind."""
+    if strategy.needs:
+        return all(callable(getattr(dist, name, None)) for name in strategy.needs)
+    return dist.supports(strategy.kind)
+
+
 def _where(addr: Any) -> str:
     return f" at address {'/'.join(map(str, addr))!r}" if addr else ""
 
@@ -73,10 +93,12 @@ def check_strategy(dist: Any, strategy: Any, addr: Any) -> None:
         for s in inner:
             check_strategy(dist, s, addr)
         return
-    if not dist.supports(strategy.kind):
+    if not supports(dist, strategy):
+        lacks = [n for n in strategy.needs if not callable(getattr(dist, n, None))]
+        needs = f" (it needs {', '.join(lacks)} of the distribution)" if lacks else ""
         raise ValueError(
-            f"gv.{dist.name} does not support the {strategy.kind} gradient strategy{where}; "
-            f"it supports: {', '.join('gv.' + s for s in dist.strategies)}")
+            f"gv.{dist.name} does not support the {strategy.kind} gradient strategy{where}"
+            f"{needs}; it supports: {', '.join('gv.' + s for s in dist.strategies)}")
 
 
 def missing_strategy_error(dist: Any, addr: Any) -> ValueError:
