@@ -203,9 +203,8 @@ def _sample_taint(eqn: Any, ins: list, trusted: bool, live: bool, at: Any) -> "_
     kinds = {s.kind for s in getattr(strategy, "strategies", ())} or {getattr(strategy, "kind", None)}
     if "REPARAM" not in kinds:
         return None  # a fresh draw: its dependence on the parameters is a score term
-    addr = site.addr
-    site = repr("/".join(map(str, addr))) if addr else "an unnamed gv.sample"
-    return _Taint(site, f"gv.{site.dist.name}", params is not None and params.param)
+    where = repr("/".join(map(str, site.addr))) if site.addr else "an unnamed gv.sample"
+    return _Taint(where, f"gv.{site.dist.name}", params is not None and params.param)
 
 
 def _cond(eqn: Any, ins: list, live: bool, trusted: bool, at: Any) -> list:

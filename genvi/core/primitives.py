@@ -21,6 +21,7 @@ import jax
 from genvi.core import jaxpr as jx
 from genvi.core.mistakes import is_shape_error, site_shape_error
 from genvi.core.tracing import GENVI_CONDS, IN_OBJECTIVE
+from genvi.core.walk import Hooks, env_of, walk
 
 
 def _sample_aval(*avals, dist, n_params, addr=None, **_):
@@ -217,53 +218,57 @@ def run_masked(closed: Any, mask: Any, args: list, path: tuple = ()) -> list:
     index) pairs of the batched conds around it, outermost first) followed by the
     path it already had, so the interpreters can merge records of one address made
     in different branches of one cond (`Handler.record`) and refuse any other reuse."""
-    env = dict(zip(closed.jaxpr.constvars, closed.consts))
-    env.update(zip(closed.jaxpr.invars, args))
-    for eqn in closed.jaxpr.eqns:
-        ins = [jx.read(env, v) for v in eqn.invars]
-        if eqn.primitive in (site_p, sample_p, observe_p):
-            p = dict(eqn.params)
-            if p.get("masked"):
-                mask_here = jax.numpy.logical_and(ins.pop(), mask)
-            else:
-                mask_here = mask
-            p["masked"] = True
-            p["branch"] = path + p.get("branch", ())
-            outs = jx.eval_eqn_with(eqn, ins + [mask_here], p)
-        elif any(jx.contains(j, MASKABLE) for j in jx.sub_jaxprs(eqn)):
-            outs = _masked_control(eqn, mask, ins, path)
-        else:
-            outs = jx.eval_eqn(eqn, ins)
-        env.update(zip(eqn.outvars, outs))
-    return [jx.read(env, v) for v in closed.jaxpr.outvars]
+    return walk(closed.jaxpr, env_of(closed, args), _Masking(mask, path))
 
 
-def _masked_control(eqn: Any, mask: Any, ins: list, path: tuple) -> list:
-    kind = jx.kind(eqn)
-    if kind == "call":
-        return run_masked(jx.call_body(eqn), mask, ins, path)
-    if kind == "cond":
-        branches = jx.cond_branches(eqn)
-        index = jax.numpy.clip(ins[0], 0, len(branches) - 1)
+def _mask_site(hooks: "_Masking", i: int, eqn: Any, ins: list) -> list:
+    p = dict(eqn.params)
+    if p.get("masked"):
+        mask_here = jax.numpy.logical_and(ins.pop(), hooks.mask)
+    else:
+        mask_here = hooks.mask
+    p["masked"] = True
+    p["branch"] = hooks.path + p.get("branch", ())
+    return jx.eval_eqn_with(eqn, ins + [mask_here], p)
+
+
+class _Masking(Hooks):
+    """`run_masked`'s hooks: every site gains the mask; control flow is followed."""
+
+    rules = {site_p: _mask_site, sample_p: _mask_site, observe_p: _mask_site}
+    holds = MASKABLE
+
+    def __init__(self, mask: Any, path: tuple):
+        self.mask, self.path = mask, path
+
+    def call(self, i, view, ins):
+        return run_masked(view.body, self.mask, ins, self.path)
+
+    def cond(self, i, view, ins):
+        index, ops = view.split(ins)
+        index = jax.numpy.clip(index, 0, len(view.branches) - 1)
         token = jx.cond_token()
-        outs = [run_masked(b, jax.numpy.logical_and(mask, index == i), ins[1:],
-                           path + ((token, i),))
-                for i, b in enumerate(branches)]
+        outs = [run_masked(b, jax.numpy.logical_and(self.mask, index == j), ops,
+                           self.path + ((token, j),))
+                for j, b in enumerate(view.branches)]
         return [jax.lax.select_n(jax.numpy.broadcast_to(index, c[0].shape), *c)
                 for c in zip(*outs)]
-    if kind == "scan":
-        scan = jx.ScanEqn.of(eqn)
-        consts, init, xs = scan.split(ins)
+
+    def scan(self, i, view, ins):
+        consts, init, xs = view.split(ins)
 
         def step(carry, x):
-            outs = run_masked(scan.body, mask, consts + list(carry) + list(x), path)
-            new, ys = scan.split_outs(outs)
+            outs = run_masked(view.body, self.mask, consts + list(carry) + list(x), self.path)
+            new, ys = view.split_outs(outs)
             return tuple(new), tuple(ys)
 
-        carry, ys = scan.scan(step, tuple(init), tuple(xs))
+        carry, ys = view.scan(step, tuple(init), tuple(xs))
         return list(carry) + list(ys)
-    raise NotImplementedError(
-        f"sampling sites inside `{eqn.primitive.name}` inside a batched cond are not supported")
+
+    def unsupported(self, i, eqn, ins):
+        raise NotImplementedError(
+            f"sampling sites inside `{eqn.primitive.name}` inside a batched cond are not "
+            "supported")
 
 
 def _own_batching(branches: Any) -> bool:

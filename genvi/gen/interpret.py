@@ -31,6 +31,7 @@ import jax.numpy as jnp
 from genvi.core import jaxpr as jx
 from genvi.core.primitives import SITES, SiteEqn, observe_p, plate_p, site_p
 from genvi.core.mistakes import addr_name
+from genvi.core.walk import Hooks, env_of, walk
 from genvi.gen.handlers import Handler, State
 from genvi.gen.site_checks import check_read_value, check_site, control as validation_control
 from genvi.gen.sites import site_addresses
@@ -38,33 +39,54 @@ from genvi.gen.sites import site_addresses
 
 def run(closed: Any, args: list, handler: Handler, state: State) -> tuple[list, State]:
     """Interpret a program's closed jaxpr on `args` with `handler`."""
-    env = dict(zip(closed.jaxpr.constvars, closed.consts))
-    env.update(zip(closed.jaxpr.invars, args))
-    return _level(closed.jaxpr, env, handler, state)
+    hooks = _Interpret(closed.jaxpr, handler, state)
+    outs = walk(closed.jaxpr, env_of(closed, args), hooks)
+    return outs, hooks.state
 
 
-def _level(jaxpr: Any, env: dict, handler: Handler, state: State) -> tuple[list, State]:
-    for eqn in jaxpr.eqns:
-        ins = [jx.read(env, v) for v in eqn.invars]
-        if eqn.primitive is site_p:
-            check_site(eqn, ins, jaxpr=jaxpr)
-            value, state = handler.site(eqn, ins, state)
-            if SiteEqn.of(eqn).addr in state.reads:  # a value given by the user: scored
-                check_read_value(eqn, ins, value, jaxpr)
-            env[eqn.outvars[0]] = value
-        elif eqn.primitive is plate_p:
-            handler.plate(eqn)
-        elif eqn.primitive is observe_p:
-            check_site(eqn, ins, offset=1, value=handler.reads_observed_values, jaxpr=jaxpr)
-            state = handler.observe(eqn, ins, state)
-        elif any(jx.contains(j, SITES) for j in jx.sub_jaxprs(eqn)):
-            # the scan/cond it emits points at the user's line; validation knows the branch
-            with jx.emitted_as(eqn), validation_control(eqn, ins, jaxpr):
-                outs, state = _control(eqn, ins, handler, state)
-            env.update(zip(eqn.outvars, outs))
-        else:
-            env.update(zip(eqn.outvars, jx.eval_eqn(eqn, ins)))
-    return [jx.read(env, v) for v in jaxpr.outvars], state
+def _site(hooks: "_Interpret", i: int, eqn: Any, ins: list) -> list:
+    check_site(eqn, ins, jaxpr=hooks.jaxpr)
+    value, hooks.state = hooks.handler.site(eqn, ins, hooks.state)
+    if SiteEqn.of(eqn).addr in hooks.state.reads:  # a value given by the user: scored
+        check_read_value(eqn, ins, value, hooks.jaxpr)
+    return [value]
+
+
+def _plate(hooks: "_Interpret", i: int, eqn: Any, ins: list) -> list:
+    hooks.handler.plate(eqn)
+    return []
+
+
+def _observe(hooks: "_Interpret", i: int, eqn: Any, ins: list) -> list:
+    check_site(eqn, ins, offset=1, value=hooks.handler.reads_observed_values, jaxpr=hooks.jaxpr)
+    hooks.state = hooks.handler.observe(eqn, ins, hooks.state)
+    return []
+
+
+class _Interpret(Hooks):
+    """The walk's hooks: sites and observations go to the handler, a `State` is
+    threaded through them and through scan, cond and call bodies."""
+
+    rules = {site_p: _site, plate_p: _plate, observe_p: _observe}
+    holds = SITES
+
+    def __init__(self, jaxpr: Any, handler: Handler, state: State):
+        self.jaxpr, self.handler, self.state = jaxpr, handler, state
+
+    def _control(self, eqn: Any, ins: list, body: Any) -> list:
+        # the scan/cond it emits points at the user's line; validation knows the branch
+        with jx.emitted_as(eqn), validation_control(eqn, ins, self.jaxpr):
+            outs, self.state = body(ins, self.handler, self.state)
+        return outs
+
+    def call(self, i, view, ins):
+        return self._control(view.eqn, ins, lambda *a: run(view.body, *a))
+
+    def scan(self, i, view, ins):
+        return self._control(view.eqn, ins, lambda *a: _scan(view, *a))
+
+    def cond(self, i, view, ins):
+        return self._control(view.eqn, ins, lambda *a: _cond(view, *a))
 
 
 def _merge(handler: Handler, state: State, sub: State, choices: dict,
@@ -75,23 +97,7 @@ def _merge(handler: Handler, state: State, sub: State, choices: dict,
     return replace(state, key=sub.key, log_density=state.log_density + sub.log_density)
 
 
-def _control(eqn: Any, ins: list, handler: Handler, state: State) -> tuple[list, State]:
-    kind = jx.kind(eqn)
-    if kind == "call":
-        body = jx.call_body(eqn)
-        return run(body, ins, handler, state)
-    if kind == "scan":
-        return _scan(eqn, ins, handler, state)
-    if kind == "cond":
-        return _cond(eqn, ins, handler, state)
-    raise NotImplementedError(
-        f"sampling sites inside `{eqn.primitive.name}` are not supported: use gv.scan or "
-        "jax.lax.scan with a fixed length for loops, and keep sampling out of "
-        "custom_jvp/custom_vjp functions")
-
-
-def _scan(eqn, ins, handler, state):
-    scan = jx.ScanEqn.of(eqn)
+def _scan(scan: jx.ScanEqn, ins: list, handler: Handler, state: State) -> tuple[list, State]:
     body, ncar = scan.body, scan.num_carry
     consts, init, xs = scan.split(ins)
     addrs = site_addresses(body)
@@ -126,9 +132,9 @@ def _scan(eqn, ins, handler, state):
     return list(c) + list(ys), state
 
 
-def _cond(eqn, ins, handler, state):
-    index, ops = ins[0], ins[1:]
-    branches = jx.cond_branches(eqn)
+def _cond(view: jx.CondEqn, ins: list, handler: Handler, state: State) -> tuple[list, State]:
+    index, ops = view.split(ins)
+    branches = view.branches
     visited: set = set()
 
     def make(branch):

@@ -57,6 +57,11 @@ def require_arviz(what: str) -> ModuleType:
         raise ImportError(
             f"{what} needs ArviZ, an optional dependency of genvi: install it with "
             "pip install 'genvi[arviz]' (or pip install arviz)") from err
+    if int(arviz.__version__.split(".")[0]) >= 1:
+        raise ImportError(
+            f"{what} needs ArviZ 0.x (genvi is tested with 0.23); ArviZ {arviz.__version__} "
+            "moved its PSIS and InferenceData API into arviz-stats and arviz-base, which "
+            "genvi does not support yet: pip install 'arviz<1'")
     return arviz
 
 
