@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from genvi.core import jaxpr as jx
+from genvi.core.walk import Hooks, walk
 
 
 def work(jaxpr: Any) -> tuple[float, float]:
@@ -39,22 +40,42 @@ def work(jaxpr: Any) -> tuple[float, float]:
         (20.0, 60.0)
     """
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    ops = elements = 0.0
-    for eqn in jaxpr.eqns:
-        kind, subs = jx.kind(eqn), jx.sub_jaxprs(eqn)
-        if kind == "scan":
-            scan = jx.ScanEqn.of(eqn)
-            o, e = work(scan.body)
-            ops, elements = ops + scan.length * o, elements + scan.length * e
-            continue
-        if kind == "cond":
-            o, e = max(work(b) for b in jx.cond_branches(eqn))
-        elif subs:
-            o, e = (sum(x) for x in zip(*(work(j) for j in subs)))
-        else:
-            o, e = 1.0, float(sum(math.prod(getattr(v.aval, "shape", ())) for v in eqn.outvars))
-        ops, elements = ops + o, elements + e
-    return ops, elements
+    counter = _Work()
+    walk(jaxpr, dict.fromkeys(list(jaxpr.constvars) + list(jaxpr.invars)), counter,
+         literal=lambda _: None)
+    return counter.ops, counter.elements
+
+
+class _Work(Hooks):
+    """`work`'s hooks: a walk over no values that adds up each equation's cost."""
+
+    def __init__(self) -> None:
+        self.ops = self.elements = 0.0
+
+    def _add(self, eqn: Any, ops: float, elements: float) -> list:
+        self.ops, self.elements = self.ops + ops, self.elements + elements
+        return [None] * len(eqn.outvars)
+
+    def interprets(self, eqn: Any) -> bool:
+        return bool(jx.sub_jaxprs(eqn))
+
+    def scan(self, i, view, ins):
+        o, e = work(view.body)
+        return self._add(view.eqn, view.length * o, view.length * e)
+
+    def cond(self, i, view, ins):
+        return self._add(view.eqn, *max(work(b) for b in view.branches))
+
+    def call(self, i, view, ins):
+        return self.unsupported(i, view.eqn, ins)
+
+    def unsupported(self, i, eqn, ins):  # a while loop's body once, a custom rule's call
+        o, e = (sum(x) for x in zip(*(work(j) for j in jx.sub_jaxprs(eqn))))
+        return self._add(eqn, o, e)
+
+    def other(self, i, eqn, ins):
+        return self._add(eqn, 1.0, float(sum(math.prod(getattr(v.aval, "shape", ()))
+                                                 for v in eqn.outvars)))
 
 
 class CompiledWork(NamedTuple):

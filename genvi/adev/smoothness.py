@@ -49,6 +49,7 @@ from typing import Any, Sequence
 
 from genvi.core import jaxpr as jx
 from genvi.core.primitives import SiteEqn, sample_p
+from genvi.core.walk import walk
 from genvi.core.scopes import CONTINUOUS_SCOPE, DENSITY_SCOPE
 
 
@@ -132,13 +133,12 @@ def _analyze(jaxpr: Any, in_taints: list, trusted: bool, at: Any = None) -> list
     code is under a density or assume_continuous scope (no refusals). `at`: the call
     equation whose source line messages show (a jitted helper's body, e.g.
     `jnp.where`'s, is cached with the line of its first caller)."""
-    env: dict = dict(zip(jaxpr.invars, in_taints))
+    env: dict = dict.fromkeys(jaxpr.constvars)  # constants carry no taint
+    env.update(zip(jaxpr.invars, in_taints))
     live = _live_equations(jaxpr)
-    for i, eqn in enumerate(jaxpr.eqns):
-        ins = [None if isinstance(v, jx.Literal) else env.get(v) for v in eqn.invars]
-        outs = _rule(eqn, ins, trusted or _scoped(eqn), live[i], at)
-        env.update((v, t) for v, t in zip(eqn.outvars, outs) if t is not None)
-    return [None if isinstance(v, jx.Literal) else env.get(v) for v in jaxpr.outvars]
+    return walk(jaxpr, env, lambda i, eqn, ins: _rule(eqn, ins, trusted or _scoped(eqn),
+                                                      live[i], at),
+                literal=lambda _: None)
 
 
 def _scoped(eqn: Any) -> bool:

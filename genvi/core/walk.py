@@ -116,7 +116,7 @@ class Hooks:
         rule = self.rules.get(eqn.primitive)
         if rule is not None:
             return rule(self, i, eqn, ins)
-        if self.holds and self.interprets(eqn):
+        if self.interprets(eqn):
             kind = jx.kind(eqn)
             if kind == "scan":
                 return self.scan(i, jx.ScanEqn.of(eqn), ins)
@@ -130,7 +130,7 @@ class Hooks:
     def interprets(self, eqn: Any) -> bool:
         """Whether `eqn`'s bodies hold a primitive of `holds` (so its control flow is
         interpreted rather than handed to JAX)."""
-        return any(jx.contains(j, self.holds) for j in jx.sub_jaxprs(eqn))
+        return bool(self.holds) and any(jx.contains(j, self.holds) for j in jx.sub_jaxprs(eqn))
 
     def other(self, i: int, eqn: Any, ins: list) -> Any:
         return jx.eval_eqn(eqn, ins)
