@@ -43,6 +43,7 @@ from genvi.core import jaxpr as jx
 from genvi.core.primitives import SAMPLES, sample_p, site_parts
 from genvi.core.strategy import missing_strategy_error
 from genvi.core.tracing import GENVI_CONDS
+from genvi.core.walk import Stop, walk
 
 
 def _instantiate(t: Any, p: Any) -> Any:
@@ -161,52 +162,54 @@ class _Run:
         that split on to a continuation. Replays that rules ask for are collected in
         `pending` (a scan body's) when given, else evaluated at once."""
         keys = split_keys(jaxpr, key) if keys is None else keys
-        score = offset = None
-        for i in range(start, len(jaxpr.eqns)):
-            eqn = jaxpr.eqns[i]
-            ins = [_read(env, v) for v in eqn.invars]
-            if eqn.primitive is sample_p:
-                site_key = keys[i]
-                if self.replay:
-                    env[eqn.outvars[0]] = Dual(self._replay_site(eqn, ins, site_key, steps))
-                    continue
-                dist, params, strategy, addr = site_parts(
-                    eqn, [x.primal for x in ins], [x.tangent for x in ins])
-                if strategy is None:  # allowed only where nothing is differentiated
-                    if any(x.tangent is not None for x in ins[:len(params)]):
-                        raise missing_strategy_error(dist, addr)
-                    env[eqn.outvars[0]] = Dual(self._replay_site(eqn, ins, site_key, steps))
-                    continue
-                k = _Continuation(self, jaxpr, i, env, keys, steps, top)
-                note_site(eqn, dist, strategy, eqn.outvars[0].aval, steps)
-                res = strategy.jvp(dist, site_key, params, [x.tangent for x in ins[:len(params)]], k)
-                if isinstance(res, Dual):  # the rule evaluated the rest of the program
-                    return self._finish(res, score, offset)
-                if res.replays is not None and pending is not None:
-                    pending.add(steps + (eqn,), res)
-                    note_replays(eqn, res.replays.alternatives,
-                                 "whole-objective replays, after the scan")
-                else:
-                    res = k.resolved(res)
-                env[eqn.outvars[0]] = Dual(res.value, res.tangent if jx.is_float(res.value) else None)
-                score, offset = d.add(score, res.score), d.add(offset, res.offset)
-            elif (any(jx.contains(j, SAMPLES) for j in jx.sub_jaxprs(eqn))
-                  or (any(x.tangent is not None for x in ins) and _holds_cond(eqn))):
-                # A `cond` with tangents (even without sites, e.g. in a log density)
-                # is evaluated branch by branch too: under vmap JAX turns the JVP of a
-                # cond with a batched predicate into a select that cannot be transposed.
-                outs, (s, o) = self._control(eqn, ins, keys.get(i), steps, pending)
-                for v, x in zip(eqn.outvars, outs):
-                    env[v] = x
-                score, offset = d.add(score, s), d.add(offset, o)
-            else:
-                outs, touts = jx.jvp_eqn(eqn, [x.primal for x in ins], [x.tangent for x in ins])
-                for v, p, t in zip(eqn.outvars, outs, touts):
-                    env[v] = Dual(p, t)
-        outs = [_read(env, v) for v in jaxpr.outvars]
+        acc = _Accumulated()
+
+        def rule(i: int, eqn: Any, ins: list) -> Any:
+            return self._eqn(jaxpr, i, eqn, ins, env, keys, steps, top, pending, acc)
+
+        outs = walk(jaxpr, env, rule, start=start, literal=Dual)
+        if isinstance(outs, Stop):  # a rule evaluated the rest of the program
+            return outs.value
         if top:
-            return self._finish(outs[0], score, offset)
-        return outs, (score, offset)
+            return self._finish(outs[0], acc.score, acc.offset)
+        return outs, (acc.score, acc.offset)
+
+    def _eqn(self, jaxpr: Any, i: int, eqn: Any, ins: list, env: dict, keys: dict,
+             steps: tuple, top: bool, pending: "Pending | None", acc: "_Accumulated") -> Any:
+        """One equation of `level`'s walk: its outputs, or `Stop` with the final `Dual`."""
+        if eqn.primitive is sample_p:
+            site_key = keys[i]
+            if self.replay:
+                return [Dual(self._replay_site(eqn, ins, site_key, steps))]
+            dist, params, strategy, addr = site_parts(
+                eqn, [x.primal for x in ins], [x.tangent for x in ins])
+            if strategy is None:  # allowed only where nothing is differentiated
+                if any(x.tangent is not None for x in ins[:len(params)]):
+                    raise missing_strategy_error(dist, addr)
+                return [Dual(self._replay_site(eqn, ins, site_key, steps))]
+            k = _Continuation(self, jaxpr, i, env, keys, steps, top)
+            note_site(eqn, dist, strategy, eqn.outvars[0].aval, steps)
+            res = strategy.jvp(dist, site_key, params, [x.tangent for x in ins[:len(params)]], k)
+            if isinstance(res, Dual):  # the rule evaluated the rest of the program
+                return Stop(self._finish(res, acc.score, acc.offset))
+            if res.replays is not None and pending is not None:
+                pending.add(steps + (eqn,), res)
+                note_replays(eqn, res.replays.alternatives,
+                             "whole-objective replays, after the scan")
+            else:
+                res = k.resolved(res)
+            acc.add(res.score, res.offset)
+            return [Dual(res.value, res.tangent if jx.is_float(res.value) else None)]
+        if (any(jx.contains(j, SAMPLES) for j in jx.sub_jaxprs(eqn))
+                or (any(x.tangent is not None for x in ins) and _holds_cond(eqn))):
+            # A `cond` with tangents (even without sites, e.g. in a log density)
+            # is evaluated branch by branch too: under vmap JAX turns the JVP of a
+            # cond with a batched predicate into a select that cannot be transposed.
+            outs, (s, o) = self._control(eqn, ins, keys.get(i), steps, pending)
+            acc.add(s, o)
+            return outs
+        outs, touts = jx.jvp_eqn(eqn, [x.primal for x in ins], [x.tangent for x in ins])
+        return [Dual(p, t) for p, t in zip(outs, touts)]
 
     def _finish(self, out: Dual, score: Any, offset: Any) -> Dual:
         offset = d.add(offset, self.sd.term(self._replay_overrides, out.primal))
@@ -335,6 +338,16 @@ class _Run:
         return [Dual(p, t) for p, t in zip(o_p, o_t)], (s, o)
 
 
+class _Accumulated:
+    """A walk's score and offset: the terms its sites' rules add to the final tangent."""
+
+    def __init__(self) -> None:
+        self.score = self.offset = None
+
+    def add(self, score: Any, offset: Any) -> None:
+        self.score, self.offset = d.add(self.score, score), d.add(self.offset, offset)
+
+
 def _holds_cond(eqn: Any) -> bool:
     return jx.kind(eqn) == "cond" or any(jx.contains(j, jx.CONDS) for j in jx.sub_jaxprs(eqn))
 
@@ -343,12 +356,6 @@ def _select(which: Any, cases: tuple) -> Any:
     if cases[0] is None:
         return None
     return jax.lax.select_n(which, *cases)
-
-
-def _read(env: dict, var: Any) -> Dual:
-    if isinstance(var, jx.Literal):
-        return Dual(var.val)
-    return env[var]
 
 
 def estimate_jvp(closed: Any, key: Any, primals: Sequence, tangents: Sequence) -> Dual:

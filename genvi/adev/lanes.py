@@ -46,6 +46,7 @@ from genvi.adev.markov_scan import markov_scan, scans_over_lanes
 from genvi.adev.replay import Replay, same_site, split_keys
 from genvi.adev.values import Coupled, Local, Perturbed
 from genvi.core import jaxpr as jx
+from genvi.core.walk import walk
 from genvi.core.primitives import SAMPLES, sample_p, site_parts
 
 _ENABLED = contextvars.ContextVar("genvi_lane_local_replays", default=True)
@@ -122,27 +123,24 @@ class LaneEval:
 
     # -- evaluation -----------------------------------------------------------------
     def level(self, jaxpr: Any, start: int, env: dict, keys: dict, steps: tuple) -> list:
-        for i in range(start, len(jaxpr.eqns)):
-            eqn = jaxpr.eqns[i]
-            ins = [jx.read(env, v) for v in eqn.invars]
-            same = all(not isinstance(x, (Local, Perturbed)) for x in ins)
-            if eqn.primitive is sample_p:
-                outs = [self._sample(eqn, ins, keys.get(i), steps)]
-            elif jx.kind(eqn) not in ("call", "custom") and any(
-                    jx.contains(j, SAMPLES) for j in jx.sub_jaxprs(eqn)):
-                if jx.kind(eqn) == "scan" and (not same or self._holds_target(eqn, steps)):
-                    outs = self._scan(eqn, ins, keys.get(i), steps)
-                elif not same:
-                    raise Coupled(eqn.primitive.name)  # sites in a cond: replays
-                else:
-                    outs = self.replay.control(eqn, ins, keys.get(i), steps)
-            elif same and not self._holds_target(eqn, steps):
-                outs = jx.eval_eqn(eqn, ins)
-            else:
-                outs = self._eqn(eqn, ins, keys.get(i), steps)
-            for v, x in zip(eqn.outvars, outs):
-                env[v] = x
-        return [jx.read(env, v) for v in jaxpr.outvars]
+        """Evaluate `jaxpr.eqns[start:]` lane-tracked (a walk on `genvi.core.walk`)."""
+        return walk(jaxpr, env, lambda i, eqn, ins: self._at(eqn, ins, keys.get(i), steps),
+                    start=start)
+
+    def _at(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
+        same = all(not isinstance(x, (Local, Perturbed)) for x in ins)
+        if eqn.primitive is sample_p:
+            return [self._sample(eqn, ins, key, steps)]
+        if jx.kind(eqn) not in ("call", "custom") and any(
+                jx.contains(j, SAMPLES) for j in jx.sub_jaxprs(eqn)):
+            if jx.kind(eqn) == "scan" and (not same or self._holds_target(eqn, steps)):
+                return self._scan(eqn, ins, key, steps)
+            if not same:
+                raise Coupled(eqn.primitive.name)  # sites in a cond: replays
+            return self.replay.control(eqn, ins, key, steps)
+        if same and not self._holds_target(eqn, steps):
+            return jx.eval_eqn(eqn, ins)
+        return self._eqn(eqn, ins, key, steps)
 
     def _holds_target(self, eqn: Any, steps: tuple) -> bool:
         """Whether `eqn` (at `steps`) holds the site that becomes lane-tracked."""

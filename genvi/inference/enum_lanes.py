@@ -39,6 +39,7 @@ from jax.scipy.special import logsumexp
 from genvi.adev.lane_rules import ELEMENTWISE, RULES, elementwise
 from genvi.adev.values import Local, Perturbed
 from genvi.core import jaxpr as jx
+from genvi.core.walk import env_of, walk
 
 
 class NotSummable(Exception):
@@ -63,29 +64,23 @@ def is_tracked(x: Any) -> bool:
 def evaluate(closed: Any, inputs: list, other: Any = None) -> list:
     """Evaluate a closed jaxpr on values that may be `Local` or `Additive`; `other(eqn,
     ins)` handles equations the lane rules do not (None: refuse)."""
-    env = dict(zip(closed.jaxpr.constvars, closed.consts))
-    env.update(zip(closed.jaxpr.invars, inputs))
-    return _level(closed.jaxpr, env, other)
+    return walk(closed.jaxpr, env_of(closed, inputs),
+                lambda i, eqn, ins: _evaluate_eqn(eqn, ins, other))
 
 
-def _level(jaxpr: Any, env: dict, other: Any) -> list:
-    for eqn in jaxpr.eqns:
-        ins = [jx.read(env, v) for v in eqn.invars]
-        body = jx.call_body(eqn) if jx.kind(eqn) in ("call", "custom") else None
-        if not any(is_tracked(x) for x in ins):
-            outs = jx.eval_eqn(eqn, ins)
-        elif body is not None and len(body.jaxpr.invars) == len(ins):
-            outs = evaluate(body, ins, other)
-        else:
-            outs = other(eqn, ins) if other is not None else None
-            if outs is None:
-                outs = _tracked(eqn, ins)
-        for var, x in zip(eqn.outvars, outs):
-            if isinstance(x, Perturbed):
-                raise NotSummable(f"their lanes couple at `{eqn.primitive.name}` "
-                                  f"({jx.source_line(eqn)})")
-            env[var] = x
-    return [jx.read(env, v) for v in jaxpr.outvars]
+def _evaluate_eqn(eqn: Any, ins: list, other: Any) -> list:
+    if not any(is_tracked(x) for x in ins):
+        return jx.eval_eqn(eqn, ins)
+    body = jx.call_body(eqn) if jx.kind(eqn) in ("call", "custom") else None
+    if body is not None and len(body.jaxpr.invars) == len(ins):
+        return evaluate(body, ins, other)
+    outs = other(eqn, ins) if other is not None else None
+    if outs is None:
+        outs = _tracked(eqn, ins)
+    if any(isinstance(x, Perturbed) for x in outs):
+        raise NotSummable(f"their lanes couple at `{eqn.primitive.name}` "
+                          f"({jx.source_line(eqn)})")
+    return outs
 
 
 def _tracked(eqn: Any, ins: list) -> list:
