@@ -38,9 +38,8 @@ from genvi.adev.explain import note_enumeration, note_path, note_replays, note_s
 from genvi.adev.lanes import lane_replay_values
 from genvi.adev.pending import Pending
 from genvi.adev.replay import Replay, draw, split_keys
-from genvi.adev.stochastic_derivatives import Pruning
 from genvi.core import jaxpr as jx
-from genvi.core.primitives import SAMPLES, sample_p, site_parts
+from genvi.core.primitives import SAMPLES, SiteEqn, sample_p, site_parts
 from genvi.core.strategy import missing_strategy_error
 from genvi.core.tracing import GENVI_CONDS
 from genvi.core.walk import Stop, walk
@@ -92,13 +91,20 @@ class _Continuation:
         note_replays(self._jaxpr.eqns[self._index], res.replays.alternatives, path)
         return Deferred(res.value, res.tangent, res.score, d.add(res.offset, value))
 
-    def prune(self, key: Any, alternatives: Any, weights: Any, magnitudes: Any) -> None:
-        """Offer this site's SD candidate (one lane, chosen ∝ `magnitudes`) to the
-        run's pruning pool (see `genvi.adev.stochastic_derivatives`)."""
-        eqn = self._jaxpr.eqns[self._index]
-        self._run.sd.offer_site(key, self._steps + (eqn,), alternatives, weights, magnitudes)
-        note_path(eqn, "one lane's alternative offered to the pruning pool: one replay per "
-                       "estimate, shared by every SD site")
+    @property
+    def location(self) -> tuple:
+        """Where the site is: the enclosing control-flow equations and scan steps,
+        then the site's equation (what a replay's override names)."""
+        return self._steps + (self._jaxpr.eqns[self._index],)
+
+    def state(self, strategy: Any) -> Any:
+        """The run's `RunState` of `strategy` (its `run_state` class): what the
+        strategy keeps across the run (see `genvi.core.strategy.RunState`)."""
+        return self._run.states[strategy.run_state]
+
+    def note(self, path: str) -> None:
+        """Say how this site's gradient terms are evaluated (`explain`'s replays column)."""
+        note_path(self._jaxpr.eqns[self._index], path)
 
     def dual_map(self, values: Any) -> Dual:
         if not self.can_branch:
@@ -128,7 +134,9 @@ class _Run:
         self.primals, self.tangents = list(primals), list(tangents)
         self.overrides, self.replay = overrides, replay
         self.dual = any(t is not None for t in self.tangents)
-        self.sd = Pruning()  # gv.SD sites' candidates: one replay per run, at `_finish`
+        # what strategies keep across the run (gv.SD's pruning pool), by class; a
+        # replay runs no rule, so it keeps nothing
+        self.states = {} if replay else {cls: cls() for cls in run_state_classes(closed)}
         outs = closed.jaxpr.outvars
         self.out_dtype = outs[0].aval.dtype if outs else jnp.float32
 
@@ -212,7 +220,8 @@ class _Run:
         return [Dual(p, t) for p, t in zip(outs, touts)]
 
     def _finish(self, out: Dual, score: Any, offset: Any) -> Dual:
-        offset = d.add(offset, self.sd.term(self._replay_overrides, out.primal))
+        for state in self.states.values():
+            offset = d.add(offset, state.finish(self._replay_overrides, out.primal))
         tangent = d.add(d.add(out.tangent, d.mul(out.primal, score)), offset)
         if tangent is not None:
             tangent = jax.lax.convert_element_type(tangent, jnp.result_type(out.primal))
@@ -239,6 +248,12 @@ class _Run:
 
     def _replay_site(self, eqn: Any, ins: list, site_key: Any, steps: tuple) -> Any:
         return draw(eqn, [x.primal for x in ins], site_key, steps, self.overrides)
+
+    def _enter(self) -> dict:
+        return {cls: state.enter() for cls, state in self.states.items()}
+
+    def _leave(self, saved: dict) -> dict:
+        return {cls: state.leave(saved[cls]) for cls, state in self.states.items()}
 
     def _acc_zero(self) -> Any:
         return jnp.zeros((), self.out_dtype) if self.dual else None
@@ -280,26 +295,27 @@ class _Run:
                            + [Dual(p, t) for p, t in zip(x_p, x_t)]))
             if pending is not None:
                 pending.start()
-            saved = self.sd.enter()  # SD candidates of this step leave as outputs
+            saved = self._enter()  # what strategies keep of this step leaves as outputs
             outs, (ds, do) = self.level(body.jaxpr, 0, env, key, steps + (eqn, i), False,
                                         pending=pending)
-            sd = self.sd.leave(saved)
+            kept = self._leave(saved)
             new_c = outs[:ncar]
             s, o = (None, None) if not dual else (d.add(s, ds), d.add(o, do))
             ys = outs[ncar:]
             deferred = () if pending is None else pending.arrays(i)
             return ((tuple(x.primal for x in new_c), tuple(tangents_of(new_c)), i + 1,
-                     s, o), (tuple(y.primal for y in ys), tuple(y.tangent for y in ys), deferred, sd))
+                     s, o), (tuple(y.primal for y in ys), tuple(y.tangent for y in ys), deferred, kept))
 
         init_carry = (tuple(x.primal for x in init), tuple(tangents_of(init)),
                       jnp.zeros((), jnp.int32), self._acc_zero(), self._acc_zero())
         xs_in = (tuple(x.primal for x in xs), tuple(x.tangent if dual else None for x in xs),
                  None if key is None else jax.random.split(key, scan.length))
-        (c_p, c_t, _, s, o), (y_p, y_t, deferred, sd) = scan.scan(step, init_carry, xs_in)
+        (c_p, c_t, _, s, o), (y_p, y_t, deferred, kept) = scan.scan(step, init_carry, xs_in)
         if pending is not None:
             o = d.add(o, pending.resolve(self.replay_context(), self.replay_with,
                                          steps + (eqn,), deferred))
-        self.sd.offer_steps(key, sd)  # one step's candidate, chosen ∝ the steps' masses
+        for cls, state in self.states.items():
+            state.after_scan(key, kept[cls])
         outs = [Dual(p, t) for p, t in zip(c_p, c_t)] + [Dual(p, t) for p, t in zip(y_p, y_t)]
         return outs, (s, o)
 
@@ -312,13 +328,13 @@ class _Run:
                 env = {v: Dual(c) for v, c in zip(branch.jaxpr.constvars, branch.consts)}
                 env.update(zip(branch.jaxpr.invars,
                                [Dual(p, t) for p, t in zip(ops_p, ops_t)]))
-                saved = self.sd.enter()
+                saved = self._enter()
                 outs, (s, o) = self.level(branch.jaxpr, 0, env, key, steps + (eqn,), False)
-                sd = self.sd.leave(saved)  # the branch's SD candidate (dual runs only)
+                kept = self._leave(saved)  # what strategies keep of the branch
                 o_t = [_instantiate(x.tangent, x.primal) if dual else None for x in outs]
                 zero = self._acc_zero()
                 return ([x.primal for x in outs], o_t,
-                        d.add(zero, s) if dual else None, d.add(zero, o) if dual else None, sd)
+                        d.add(zero, s) if dual else None, d.add(zero, o) if dual else None, kept)
             return f
 
         branches = [make(b) for b in jx.cond_branches(eqn)]
@@ -329,13 +345,33 @@ class _Run:
             # Evaluate every branch and select (what vmap of a cond does anyway).
             which = jnp.clip(index, 0, len(branches) - 1).astype(jnp.int32)
             results = [f(ops_p, ops_t, key) for f in branches]
-            self.sd.offer_branches(key, which, [r[4] for r in results])
+            for cls, state in self.states.items():
+                state.after_cond(key, which, [r[4][cls] for r in results])
             o_p, o_t, s, o = jax.tree_util.tree_map(
                 lambda *xs: _select(which, xs), *[r[:4] for r in results],
                 is_leaf=lambda x: x is None)
         else:
             o_p, o_t, s, o, _ = jax.lax.switch(index, branches, ops_p, ops_t, key)
         return [Dual(p, t) for p, t in zip(o_p, o_t)], (s, o)
+
+
+def run_state_classes(closed: Any) -> list:
+    """The `RunState` classes of the strategies at an objective's sites (nested
+    bodies included, the strategies a `gv.switch` chooses among too), in order."""
+    found: dict = {}
+
+    def visit(jaxpr: Any) -> None:
+        for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+            if eqn.primitive is sample_p:
+                strategy = SiteEqn.of(eqn).strategy
+                for s in getattr(strategy, "strategies", (strategy,)):
+                    if getattr(s, "run_state", None) is not None:
+                        found[s.run_state] = None
+            for sub in jx.sub_jaxprs(eqn):
+                visit(sub)
+
+    visit(closed)
+    return list(found)
 
 
 class _Accumulated:

@@ -13,12 +13,14 @@ at the cost of the primal plus one replay. The choice is a weighted reservoir:
 each site offers one candidate lane (chosen ∝ m), which replaces the kept one with
 probability M_site / M_so_far; a scan offers one step (chosen ∝ its mass after the
 scan) and a `cond` the candidate of its taken branch. At the end of the run
-(`Pruning.term`) the objective is replayed once with an override at the kept
+(`Pruning.finish`) the objective is replayed once with an override at the kept
 site, step and lane. No choice depends on a tangent, so the estimator stays
 linear and JAX transposes it into reverse mode.
 
-A rule hands its per-lane terms to the run with `k.prune(key, alternatives,
-weights, magnitudes)` (the continuation's hook) and continues with `k.dual(x)`.
+SD keeps its pool in the run through the strategy protocol's run-level hooks
+(`genvi.core.strategy.RunState`): its rule offers its per-lane terms to the run's
+`Pruning` (`k.state(self).offer_site(key, k.location, alternatives, weights,
+magnitudes)`) and continues with `k.dual(x)`; the interpreter names no strategy.
 Pruning costs variance (each term is scaled by 1 / π_i): see
 `genvi_experiments/bench/sd_plate.py` and docs/sharp_edges.md.
 """
@@ -32,7 +34,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from genvi.core.strategy import Strategy
+from genvi.core.strategy import RunState, Strategy
 
 _SALT = 0x5D  # fold_in constant of the pruning choices made at scans and conds
 
@@ -64,7 +66,9 @@ class SD(Strategy):
         terms = dist.sd_terms(x, primals, tangents)
         if terms is None:  # no tangent reaches a parameter SD differentiates
             return k.dual(x)
-        k.prune(jax.random.fold_in(key, 2), *terms)
+        k.state(self).offer_site(jax.random.fold_in(key, 2), k.location, *terms)
+        k.note("one lane's alternative offered to the pruning pool: one replay per estimate, "
+               "shared by every SD site")
         return k.dual(x)
 
 
@@ -92,11 +96,12 @@ class Pool:
         return None if self.mass is None else (self.mass, self.chosen, self.slots)
 
 
-class Pruning:
+class Pruning(RunState):
     """A run's SD bookkeeping: the sites' locations (by id) and the current pool.
 
-    The interpreter calls `enter`/`leave` around scan bodies and cond branches,
-    `offer_steps`/`offer_branches` after them, and `term` once at the end."""
+    Its run-level hooks (`RunState`): `enter`/`leave` around scan bodies and cond
+    branches give each body its own pool, `after_scan`/`after_cond` keep one step's
+    or the taken branch's candidate, and `finish` makes the run's one replay."""
 
     def __init__(self) -> None:
         self.sites: list[tuple] = []
@@ -126,7 +131,7 @@ class Pruning:
         body, self.pool = self.pool, saved
         return body.arrays()
 
-    def offer_steps(self, key: Any, stacked: tuple | None) -> None:
+    def after_scan(self, key: Any, stacked: tuple | None) -> None:
         """After a scan: the step whose candidate is kept, chosen ∝ the steps' masses."""
         if stacked is None:
             return
@@ -136,7 +141,7 @@ class Pruning:
         self.pool.offer(u[1], jnp.sum(mass), chosen[t],
                         jax.tree_util.tree_map(lambda a: a[t], slots))
 
-    def offer_branches(self, key: Any, which: Any, branches: list) -> None:
+    def after_cond(self, key: Any, which: Any, branches: list) -> None:
         """After a cond (every branch evaluated): the taken branch's candidate."""
         live = [b for b in branches if b is not None]
         if not live:
@@ -149,7 +154,7 @@ class Pruning:
         self.pool.offer(u, jax.lax.select_n(which, *masses),
                         jax.lax.select_n(which, *chosen), slots)
 
-    def term(self, replay: Callable[[tuple], Any], final: Any) -> Any:
+    def finish(self, replay: Callable[[tuple], Any], final: Any) -> Any:
         """M (w/m) (f(y) − f(x)) for the kept path: the one replay of the run
         (`replay(overrides)` is the objective's value with those overrides)."""
         pool = self.pool
@@ -197,4 +202,5 @@ class _LaneSet:
         return jnp.where(self.on, new, value)
 
 
+SD.run_state = Pruning  # the pool spans the whole run: kept through RunState's hooks
 SD_ = SD()

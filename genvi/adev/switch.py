@@ -116,7 +116,9 @@ def switch(index: Any, strategies: Any) -> Strategy:
     strategies = tuple(strategies)
     if not strategies or not all(isinstance(s, Strategy) for s in strategies):
         raise TypeError(f"gv.switch needs a non-empty list of gradient strategies, got {strategies!r}")
-    if any(s.kind == "SD" for s in strategies):  # its pruning pool spans the whole run
-        raise TypeError("gv.switch cannot hold gv.SD: SD prunes across the whole objective; "
-                        "give the site gv.SD directly, or switch between other strategies")
+    kept = [s for s in strategies if s.run_state is not None]  # a state spanning the run
+    if kept:
+        raise TypeError(f"gv.switch cannot hold {kept[0]!r}: it keeps state across the whole "
+                        f"objective (as gv.SD's pruning pool does); give the site {kept[0]!r} "
+                        "directly, or switch between other strategies")
     return SwitchStrategy(strategies, index, tuple(len(s.split()[1]) for s in strategies))

@@ -53,6 +53,8 @@ class Strategy:
 
     kind: str = "?"
     needs: tuple[str, ...] = ()
+    #: a `RunState` subclass if the strategy keeps state across a run (None: none)
+    run_state: type | None = None
 
     def jvp(self, dist, key, primals, tangents, k):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -68,6 +70,50 @@ class Strategy:
 
     def __repr__(self) -> str:
         return f"gv.{self.kind}"
+
+
+class RunState:
+    """What a strategy keeps across one run of an objective: the ADEV interpreter makes
+    one instance per run for each `Strategy.run_state` class among the objective's
+    sites, hands it to their rules (`k.state(strategy)`), and calls its run-level
+    hooks, so that the interpreter names no strategy:
+
+    * `enter()` before a scan step's body or a cond branch, returning what `leave`
+      restores; `leave(saved)` after it, returning what the body kept (a pytree of
+      arrays, or None): a scan stacks it over the steps, a cond keeps each branch's;
+    * `after_scan(key, stacked)` and `after_cond(key, which, per_branch)` then fold
+      what the bodies kept into the enclosing level (`which`: the taken branch);
+    * `finish(replay, final)` once at the end: a term added to the estimate's
+      tangent, with `replay(overrides)` the objective's value with some sites
+      overridden and `final` its value on this run.
+
+    Every hook defaults to doing nothing (see `genvi.adev.stochastic_derivatives` for
+    `gv.SD`'s pruning pool, the built-in one).
+
+    Example:
+        >>> class Count(RunState):       # how many scan steps and cond branches a run entered
+        ...     def __init__(self):
+        ...         self.bodies = 0
+        ...     def enter(self):
+        ...         self.bodies += 1
+        >>> Count().finish(None, 0.0) is None
+        True
+    """
+
+    def enter(self) -> Any:
+        return None
+
+    def leave(self, saved: Any) -> Any:
+        return None
+
+    def after_scan(self, key: Any, stacked: Any) -> None:
+        return None
+
+    def after_cond(self, key: Any, which: Any, per_branch: list) -> None:
+        return None
+
+    def finish(self, replay: Any, final: Any) -> Any:
+        return None
 
 
 def supports(dist: Any, strategy: Strategy) -> bool:
