@@ -10,6 +10,7 @@ import pytest
 from jax.scipy.stats import multivariate_normal
 
 import genvi as gv
+from genvi.core import jaxpr as jx
 
 D, R = 30, 3
 
@@ -59,10 +60,10 @@ def linalg_shapes(jaxpr):
     """(primitive, shape of its matrix operand) of every cholesky / triangular_solve,
     sub-jaxprs (jit, loops) included."""
     found = []
-    for eqn in jaxpr.eqns:
+    for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
         if eqn.primitive.name in ("cholesky", "triangular_solve"):
             found.append((eqn.primitive.name, eqn.invars[0].aval.shape[-2:]))
-        for sub in jax.core.jaxprs_in_params(eqn.params):
+        for sub in jx.sub_jaxprs(eqn):
             found += linalg_shapes(sub)
     return found
 

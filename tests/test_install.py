@@ -12,8 +12,11 @@ SCRIPT = ROOT / "scripts" / "install.sh"
 
 def run_script(**env: str) -> subprocess.CompletedProcess:
     import os
-    return subprocess.run(["sh", str(SCRIPT)], env={**os.environ, **env}, capture_output=True,
-                          text=True, timeout=600)
+    import sys
+    # the script's `python` is the one running these tests (its environment's JAX)
+    path = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    return subprocess.run(["sh", str(SCRIPT)], env={**os.environ, "PATH": path, **env},
+                          capture_output=True, text=True, timeout=600)
 
 
 def test_unknown_device_is_a_clear_error():

@@ -119,7 +119,8 @@ def compiled_work(hlo: str) -> CompiledWork:
         >>> from genvi.adev.cost import compiled_work
         >>> loop = lambda c: jax.lax.scan(lambda c, _: (jnp.sin(c) + jnp.roll(c, 1), None),
         ...                               c, None, length=50)[0]
-        >>> compiled_work(jax.jit(loop).lower(jnp.ones(64)).compile().as_text()).launches >= 50
+        >>> w = compiled_work(jax.jit(loop).lower(jnp.ones(64)).compile().as_text())
+        >>> w.launches + w.looped >= 50   # the body's work, at every one of the 50 steps
         True
     """
     computations, entry = {}, None
