@@ -6,6 +6,7 @@ tests/test_markov_replays.py)."""
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 import genvi as gv
 from programs import flip_hmm
@@ -64,11 +65,22 @@ def test_compiled_work_counts_loops_run_kernel_by_kernel():
 # genvi_experiments.bench.explain_calibration` (2026-11-24; x86_64, 2 cores, JAX 0.10.2),
 # every step the model was not fitted on. The ratios move by up to 1.7× between runs on
 # a shared machine (REINFORCE's step is the denominator); the bar is 2×.
-RECORDED = {
-    ("plate", 4000, "ENUM"): 2.08, ("plate", 4000, "MVD"): 1.94,
-    ("flip", 400, "ENUM"): 1.13, ("flip", 400, "MVD"): 1.25, ("flip", 400, "SD"): 8.68,
-    (2, 400, "ENUM"): 4.73, (2, 400, "MVD"): 3.93, (2, 400, "SD"): 7.89,
-    (3, 400, "ENUM"): 1.32, (3, 400, "MVD"): 1.07, (3, 400, "SD"): 2.16,
+# On JAX 0.12 (one run, 2026-11-26, same machine kind, `--rounds 6`), XLA:CPU compiles
+# these loops whole, so the steps that launched kernels at every step under 0.10 (SD, the
+# 2-state chain) are no longer several times REINFORCE's.
+RECORDED_BY_JAX = {
+    "0.10": {
+        ("plate", 4000, "ENUM"): 2.08, ("plate", 4000, "MVD"): 1.94,
+        ("flip", 400, "ENUM"): 1.13, ("flip", 400, "MVD"): 1.25, ("flip", 400, "SD"): 8.68,
+        (2, 400, "ENUM"): 4.73, (2, 400, "MVD"): 3.93, (2, 400, "SD"): 7.89,
+        (3, 400, "ENUM"): 1.32, (3, 400, "MVD"): 1.07, (3, 400, "SD"): 2.16,
+    },
+    "0.12": {
+        ("plate", 4000, "ENUM"): 2.30, ("plate", 4000, "MVD"): 2.28,
+        ("flip", 400, "ENUM"): 1.14, ("flip", 400, "MVD"): 1.21, ("flip", 400, "SD"): 1.51,
+        (2, 400, "ENUM"): 1.84, (2, 400, "MVD"): 1.21, (2, 400, "SD"): 1.58,
+        (3, 400, "ENUM"): 1.68, (3, 400, "MVD"): 1.55, (3, 400, "SD"): 1.56,
+    },
 }
 
 
@@ -88,8 +100,12 @@ def test_estimated_time_tracks_the_measured_ratios():
         compiled = jax.jit(objective.grad_estimate).lower(jax.random.key(0), *args).compile()
         return CpuTimeModel().microseconds(compiled_work(compiled.as_text()))
 
+    jax_minor = ".".join(jax.__version__.split(".")[:2])
+    if jax_minor not in RECORDED_BY_JAX:
+        pytest.skip(f"no measured ratios recorded for JAX {jax_minor}: run "
+                    "python -m genvi_experiments.bench.explain_calibration and record them")
     baselines = {}
-    for (program, size, name), measured in RECORDED.items():
+    for (program, size, name), measured in RECORDED_BY_JAX[jax_minor].items():
         if (program, size) not in baselines:
             baselines[program, size] = estimate(program, size, gv.REINFORCE)
         ratio = estimate(program, size, getattr(gv, name)) / baselines[program, size]
