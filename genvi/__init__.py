@@ -30,7 +30,7 @@ from genvi.adev.switch import switch
 from genvi.core.choices import ChoiceMap, choices
 from genvi.core.program_mistakes import TracedConditionError, UnusedStrategyWarning
 from genvi.core.scopes import assume_continuous
-from genvi.core.strategy import Strategy
+from genvi.core.strategy import RunState, Strategy
 from genvi.core.validation import InvalidParameters, set_validation, validation
 from genvi.distributions.base import DistCall, Distribution
 from genvi.distributions.continuous import (Beta, Dirichlet, Gamma, MvNormal, MvNormalDiag,
@@ -123,6 +123,7 @@ __all__ = [
     "REINFORCE",
     "REPARAM",
     "RLOO",
+    "RunState",
     "SD",
     "Schedule",
     "Strategy",

@@ -7,6 +7,7 @@ the checkpoint tests; `run_on_four_devices(script)`, for the sharding tests; and
 `flip_hmm`, a two-state HMM in `gv.scan` for the tests of replays in scans.
 """
 
+import itertools
 import os
 import subprocess
 import sys
@@ -79,3 +80,17 @@ def flip_hmm(strategy, guide_carries_z=False, order=1):
         gv.scan(guide_step)(False, logits) @ "s"
 
     return model, guide
+
+
+def flip_chain_expectation(t, f, length=3):
+    """E[f(b)] by enumeration for the chain of flips b_i ~ flip(sigmoid(t_i)),
+    t_0 = t, t_{i+1} = t_i + 0.5 if b_i else t_i − 0.5 (`f` of the 0/1 path)."""
+    total = 0.0
+    for path in itertools.product([0.0, 1.0], repeat=length):
+        tt, prob = t, 1.0
+        for b in path:
+            q = jax.nn.sigmoid(tt)
+            prob = prob * (q if b else 1 - q)
+            tt = tt + (0.5 if b else -0.5)
+        total = total + prob * f(jnp.array(path))
+    return total

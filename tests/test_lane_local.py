@@ -1,4 +1,4 @@
-"""Lane-local replays (genvi.adev.lanes): ENUM and MVD at a batched site evaluate every
+"""Lane-local replays (genvi.replays.lanes): ENUM and MVD at a batched site evaluate every
 lane's alternatives in one lane-tracked evaluation of the rest of the objective.
 
 * On the same key they give the same estimate as whole-objective replays, for flip,
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import genvi as gv
-from genvi.adev.lanes import whole_objective_replays
+from genvi.replays.engine import whole_objective_replays
 
 KEY = jax.random.key(0)
 B = 5

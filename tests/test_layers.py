@@ -3,7 +3,7 @@
 Every import statement in `genvi/` is read with `ast`, those inside functions too, and
 resolved to the genvi module it loads. The graph must have no circle, between modules
 and between packages; no module may import a higher layer of the pipeline
-(core <- distributions <- gen <- adev <- the rest); nothing imports the experiments;
+(core <- replays <- distributions <- gen <- adev <- the rest); nothing imports the experiments;
 and every module must import alone, first, in a fresh interpreter.
 """
 
@@ -20,7 +20,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "genvi"
-LAYERS = ["genvi.core", "genvi.distributions", "genvi.gen", "genvi.adev"]  # lowest first
+LAYERS = ["genvi.core", "genvi.replays", "genvi.distributions", "genvi.gen",
+          "genvi.adev"]  # lowest first
 
 
 def _modules() -> dict[str, pathlib.Path]:

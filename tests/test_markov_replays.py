@@ -1,4 +1,4 @@
-"""Markov-local replays (`genvi.adev.markov_scan`): ENUM, MVD and RLOO sites in a scan
+"""Markov-local replays (`genvi.replays.markov_scan`): ENUM, MVD and RLOO sites in a scan
 replay every step at once, in O(T), where a step's value reaches nearby steps only.
 Each case gives the same estimate, for the same key, as one replay per step (the
 general path), and the estimates' mean matches the exact gradient on a small chain."""
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import genvi as gv
-from genvi.adev.lanes import whole_objective_replays
-from genvi.adev.markov_scan import accumulators
+from genvi.replays.engine import whole_objective_replays
+from genvi.replays.markov_scan import accumulators
 from genvi.core import jaxpr as jx
 from genvi_experiments.bench.scan_replays import categorical_hmm
 from programs import flip_hmm as hmm

@@ -12,6 +12,7 @@ import pytest
 from jax.scipy import stats
 
 import genvi as gv
+from programs import flip_chain_expectation
 
 N = 40000
 KEYS = jax.random.split(jax.random.key(0), N)
@@ -198,15 +199,8 @@ def test_gen_combinators_unbiased():
 
     def exact(p, t):
         plate = jnp.imag(jnp.prod(1 - p + p * jnp.exp(1j * C30[:4])))
-        total = 0.0
-        for path in itertools.product([0.0, 1.0], repeat=3):
-            tt, prob = t, 1.0
-            for b in path:
-                q = jax.nn.sigmoid(tt)
-                prob = prob * (q if b else 1 - q)
-                tt = tt + (0.5 if b else -0.5)
-            total = total + prob * jnp.cos(jnp.dot(jnp.array(path), jnp.array([1.0, 0.5, -0.7])))
-        return plate * total
+        return plate * flip_chain_expectation(
+            t, lambda path: jnp.cos(jnp.dot(path, jnp.array([1.0, 0.5, -0.7]))))
 
     p, t = P30[:4], F32(0.3)
     _, (gp, gt) = jax.jit(jax.vmap(lambda k: obj.value_and_grad_estimate(k, p, t, argnums=(0, 1))))(KEYS)

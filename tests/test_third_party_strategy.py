@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 import genvi as gv
+from programs import flip_chain_expectation
 
 F32 = jnp.float32
 KEYS = jax.random.split(jax.random.key(7), 20_000)
@@ -142,17 +143,29 @@ def test_unbiased_in_a_scan():
         return jnp.sin(jnp.sum(cs["b"].astype(F32) * weights) + 0.3)
 
     def exact(t):
-        total = 0.0
-        for path in itertools.product([0.0, 1.0], repeat=3):
-            tt, prob = t, 1.0
-            for b in path:
-                q = jax.nn.sigmoid(tt)
-                prob = prob * (q if b else 1 - q)
-                tt = tt + (0.5 if b else -0.5)
-            total = total + prob * jnp.sin(jnp.dot(jnp.array(path), weights) + 0.3)
-        return total
+        return flip_chain_expectation(t, lambda path: jnp.sin(jnp.dot(path, weights) + 0.3))
 
     t = F32(0.3)
     values, (grads,) = estimates(objective, t)
     assert_unbiased(values, exact(t), "value")
     assert_unbiased(grads, jax.grad(exact)(t), "gradient")
+
+
+def test_a_masked_site_refuses_a_hook_it_cannot_mask():
+    """At a site in an untaken branch of a batched cond, the distribution's density
+    hooks are masked; a method genvi does not know how to mask is refused by name
+    rather than handed over unmasked (masked lanes would leak gradient)."""
+    from genvi.core.primitives import Masked
+
+    class Tilted(type(gv.flip)):
+        name = "tilted"
+
+        def my_terms(self, x, p):
+            return jnp.ones_like(p)
+
+    masked = Masked(Tilted(), jnp.array([True, False]))
+    assert float(masked.log_prob(jnp.array([True, True]), jnp.array([0.5, 0.5]))) == pytest.approx(
+        math.log(0.5))
+    masked.sample(jax.random.key(0), jnp.array([0.5, 0.5]))  # mask-free: forwarded
+    with pytest.raises(AttributeError, match=r"gv\.tilted\.my_terms .* masked site"):
+        masked.my_terms

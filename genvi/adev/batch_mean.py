@@ -28,7 +28,7 @@ class _BatchMean(Expectation):
         self.inner, self.in_axes = inner, in_axes
         self.name = f"batch_mean({inner._label})"
 
-    def _jvp(self, key, args, targs):
+    def dual_estimate(self, key, args, targs):
         in_axes = self.in_axes if isinstance(self.in_axes, (tuple, list)) else (self.in_axes,) * len(args)
         in_axes = tuple(in_axes) + (None,) * (len(args) - len(in_axes))
         sizes = _batch_sizes(self.inner, args, in_axes)
@@ -39,7 +39,7 @@ class _BatchMean(Expectation):
         t_axes = tuple(None if t is None else ax for t, ax in zip(targs, in_axes))
 
         def one(k, a, t):
-            out = self.inner._jvp(k, tuple(a), None if all(x is None for x in t) else tuple(t))
+            out = self.inner.dual_estimate(k, tuple(a), None if all(x is None for x in t) else tuple(t))
             return out.primal, out.tangent
 
         primal, tangent = jax.vmap(one, in_axes=(0, in_axes, t_axes))(keys, tuple(args), tuple(targs))

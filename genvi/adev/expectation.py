@@ -1,7 +1,7 @@
 """`Expectation`: an expected value and its unbiased estimators, and its algebra.
 
 `estimate`, `grad_estimate` and `value_and_grad_estimate` are one jitted function
-each: a `jax.custom_jvp` whose JVP rule *is* the forward estimator (`_jvp`),
+each: a `jax.custom_jvp` whose JVP rule *is* the forward estimator (`dual_estimate`),
 differentiated by `jax.grad` — JAX linearizes and transposes the estimator, so no
 strategy needs a hand-written reverse rule. Objective programs (`@gv.expectation`)
 are in `genvi.adev.program`, minibatches (`gv.batch_mean`) in `genvi.adev.batch_mean`.
@@ -45,11 +45,29 @@ class Expectation:
         (2.5, -2.0)
     """
 
+    _label = "expectation"  # how messages name it (objectives: their function's name)
+
     def __init__(self) -> None:
         self._jitted: dict = {}
 
-    # Subclasses define the forward-mode estimator on flat dynamic leaves.
-    def _jvp(self, key: Any, args: tuple, targs: tuple | None) -> Dual:
+    def dual_estimate(self, key: Any, args: tuple, targs: tuple | None) -> Dual:
+        """The extension point: the forward-mode estimator, `Dual(value estimate,
+        directional-derivative estimate)` at `args` in direction `targs` (None: no
+        tangent at all; a `None` leaf: none for that argument). A subclass that
+        defines it, unbiased for the value and linear in `targs`, gets `estimate`,
+        `grad_estimate`, `value_and_grad_estimate`, `jvp_estimate`, `explain` and
+        the expectation algebra from this class: JAX linearizes and transposes it.
+
+        Example:
+            >>> import genvi as gv, jax, jax.numpy as jnp
+            >>> class Square(gv.Expectation):     # E[x²] = x² (no randomness)
+            ...     def dual_estimate(self, key, args, targs):
+            ...         (x,) = args
+            ...         t = None if targs is None or targs[0] is None else 2 * x * targs[0]
+            ...         return gv.dual.Dual(x ** 2, t)
+            >>> float(Square().grad_estimate(jax.random.key(0), 3.0))
+            6.0
+        """
         raise NotImplementedError
 
     # -- public API -------------------------------------------------------------
@@ -60,7 +78,7 @@ class Expectation:
         `tangents` has the structure of `primals`; use `None` for no tangent.
         """
         check_key(key, f"{self._label}.jvp_estimate")
-        out = self._jvp(key, tuple(primals), tuple(tangents))
+        out = self.dual_estimate(key, tuple(primals), tuple(tangents))
         t = out.tangent if out.tangent is not None else jnp.zeros_like(out.primal)
         return out.primal, t
 
@@ -118,26 +136,26 @@ class Expectation:
         if isinstance(other, Expectation):
             return _Sum(self, other, 1.0)
         return _Composed(f"{self._label} + {_constant(other, 'e + c')}",
-                         algebra.affine(self._jvp, 1.0, other))
+                         algebra.affine(self.dual_estimate, 1.0, other))
 
     def __radd__(self, other: Any) -> "Expectation":
         return _Composed(f"{_constant(other, 'c + e')} + {self._label}",
-                         algebra.affine(self._jvp, 1.0, other))
+                         algebra.affine(self.dual_estimate, 1.0, other))
 
     def __sub__(self, other: Any) -> "Expectation":
         if isinstance(other, Expectation):
             return _Sum(self, other, -1.0)
         return _Composed(f"{self._label} - {_constant(other, 'e - c')}",
-                         algebra.affine(self._jvp, 1.0, -other))
+                         algebra.affine(self.dual_estimate, 1.0, -other))
 
     def __rsub__(self, other: Any) -> "Expectation":
         return _Composed(f"{_constant(other, 'c - e')} - {self._label}",
-                         algebra.affine(self._jvp, -1.0, other))
+                         algebra.affine(self.dual_estimate, -1.0, other))
 
     def __mul__(self, other: Any) -> "Expectation":
         if isinstance(other, Expectation):
             return _Composed(f"({self._label}) * ({other._label})",
-                             algebra.product([self._jvp, other._jvp]))
+                             algebra.product([self.dual_estimate, other.dual_estimate]))
         return self._scaled(_constant(other, "c * e"))
 
     __rmul__ = __mul__
@@ -160,7 +178,7 @@ class Expectation:
                              "only a positive integer power has an unbiased estimator (a "
                              "product of independent estimates): e ** 2, e ** 3, ...")
         return self if n == 1 else _Composed(f"({self._label}) ** {int(n)}",
-                                             algebra.power(self._jvp, int(n)))
+                                             algebra.power(self.dual_estimate, int(n)))
 
     def __rpow__(self, other: Any) -> "Expectation":
         raise _nonlinear(f"c ** {self._label}", "c ** E[e] = exp(E[e] log c)",
@@ -170,7 +188,7 @@ class Expectation:
         return self._scaled(-1.0)
 
     def _scaled(self, c: Any) -> "Expectation":
-        return _Composed(f"{c} * {self._label}", algebra.affine(self._jvp, c))
+        return _Composed(f"{c} * {self._label}", algebra.affine(self.dual_estimate, c))
 
     def _nonlinear_use(self, *_: Any, kind: type = TypeError) -> Any:
         raise _nonlinear(f"f({self._label})", "f(E[e]) for a nonlinear f (jnp.exp, jnp.log, "
@@ -194,17 +212,17 @@ class Expectation:
 
         @jax.custom_jvp
         def value(key, dyn):
-            return self._jvp(key, merge_args(list(dyn), static, treedef, mask), None).primal
+            return self.dual_estimate(key, merge_args(list(dyn), static, treedef, mask), None).primal
 
         def rule(primals, tangents):
             key, dyn = primals
             tdyn = [None if isinstance(t, SymbolicZero) else t for t in tangents[1]]
             if all(t is None for t in tdyn):
                 tangent = None
-                out = self._jvp(key, merge_args(list(dyn), static, treedef, mask), None)
+                out = self.dual_estimate(key, merge_args(list(dyn), static, treedef, mask), None)
             else:
                 targs = merge_args(tdyn, [None] * len(static), treedef, mask)
-                out = self._jvp(key, merge_args(list(dyn), static, treedef, mask), targs)
+                out = self.dual_estimate(key, merge_args(list(dyn), static, treedef, mask), targs)
                 tangent = out.tangent
             if tangent is None:
                 tangent = jnp.zeros_like(out.primal)
@@ -270,7 +288,7 @@ class _Composed(Expectation):
         super().__init__()
         self.name, self._estimator = name, estimator
 
-    def _jvp(self, key, args, targs):
+    def dual_estimate(self, key, args, targs):
         return self._estimator(key, args, targs)
 
 
@@ -280,9 +298,9 @@ class _Sum(Expectation):
         self.a, self.b, self.sign = a, b, sign
         self.name = f"{a._label} {'+' if sign > 0 else '-'} {b._label}"
 
-    def _jvp(self, key, args, targs):
+    def dual_estimate(self, key, args, targs):
         ka, kb = jax.random.split(key)
-        x, y = self.a._jvp(ka, args, targs), self.b._jvp(kb, args, targs)
+        x, y = self.a.dual_estimate(ka, args, targs), self.b.dual_estimate(kb, args, targs)
         return Dual(x.primal + self.sign * y.primal, d.add(x.tangent, d.mul(self.sign, y.tangent)))
 
 
@@ -351,7 +369,7 @@ def exp(e: Expectation, rate: float = 2.0, shift: float = 0.0) -> Expectation:
                         "objective program use jnp.exp.")
     if not float(rate) > 0:
         raise ValueError(f"gv.exp: rate is the mean number of inner estimates, > 0; got {rate}")
-    return _Composed(f"gv.exp({e._label})", algebra.exp(e._jvp, float(rate), float(shift)))
+    return _Composed(f"gv.exp({e._label})", algebra.exp(e.dual_estimate, float(rate), float(shift)))
 
 
 def average(e: Expectation, n: int) -> Expectation:
@@ -368,4 +386,4 @@ def average(e: Expectation, n: int) -> Expectation:
         raise TypeError(f"gv.average takes an Expectation; got {e!r}")
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"gv.average: n is a positive int, the number of estimates; got {n!r}")
-    return _Composed(f"gv.average({e._label}, {int(n)})", algebra.average(e._jvp, int(n)))
+    return _Composed(f"gv.average({e._label}, {int(n)})", algebra.average(e.dual_estimate, int(n)))

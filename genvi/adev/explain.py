@@ -56,14 +56,15 @@ def note_site(eqn: Any, dist: Any, strategy: Any, value: Any, steps: tuple) -> N
                         replays="none", repeat=repeat, runs=0)
 
 
-def note_replays(eqn: Any, alternatives: Any, path: str) -> None:
+def note_replays(eqn: Any, alternatives: Any, path: str, lane_local: bool = False) -> None:
     """Record how a site's replays are evaluated (`alternatives`: `[J, *lanes]`, one
-    step's): lane-local paths run the rest once per alternative, whole-objective
-    replays once per alternative and lane; at every step of the scans around it."""
+    step's; `path`: in words): `lane_local` ones run the rest once per alternative,
+    whole-objective replays once per alternative and lane; at every step of the scans
+    around it."""
     shape = getattr(alternatives, "shape", (1,))
     lanes = math.prod(shape[1:])
     note_path(eqn, f"{shape[0]} × {lanes} lane{'s' if lanes != 1 else ''}: {path}")
-    _note_runs(eqn, shape[0] * (1 if path.startswith("lane-local") else lanes))
+    _note_runs(eqn, shape[0] * (1 if lane_local else lanes))
 
 
 def note_markov(eqn: Any, alternatives: Any, steps: int, window: int,

@@ -35,9 +35,9 @@ from genvi.adev import dual as d
 from genvi.adev.continuation import Deferred, replay_sum, replays_total
 from genvi.adev.dual import Dual
 from genvi.adev.explain import note_enumeration, note_path, note_replays, note_site
-from genvi.adev.lanes import lane_replay_values
 from genvi.adev.pending import Pending
-from genvi.adev.replay import Replay, draw, split_keys
+from genvi.replays.engine import (AfterSite, Exact, Fallback, Replay, draw, replay_values,
+                                  split_keys)
 from genvi.core import jaxpr as jx
 from genvi.core.primitives import SAMPLES, SiteEqn, sample_p, site_parts
 from genvi.core.strategy import missing_strategy_error
@@ -75,20 +75,22 @@ class _Continuation:
         """`res` with its replays (if any) evaluated now and added to its offset."""
         if res.replays is None:
             return res
-        value, path = None, "whole-objective replays"
+        got: Exact | Fallback = Fallback("not a batched site at the objective's top level")
         if self._top and not self._run.replay and jnp.size(res.value) > 1:
             # a batched site at top level: every lane's replays in one lane-tracked
-            # evaluation of the rest of the objective, O(lanes) (genvi.adev.lanes)
-            got = lane_replay_values(self._run.replay_context(), self._jaxpr, self._index,
-                                     self._env, self._keys, self._steps, res.value,
-                                     res.replays.alternatives)
-            if got is not None:
-                value = replays_total(got[0], res.replays)
-                path = "lane-local" + (f" (lanes coupled at {', '.join(sorted(set(got[1])))})"
-                                       if got[1] else "")
-        if value is None:
+            # evaluation of the rest of the objective, O(lanes) (the replay engine)
+            where = AfterSite(self._jaxpr, self._index, self._env, self._keys, self._steps)
+            got = replay_values(self._run.replay_context(), where, res.value,
+                                res.replays.alternatives)
+        if isinstance(got, Exact):
+            value = replays_total(got.values, res.replays)
+            path = "lane-local" + (f" (lanes coupled at {', '.join(sorted(set(got.coupled)))})"
+                                   if got.coupled else "")
+        else:
             value = replay_sum(self.pure, res.value, res.replays)
-        note_replays(self._jaxpr.eqns[self._index], res.replays.alternatives, path)
+            path = "whole-objective replays"
+        note_replays(self._jaxpr.eqns[self._index], res.replays.alternatives, path,
+                     lane_local=isinstance(got, Exact))
         return Deferred(res.value, res.tangent, res.score, d.add(res.offset, value))
 
     @property
@@ -228,7 +230,7 @@ class _Run:
         return Dual(out.primal, tangent)
 
     def replay_context(self) -> Replay:
-        """What the lane-tracked evaluator (`genvi.adev.lanes`) needs to replay this
+        """What the lane-tracked evaluator (`genvi.replays.lanes`) needs to replay this
         run: its objective, key, inputs and overrides, and control flow as a replay."""
         return Replay(self.closed, self.key, self.primals, self.overrides,
                       self._replay_control)

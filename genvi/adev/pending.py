@@ -4,7 +4,7 @@ A rule that asks for a weighted sum of replays (`Deferred.plus_replays`) inside 
 body does not replay the objective at every step inside the loop: each step emits
 the site's value and the replays' arrays as scan outputs, and `Pending.resolve`
 replays the objective at every (step, alternative, lane) after the scan, several
-steps per `vmap` (lane by lane where it can, `genvi.adev.lanes`).
+steps per `vmap` (lane by lane where it can, `genvi.replays.lanes`).
 
 Example:
     >>> from genvi.adev.pending import Pending
@@ -22,8 +22,7 @@ import jax.numpy as jnp
 from genvi.adev import dual as d
 from genvi.adev.continuation import Deferred, Replays, replay_sum, replays_total
 from genvi.adev.explain import note_markov, note_replays
-from genvi.adev.lanes import MarkovReplays, lane_replay_values_at, markov_replay_values
-from genvi.adev.replay import Replay
+from genvi.replays.engine import AtLocation, EveryStep, Exact, Replay, replay_values
 from genvi.core import jaxpr as jx
 
 
@@ -58,25 +57,26 @@ class Pending:
         for below, arrays in zip(self.sites, deferred):
             _, x, alternatives, weights, live = arrays
             # every step's replays at once, where a step's value reaches nearby steps only
-            got = markov_replay_values(replay, at, below, x, alternatives)
-            if isinstance(got, MarkovReplays):
+            got = replay_values(replay, EveryStep(at, below), x, alternatives)
+            if isinstance(got, Exact):
                 total = d.add(total, replays_total(jnp.moveaxis(got.values, 0, 1),
                                                    Replays(alternatives, weights, live)))
                 note_markov(below[-1], alternatives[0], jx.ScanEqn.of(at[-1]).length,
                             max(got.windows), sorted(set(got.coupled)))
                 continue
-            why_not = f"; not Markov-local: {got}" if got else ""
+            why_not = (f"; not Markov-local: {got.reason}"
+                       if got.reason != "whole-objective replays asked for" else "")
             coupled: list = []
 
             def at_step(arrays, below=below, coupled=coupled):
                 i, x, *replays = arrays
                 replays = Replays(*replays)
                 if jnp.size(x) > 1:  # a batched site: lane-local replays, O(lanes)
-                    got = lane_replay_values_at(replay, at + (i,) + below, x,
-                                                replays.alternatives)
-                    if got is not None:
-                        coupled.append(got[1])
-                        return replays_total(got[0], replays)
+                    got = replay_values(replay, AtLocation(at + (i,) + below), x,
+                                        replays.alternatives)
+                    if isinstance(got, Exact):
+                        coupled.append(got.coupled)
+                        return replays_total(got.values, replays)
                 return replay_sum(lambda v: replay_with((at + (i,) + below, v)), x, replays)
             # lane-local replays cost one evaluation per alternative, whatever the lanes
             steps, per_step = alternatives.shape[0], alternatives.shape[1]
@@ -87,10 +87,12 @@ class Pending:
             if coupled:
                 named = sorted({p for c in coupled for p in c})
                 note_replays(below[-1], alternatives[0], "lane-local, after the scan" + (
-                    f" (lanes coupled at {', '.join(named)})" if named else "") + why_not)
+                    f" (lanes coupled at {', '.join(named)})" if named else "") + why_not,
+                    lane_local=True)
             else:
                 note_replays(below[-1], alternatives[0],
-                             "whole-objective replays, after the scan" + why_not)
+                             "whole-objective replays, after the scan" + why_not,
+                             lane_local=False)
         return total
 
 

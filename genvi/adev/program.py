@@ -73,7 +73,7 @@ class ProgramExpectation(Expectation):
                             "program; use .estimate(key, *args) for its value")
         return self.fn(*args)
 
-    def _jvp(self, key, args, targs):
+    def dual_estimate(self, key, args, targs):
         closed, dyn = self.trace(*args)
         if targs is None:
             tdyn = [None] * len(dyn)

@@ -18,7 +18,7 @@ site, step and lane. No choice depends on a tangent, so the estimator stays
 linear and JAX transposes it into reverse mode.
 
 SD keeps its pool in the run through the strategy protocol's run-level hooks
-(`genvi.core.strategy.RunState`): its rule offers its per-lane terms to the run's
+(`gv.RunState`): its rule offers its per-lane terms to the run's
 `Pruning` (`k.state(self).offer_site(key, k.location, alternatives, weights,
 magnitudes)`) and continues with `k.dual(x)`; the interpreter names no strategy.
 Pruning costs variance (each term is scaled by 1 / π_i): see

@@ -171,12 +171,26 @@ class Masked:
     """
 
     is_masked = True
+    #: the distribution's methods that hold no density, forwarded unmasked; the
+    #: density hooks (`lane_log_prob`, `lane_prob`, `log_prob`, `mvd_terms`,
+    #: `sd_terms`) are masked below, and any other method is refused
+    MASK_FREE = frozenset({"sample", "support", "check_params", "check_value", "value_shape",
+                           "supports", "instance"})
 
     def __init__(self, base: Any, mask: Any, path: tuple = ()):
         self.base, self.mask, self.path = base, mask, path
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.base, name)
+        value = getattr(self.base, name)
+        if callable(value) and not name.startswith("_") and name not in self.MASK_FREE:
+            # a hook genvi does not know how to mask would let masked lanes leak gradient
+            raise AttributeError(
+                f"gv.{self.base.name}.{name} was asked for at a site in an untaken branch of "
+                f"a batched cond (a masked site): genvi masks lane_log_prob, lane_prob, "
+                f"log_prob, mvd_terms and sd_terms there, and does not know how to mask "
+                f"{name!r}. Build the strategy's terms on those (docs/extending.md), or keep "
+                "the site out of a cond whose branch differs from lane to lane.")
+        return value
 
     def lane_log_prob(self, value, *params):
         lp = self.base.lane_log_prob(value, *params)

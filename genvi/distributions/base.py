@@ -55,7 +55,7 @@ class Distribution:
     domain: str | None = None
     # `sample` maps each lane's parameters to that lane's value with the same random
     # numbers, so a draw whose parameters depend lane by lane on a batched site still
-    # does: lane-local replays (`genvi.adev.lanes`) may then follow it in O(lanes)
+    # does: lane-local replays (`genvi.replays.lanes`) may then follow it in O(lanes)
     lanewise: bool = False
 
     def sample(self, key: jax.Array, *params: Any) -> jax.Array:

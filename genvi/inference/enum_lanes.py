@@ -2,7 +2,7 @@
 
 A model's log density, traced with a batched discrete site's value as an input, is
 evaluated with that value set to v in every lane at once (a `Local` of
-`genvi.adev.values`, carried through by the lane rules of `genvi.adev.lane_rules`:
+`genvi.replays.values`, carried through by the lane rules of `genvi.replays.lane_rules`:
 slice l depends on lane l of the site only). A sum over the lanes turns a `Local`
 into an `Additive`: a lane-free part plus one term per lane. If the whole log density
 comes out `Additive` (adding, negating and scaling by constants keep it so), it is
@@ -36,8 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from genvi.adev.lane_rules import ELEMENTWISE, RULES, elementwise
-from genvi.adev.values import Local, Perturbed
+from genvi.replays.engine import ELEMENTWISE, RULES, Local, Perturbed, elementwise
 from genvi.core import jaxpr as jx
 from genvi.core.walk import env_of, walk
 

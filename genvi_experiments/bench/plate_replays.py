@@ -2,7 +2,7 @@
 
 The ELBO of a plate of B datapoints: model z_i ~ flip(0.5), y_i ~ normal(±1, 1); guide
 flip(sigmoid(l_i)); both `gv.vmap`'d. ENUM and MVD replay the rest of the objective at
-each lane's other value: lane-locally (`genvi.adev.lanes`, O(B)) by default, or by
+each lane's other value: lane-locally (`genvi.replays.lanes`, O(B)) by default, or by
 whole-objective replays (O(B²), the general path) when traced under
 `whole_objective_replays()`. Prints ms per jitted gradient step (interleaved, warm,
 median), ratios to REINFORCE, XLA's FLOP count of each compiled step, and `explain`'s

@@ -12,7 +12,7 @@ import jax
 
 import genvi as gv
 from genvi.adev.cost import CompiledWork, CpuTimeModel
-from genvi.adev.lanes import whole_objective_replays
+from genvi.replays.engine import whole_objective_replays
 from genvi_experiments.common.timing import interleaved_samples, median, paired_ratio
 
 

@@ -5,7 +5,7 @@ y_t ~ normal(μ[z_t], 1); guide: mean-field categorical(l_t)); K = "flip" is the
 two-state chain written with `gv.flip` sites (model flip(0.8 or 0.2), guide
 flip(sigmoid(l_t))). ENUM and MVD replay the
 rest of the objective at each step's other values: Markov-locally
-(`genvi.adev.markov_scan`, O(T)) by default, or one replay per step (O(T²), the
+(`genvi.replays.markov_scan`, O(T)) by default, or one replay per step (O(T²), the
 general path) when traced under `whole_objective_replays()`. Prints ms per jitted
 gradient step (interleaved, warm, median), ratios to REINFORCE, and `explain`'s counts
 per step, loops at their trip counts, as ratios to REINFORCE's beside the measured

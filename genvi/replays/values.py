@@ -1,4 +1,4 @@
-"""The values of lane-local replays (see `genvi.adev.lanes`)."""
+"""The values of lane-local replays (see `genvi.replays.lanes`)."""
 
 from __future__ import annotations
 

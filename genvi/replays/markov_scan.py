@@ -8,7 +8,7 @@ z_{t-1} for one step and is then overwritten, and the log densities are *accumul
 (`acc + term`), so a change at step t adds a difference to the total and is gone.
 
 Here the steps are the first lane axis of the lane-tracked evaluator
-(`genvi.adev.lanes`): the scan holding the site, with every step at its alternative,
+(`genvi.replays.lanes`): the scan holding the site, with every step at its alternative,
 returns its stacked outputs as `Local` along the step axis; a later scan over such a
 value (the model's log density over the guide's z) is a scan over the lanes. Both are
 evaluated by `markov_scan` in one `lax.scan`; at each step t the body runs
@@ -38,9 +38,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from genvi.adev.lane_scan import PERTURBED, SAME, _decode, _encode, _kind
-from genvi.adev.replay import split_keys
-from genvi.adev.values import Coupled, Local, Perturbed
+from genvi.replays.lane_scan import PERTURBED, SAME, _decode, _encode, _kind
+from genvi.replays.replay import split_keys
+from genvi.replays.values import Coupled, Local, Perturbed
 from genvi.core import jaxpr as jx
 
 

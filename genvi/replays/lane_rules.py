@@ -1,7 +1,7 @@
 """Lane-tracking rules, one per primitive, registered in `RULES` (read like JAX's
 batching rules). Each takes the equation and its operands (`Local`, or plain arrays
 for lane-free ones) and returns the outputs, or None where the lanes couple (the
-evaluator in `genvi.adev.lanes` then expands to one copy per replay).
+evaluator in `genvi.replays.lanes` then expands to one copy per replay).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 
-from genvi.adev.values import Local, Perturbed
+from genvi.replays.values import Local, Perturbed
 from genvi.core import jaxpr as jx
 
 # Primitives that act elementwise (operands of one shape, or scalars).

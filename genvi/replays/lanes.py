@@ -26,56 +26,33 @@ couples lanes (a max or sort across the batch, a gather, a non-additive use) tur
 `Local` operands into `Perturbed` ones (`materialize`, O(B × size)) and runs per
 replay under `vmap`: the general path, correct for any program, taken only where the
 lanes couple. Control flow holding sampling sites falls back to whole-objective
-replays (`lane_replay_values` returns None).
+replays (the engine, `genvi.replays.engine`, answers `Fallback`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from genvi.adev.lane_rules import ELEMENTWISE, RULES, elementwise
-from genvi.adev.lane_scan import lane_scan
-from genvi.adev.markov_scan import markov_scan, scans_over_lanes
-from genvi.adev.replay import Replay, same_site, split_keys
-from genvi.adev.values import Coupled, Local, Perturbed
+from genvi.replays.lane_rules import ELEMENTWISE, RULES, elementwise
+from genvi.replays.lane_scan import lane_scan
+from genvi.replays.markov_scan import markov_scan, scans_over_lanes
+from genvi.replays.replay import Replay, same_site, split_keys
+from genvi.replays.values import Coupled, Local, Perturbed
 from genvi.core import jaxpr as jx
 from genvi.core.walk import walk
 from genvi.core.primitives import SAMPLES, sample_p, site_parts
-
-_ENABLED = contextvars.ContextVar("genvi_lane_local_replays", default=True)
-
-
-@contextlib.contextmanager
-def whole_objective_replays():
-    """Inside this block, objectives *traced* here replay the whole objective per lane
-    (the O(B²) general path) instead of lane-local replays: for comparisons and tests.
-
-    Example:
-        >>> from genvi.adev.lanes import whole_objective_replays
-        >>> with whole_objective_replays():
-        ...     pass   # build and run a fresh objective here
-    """
-    token = _ENABLED.set(False)
-    try:
-        yield
-    finally:
-        _ENABLED.reset(token)
-
-
 
 class LaneEval:
     """Evaluates the rest of one objective (after one site) on lane-tracked values."""
 
     def __init__(self, replay: Replay, site_shape: tuple, target: tuple | None = None,
                  every_step: tuple | None = None):
-        self.replay = replay  # the run's key, inputs and overrides (`genvi.adev.replay`)
+        self.replay = replay  # the run's key, inputs and overrides (`genvi.replays.replay`)
         # (location, alternative): the site made lane-tracked where it is sampled (a
         # site inside `scan`, at a traced step); None when the caller sets its value
         self.target = target
@@ -226,98 +203,3 @@ def _shape_of(x: Any) -> Any:
     if isinstance(x, Perturbed):
         return x.values[0]
     return x
-
-
-def lane_replay_values(replay: Replay, jaxpr: Any, index: int, env: dict, keys: dict,
-                       steps: tuple, x: Any, alternatives: Any) -> tuple[Any, list] | None:
-    """The objective's value with lane l of the site `jaxpr.eqns[index]` set to
-    `alternatives[j, l]` (others kept), for every (j, l): `[J, *x.shape]`, and the
-    primitives where lanes coupled; None where this evaluation cannot be lane by lane
-    (sites inside control flow after the site): use whole-objective replays then.
-
-    `env` holds the values (`Dual`s) before the site; `keys` the level's site keys."""
-    if not _ENABLED.get():
-        return None
-    site = jaxpr.eqns[index]
-    (outvar,) = site.outvars
-    start = {v: d.primal for v, d in env.items()}
-    evaluator = LaneEval(replay, jnp.shape(x))
-
-    def one(alt):
-        local = dict(start)
-        local[outvar] = Local(x, alt.astype(x.dtype), tuple(range(jnp.ndim(x))))
-        (out,) = evaluator.level(jaxpr, index + 1, local, keys, steps)
-        return evaluator.materialize(out).values.reshape(x.shape)
-
-    try:
-        values = jax.vmap(one)(alternatives)
-    except Coupled:
-        return None
-    return values, evaluator.coupled
-
-
-def lane_replay_values_at(replay: Replay, location: tuple, x: Any,
-                          alternatives: Any) -> tuple[Any, list] | None:
-    """As `lane_replay_values`, for the site at `location` (its enclosing equations
-    and traced scan steps): the whole objective is evaluated lane-tracked from the
-    start, the site becoming lane-tracked where (and at the step) it is sampled."""
-    if not _ENABLED.get():
-        return None
-    try:
-        got = _from_the_start(replay, jnp.shape(x), alternatives, 0,
-                              lambda alt: LaneEval(replay, jnp.shape(x), target=(location, alt)))
-    except Coupled:
-        return None
-    return got.values, got.coupled
-
-
-class MarkovReplays(NamedTuple):
-    """A site's replays evaluated from the objective's start: every step's replays of
-    a site in a scan (`markov_replay_values`), or one step's (`lane_replay_values_at`)."""
-
-    values: Any     # [J, (T,) *lanes]: the objective at each (step's,) lane's alternative
-    coupled: list   # primitives where lanes coupled
-    windows: list   # per scan over the steps: how many steps a step's value reaches
-
-
-def markov_replay_values(replay: Replay, location: tuple, below: tuple, x: Any,
-                         alternatives: Any) -> MarkovReplays | str | None:
-    """The objective's value with the site at step t of the scan at `location` (its
-    enclosing equations; `below`: the site's place in the body) set to
-    `alternatives[t, j]` lane by lane, others kept, for every (t, j, lane), where the
-    rest of the objective depends on step t through nearby steps only
-    (`genvi.adev.markov_scan`). Where it cannot be evaluated so (a carry that keeps
-    the step's value, a scan nested in another), why not, in words: replay per step
-    then. None when lane-local replays are switched off.
-
-    `x`: the site's values `[T, *lanes]`; `alternatives`: `[T, J, *lanes]`."""
-    if not _ENABLED.get():
-        return None
-    if not all(hasattr(s, "primitive") for s in location):
-        return "a scan inside another scan"
-    try:
-        return _from_the_start(replay, jnp.shape(x), alternatives, 1, lambda alt: LaneEval(
-            replay, jnp.shape(x), every_step=(location, below, alt)))
-    except Coupled as why:
-        return str(why)
-
-
-def _from_the_start(replay: Replay, shape: tuple, alternatives: Any, axis: int,
-                    evaluator: Any) -> MarkovReplays:
-    """The whole objective evaluated lane-tracked from its start by `evaluator(alt)`,
-    once per alternative (`alternatives`' axis `axis`), each replay's value in the
-    site's `shape`; with the notes the evaluators took. Raises `Coupled`."""
-    closed = replay.closed
-    start = dict(zip(closed.jaxpr.constvars, closed.consts))
-    start.update(zip(closed.jaxpr.invars, replay.primals))
-    keys = split_keys(closed.jaxpr, replay.key)
-    notes = MarkovReplays(None, [], [])
-
-    def one(alt):
-        ev = evaluator(alt)
-        (out,) = ev.level(closed.jaxpr, 0, dict(start), keys, ())
-        notes.coupled.extend(ev.coupled)
-        notes.windows.extend(ev.windows)
-        return ev.materialize(out).values.reshape(shape)
-
-    return notes._replace(values=jax.vmap(one, in_axes=axis)(alternatives))

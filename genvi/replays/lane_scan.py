@@ -1,5 +1,5 @@
 """Lane-tracked `scan`: the rest of an objective through a scan, for lane-local replays
-of a batched site inside (or before) it (see `genvi.adev.lanes`).
+of a batched site inside (or before) it (see `genvi.replays.lanes`).
 
 Each carry keeps one kind of value across steps: lane-free, `Local` along fixed lane
 axes, or `Perturbed`. The kinds are found as JAX's scan batching rule finds batched
@@ -16,8 +16,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from genvi.adev.replay import split_keys
-from genvi.adev.values import Coupled, Local, Perturbed
+from genvi.replays.replay import split_keys
+from genvi.replays.values import Coupled, Local, Perturbed
 from genvi.core import jaxpr as jx
 
 SAME, PERTURBED = ("same",), ("perturbed",)

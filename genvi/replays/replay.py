@@ -5,12 +5,12 @@ evaluates the objective again, primal only, with the same key (so every other ch
 is drawn the same) and *overrides*: (location, value) pairs, a location being the
 site's enclosing equations and traced scan steps. This module holds what both the
 interpreter (`genvi.adev.interpreter`) and the lane-tracked evaluator
-(`genvi.adev.lanes`) need to agree on: how a level's key is split among its sites,
+(`genvi.replays.lanes`) need to agree on: how a level's key is split among its sites,
 how a site's location is matched, and how a site draws its value in a replay.
 `Replay` hands the lane analysis exactly that, not the interpreter object.
 
 Example:
-    >>> from genvi.adev.replay import same_site
+    >>> from genvi.replays.replay import same_site
     >>> same_site((0,), (0, 1)), bool(same_site((2,), (3,))), bool(same_site((2,), (2,)))
     (False, False, True)
 """
