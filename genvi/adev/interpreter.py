@@ -360,20 +360,11 @@ class _Run:
 def run_state_classes(closed: Any) -> list:
     """The `RunState` classes of the strategies at an objective's sites (nested
     bodies included, the strategies a `gv.switch` chooses among too), in order."""
-    found: dict = {}
-
-    def visit(jaxpr: Any) -> None:
-        for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
-            if eqn.primitive is sample_p:
-                strategy = SiteEqn.of(eqn).strategy
-                for s in getattr(strategy, "strategies", (strategy,)):
-                    if getattr(s, "run_state", None) is not None:
-                        found[s.run_state] = None
-            for sub in jx.sub_jaxprs(eqn):
-                visit(sub)
-
-    visit(closed)
-    return list(found)
+    strategies = (SiteEqn.of(eqn).strategy for eqn, _ in jx.equations(closed)
+                  if eqn.primitive is sample_p)
+    chosen = (s for strategy in strategies for s in getattr(strategy, "strategies", (strategy,)))
+    return list(dict.fromkeys(s.run_state for s in chosen
+                              if getattr(s, "run_state", None) is not None))
 
 
 class _Accumulated:

@@ -11,7 +11,7 @@ bodies may hold sampling sites. A JAX upgrade should touch this file only;
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import dataclasses
 import itertools
@@ -154,6 +154,24 @@ def jvp_eqn(eqn: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[
 def sub_jaxprs(eqn: Any) -> list:
     """The jaxprs nested in an equation's parameters (bodies, branches, calls)."""
     return list(jcore.jaxprs_in_params(eqn.params))
+
+
+def equations(jaxpr: Any, scans: int = 0) -> Iterator[tuple[Any, int]]:
+    """Every equation of `jaxpr` and of the jaxprs nested in it, in program order (an
+    equation before its bodies' equations), each with the number of `scan` equations
+    around it (plus `scans`): the one search over a program's equations.
+
+    Example:
+        >>> import jax
+        >>> f = lambda c: jax.lax.scan(lambda c, _: (jax.numpy.sin(c), None), c, None, length=2)
+        >>> [(e.primitive.name, n) for e, n in equations(jax.make_jaxpr(f)(1.0))]
+        [('scan', 0), ('sin', 1)]
+    """
+    for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+        yield eqn, scans
+        inner = scans + (kind(eqn) == "scan")
+        for sub in sub_jaxprs(eqn):
+            yield from equations(sub, inner)
 
 
 def contains(jaxpr: Any, prims: frozenset) -> bool:

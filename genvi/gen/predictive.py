@@ -92,14 +92,9 @@ class Predict(Handler):
 
 def _unnamed_observations(jaxpr: Any) -> list[str]:
     """Source lines of the unnamed `gv.observe` calls of a program's jaxpr."""
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    out = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive is observe_p and SiteEqn.of(eqn).addr is None:
-            out.append(f"{observation_text(eqn)} at {jx.source_line(eqn)}")
-        for j in jx.sub_jaxprs(eqn):
-            out += _unnamed_observations(j)
-    return out
+    return [f"{observation_text(eqn)} at {jx.source_line(eqn)}"
+            for eqn, _ in jx.equations(jaxpr)
+            if eqn.primitive is observe_p and SiteEqn.of(eqn).addr is None]
 
 
 def _path(site: Any) -> tuple:

@@ -29,54 +29,26 @@ from genvi.core.primitives import SiteEqn, observe_p, site_p
 def first_observation(jaxpr: Any) -> Any:
     """The first `gv.observe` equation of a program's jaxpr (nested bodies
     included), or None."""
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    for eqn in jaxpr.eqns:
-        if eqn.primitive is observe_p:
-            return eqn
-        for j in jx.sub_jaxprs(eqn):
-            found = first_observation(j)
-            if found is not None:
-                return found
-    return None
+    return next((eqn for eqn, _ in jx.equations(jaxpr) if eqn.primitive is observe_p), None)
 
 
 def site_addresses(jaxpr: Any) -> set:
     """Every address a jaxpr (and its nested bodies) may sample."""
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    out = set()
-    for eqn in jaxpr.eqns:
-        if eqn.primitive is site_p:
-            out.add(SiteEqn.of(eqn).addr)
-        for j in jx.sub_jaxprs(eqn):
-            out |= site_addresses(j)
-    return out
+    return {SiteEqn.of(eqn).addr for eqn, _ in jx.equations(jaxpr) if eqn.primitive is site_p}
 
 
 def site_strategies(jaxpr: Any) -> dict:
     """{address: strategy (None if none)} of every site of a program's jaxpr."""
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    out: dict = {}
-    for eqn in jaxpr.eqns:
-        if eqn.primitive is site_p:
-            site = SiteEqn.of(eqn)
-            out[site.addr] = site.strategy
-        for j in jx.sub_jaxprs(eqn):
-            out.update(site_strategies(j))
-    return out
+    sites = (SiteEqn.of(eqn) for eqn, _ in jx.equations(jaxpr) if eqn.primitive is site_p)
+    return {site.addr: site.strategy for site in sites}
 
 
-def site_layouts(jaxpr: Any, depth: int = 0) -> dict:
-    """{address: (combinator nest, number of enclosing scan equations)} of every site."""
-    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    out: dict = {}
-    for eqn in jaxpr.eqns:
-        if eqn.primitive in (site_p, observe_p) and SiteEqn.of(eqn).addr:
-            site = SiteEqn.of(eqn)
-            out[site.addr] = (site.nest, depth)  # named observations too
-        inner = depth + (jx.kind(eqn) == "scan")
-        for j in jx.sub_jaxprs(eqn):
-            out.update(site_layouts(j, inner))
-    return out
+def site_layouts(jaxpr: Any) -> dict:
+    """{address: (combinator nest, number of enclosing scan equations)} of every site
+    (named observations too)."""
+    sites = ((SiteEqn.of(eqn), scans) for eqn, scans in jx.equations(jaxpr)
+             if eqn.primitive in (site_p, observe_p))
+    return {site.addr: (site.nest, scans) for site, scans in sites if site.addr}
 
 
 def _permutation(nest: tuple, depth: int) -> list | None:
