@@ -10,7 +10,6 @@ import genvi as gv
 
 class Exponential(gv.Distribution):
     name = "exponential"
-    strategies = ("REPARAM", "REINFORCE")
     reparameterized = True
 
     def sample(self, key, rate):
@@ -24,6 +23,7 @@ class ScoreOnly(gv.Strategy):
     """REINFORCE written from scratch as a user would."""
 
     kind = "REINFORCE"
+    needs = ("sample", "lane_log_prob", "scorable")
 
     def jvp(self, dist, key, primals, tangents, k):
         x = dist.sample(key, *primals)

@@ -34,7 +34,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from genvi.core.strategy import RunState, Strategy
+from genvi.core.strategy import RunState, Strategy, register_built_in
 
 _SALT = 0x5D  # fold_in constant of the pruning choices made at scans and conds
 
@@ -58,6 +58,7 @@ class SD(Strategy):
     """
 
     kind = "SD"
+    needs = ("sample", "sd_terms", "lane_log_prob")
 
     def jvp(self, dist, key, primals, tangents, k):
         x = dist.sample(key, *primals)
@@ -204,3 +205,4 @@ class _LaneSet:
 
 SD.run_state = Pruning  # the pool spans the whole run: kept through RunState's hooks
 SD_ = SD()
+register_built_in(SD_, rank=4)  # after REPARAM, ENUM, REINFORCE and MVD

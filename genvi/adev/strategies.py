@@ -22,7 +22,7 @@ so JAX can linearize and transpose the estimator into reverse mode.
 Example: a new strategy is one class::
 
     class ScoreOnly(gv.Strategy):
-        kind = "REINFORCE"
+        kind, needs = "REINFORCE", ("sample", "lane_log_prob", "scorable")
         def jvp(self, dist, key, primals, tangents, k):
             x = dist.sample(key, *primals)
             _, score = gv.dual.jvp(lambda *p: dist.log_prob(x, *p), primals, tangents)
@@ -38,13 +38,14 @@ import jax
 import jax.numpy as jnp
 
 from genvi.adev import dual as d
-from genvi.core.strategy import Strategy
+from genvi.core.strategy import Strategy, register_built_in
 
 
 class Reparam(Strategy):
     """Pathwise gradient through a differentiable sampler."""
 
     kind = "REPARAM"
+    needs = ("sample", "reparameterized")
 
     def jvp(self, dist, key, primals, tangents, k):
         x, dx = d.jvp(lambda *p: dist.sample(key, *p), primals, tangents)
@@ -61,6 +62,7 @@ class Reinforce(Strategy):
     """
 
     kind = "REINFORCE"
+    needs = ("sample", "lane_log_prob", "scorable")
 
     def jvp(self, dist, key, primals, tangents, k):
         x = dist.sample(key, *primals)
@@ -86,6 +88,7 @@ class ReinforceBaseline(Strategy):
     baseline: Any = None
     baseline_tangent: Any = None
     kind = "REINFORCE"
+    needs = Reinforce.needs
 
     def split(self):
         return ReinforceBaseline(None), (self.baseline,)
@@ -138,7 +141,8 @@ class RLOO(Strategy):
     """
 
     num_samples: int = 2
-    kind = "REINFORCE"  # it needs what REINFORCE needs of a distribution
+    kind = "REINFORCE"
+    needs = Reinforce.needs
 
     def __post_init__(self):
         n = self.num_samples
@@ -190,6 +194,7 @@ class MVD(Strategy):
     continuation there is the final result, so its weight joins the score."""
 
     kind = "MVD"
+    needs = ("sample", "mvd_terms", "lane_log_prob")
 
     def jvp(self, dist, key, primals, tangents, k):
         x = dist.sample(key, *primals)
@@ -232,6 +237,7 @@ class Enum(Strategy):
     """
 
     kind = "ENUM"
+    needs = ("sample", "support", "lane_prob")
 
     def jvp(self, dist, key, primals, tangents, k):
         x = dist.sample(key, *primals)
@@ -286,6 +292,9 @@ REPARAM = Reparam()
 REINFORCE = Reinforce()
 MVD_ = MVD()
 ENUM = Enum()
+# the order messages offer them in: pathwise, then exact, then the unbiased others
+for _rank, _strategy in enumerate((REPARAM, ENUM, REINFORCE, MVD_)):
+    register_built_in(_strategy, _rank)
 
 
 def decaying_average(average: Any, value: Any, decay: float = 0.9) -> Any:

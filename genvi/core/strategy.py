@@ -1,11 +1,13 @@
 """The gradient-strategy protocol that sampling sites carry, and its checks.
 
-A site's `grad=` is a `Strategy`: a static, hashable object whose `kind` names what it
-needs of a distribution ("REPARAM", "REINFORCE", "MVD", "ENUM", "SD"), and whose `jvp`
-rule (defined in `genvi.adev.strategies`) turns the site into a piece of a
-forward-mode estimator. The generative language only needs the protocol: to check a
-`grad=` where a site gets its address, and to name the strategies a distribution
-supports when one is missing. The rules themselves live in `genvi.adev`.
+A site's `grad=` is a `Strategy`: a static, hashable object with a `kind` (its name
+in messages), the capabilities it `needs` of a distribution (declared once, on the
+strategy), and a `jvp` rule (defined in `genvi.adev`) that turns the site into a piece
+of a forward-mode estimator. The generative language only needs the protocol: to check
+a `grad=` where a site gets its address, and to name the strategies a distribution
+supports when one is missing. A distribution declares capabilities, never strategy
+names: which built-in strategies it supports is derived from `needs`
+(`supported_kinds`).
 
 A strategy that chooses among others (`gv.switch`) lists them in `strategies`; each
 is checked.
@@ -18,7 +20,7 @@ Example:
     ...     check_strategy(gv.normal, gv.ENUM, ("x",))
     ... except ValueError as e:
     ...     print(e)
-    gv.normal does not support the ENUM gradient strategy at address 'x'; it supports: gv.REPARAM, gv.REINFORCE, gv.MVD
+    gv.normal does not support the ENUM gradient strategy at address 'x' (it needs support of the distribution); it supports: gv.REPARAM, gv.REINFORCE, gv.MVD
 """
 
 from __future__ import annotations
@@ -29,17 +31,18 @@ from typing import Any
 class Strategy:
     """Base class of gradient strategies.
 
-    Subclasses set `kind` (its name in messages, and for the built-in strategies the
-    name distributions list as supported) and define
-    `jvp(dist, key, primals, tangents, k)` (see `genvi.adev.strategies`). Strategies
-    are static (hashable); dynamic data such as a baseline value travels as operands
-    through `split`/`join`.
+    Subclasses set `kind` (its name in messages), declare in `needs` what their rule
+    uses of a distribution, and define `jvp(dist, key, primals, tangents, k)` (see
+    `genvi.adev.strategies`). Strategies are static (hashable); dynamic data such as
+    a baseline value travels as operands through `split`/`join`.
 
-    A strategy written outside genvi declares what it needs of a distribution once,
-    in `needs`: the names of the distribution's methods its rule calls (`sample`,
-    `lane_log_prob`, `support`, `mvd_terms`, ...). Every distribution that has them
-    supports it, and a masked site (an untaken branch of a batched `cond`) hands the
-    rule a distribution whose every such method is masked.
+    `needs` names the distribution's methods the rule calls (`sample`,
+    `lane_log_prob`, `support`, `mvd_terms`, ...) and the capability flags it relies
+    on (`reparameterized`: `sample` is differentiable in the parameters; `scorable`:
+    the support does not move with the parameters, so a score is an unbiased
+    gradient weight). Every distribution that has them all supports it, built-in or
+    not, and a masked site (an untaken branch of a batched `cond`) hands the rule a
+    distribution whose every density method is masked.
 
     Example:
         >>> import genvi as gv
@@ -116,12 +119,46 @@ class RunState:
         return None
 
 
+def _has(dist: Any, capability: str) -> bool:
+    """A method (callable) or a flag set to True."""
+    value = getattr(dist, capability, None)
+    return value is True or (callable(value) and not isinstance(value, bool))
+
+
 def supports(dist: Any, strategy: Strategy) -> bool:
-    """Whether `dist` supports `strategy`: it has every method the strategy `needs`,
-    or (a built-in strategy, which declares no needs) it lists the strategy's kind."""
-    if strategy.needs:
-        return all(callable(getattr(dist, name, None)) for name in strategy.needs)
-    return dist.supports(strategy.kind)
+    """Whether `dist` has every capability that `strategy` `needs`.
+
+    Example:
+        >>> import genvi as gv
+        >>> supports(gv.flip, gv.ENUM), supports(gv.uniform, gv.REINFORCE)
+        (True, False)
+    """
+    return all(_has(dist, name) for name in strategy.needs)
+
+
+# The built-in strategies, kind -> (rank, needs): the names a distribution's errors
+# offer, lowest rank first (genvi.adev registers each where it is defined)
+_BUILT_IN: dict[str, tuple[int, tuple[str, ...]]] = {}
+
+
+def register_built_in(strategy: Strategy, rank: int) -> None:
+    """Name `strategy` (an instance) among those a distribution's messages offer, at
+    position `rank` (the first supported one is the suggested default)."""
+    _BUILT_IN.setdefault(strategy.kind, (rank, tuple(strategy.needs)))
+
+
+def supported_kinds(dist: Any) -> tuple[str, ...]:
+    """The kinds of the built-in strategies that `dist` supports, derived from what each
+    `needs` (what `Distribution.strategies` reports).
+
+    Example:
+        >>> import genvi as gv
+        >>> supported_kinds(gv.normal), supported_kinds(gv.flip)
+        (('REPARAM', 'REINFORCE', 'MVD'), ('ENUM', 'REINFORCE', 'MVD', 'SD'))
+    """
+    ranked = sorted((rank, kind) for kind, (rank, needs) in _BUILT_IN.items()
+                    if all(_has(dist, name) for name in needs))
+    return tuple(kind for _, kind in ranked)
 
 
 def _where(addr: Any) -> str:

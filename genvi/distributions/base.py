@@ -3,8 +3,12 @@
 A distribution is a stateless, hashable object (it is a static parameter of genvi's
 primitives). Subclasses define `sample` and `lane_log_prob`; parameters of any
 shape make a product of independent components ("lanes"), whose log densities are
-summed. Optional capabilities enable strategies:
+summed. A distribution declares capabilities, never strategy names: each strategy
+declares what it needs (`Strategy.needs`), and the strategies a distribution supports
+follow (`strategies`, for messages):
 
+* `scorable = True` (the default): the support does not move with the parameters, so
+  a score is an unbiased gradient weight (REINFORCE and its baselines).
 * `reparameterized = True`: `sample` is differentiable in the parameters (REPARAM).
 * `support(*params)`: the finite support of one lane (ENUM).
 * `mvd_terms(key, value, params, tangents)`: measure-valued derivative terms (MVD).
@@ -19,7 +23,6 @@ Example: a new distribution in one small class (see docs/extending.md)::
 
     class Exponential(gv.Distribution):
         name = "exponential"
-        strategies = ("REPARAM", "REINFORCE")
         reparameterized = True
         def sample(self, key, rate):
             return jax.random.exponential(key, jnp.shape(rate)) / rate
@@ -37,6 +40,7 @@ import jax.numpy as jnp
 from genvi.core.addressing import sample_site
 from genvi.core.mistakes import not_a_value
 from genvi.core.scopes import density_scope
+from genvi.core.strategy import supported_kinds
 from genvi.core.tracing import note_dist_call
 
 
@@ -44,7 +48,7 @@ class Distribution:
     """Base class of genvi distributions. Call it to get a `DistCall`."""
 
     name: str = "distribution"
-    strategies: tuple[str, ...] = ("REINFORCE",)
+    scorable: bool = True
     reparameterized: bool = False
     param_names: tuple[str, ...] = ()
     # Trailing event axes of each parameter and of a value (0 = elementwise); used
@@ -96,7 +100,26 @@ class Distribution:
     def value_shape(self, *params: Any) -> tuple:
         return jax.eval_shape(lambda *p: self.sample(jax.random.key(0), *p), *params).shape
 
+    @property
+    def strategies(self) -> tuple[str, ...]:
+        """The built-in strategies this distribution supports, derived from its
+        capabilities and what each strategy needs.
+
+        Example:
+            >>> import genvi as gv
+            >>> gv.normal.strategies, gv.uniform.strategies
+            (('REPARAM', 'REINFORCE', 'MVD'), ('REPARAM',))
+        """
+        return supported_kinds(self)
+
     def supports(self, kind: str) -> bool:
+        """Whether this distribution supports the built-in strategy named `kind`.
+
+        Example:
+            >>> import genvi as gv
+            >>> gv.flip.supports("ENUM"), gv.normal.supports("ENUM")
+            (True, False)
+        """
         return kind in self.strategies
 
     def __call__(self, *params: Any, grad: Any = None) -> "DistCall":

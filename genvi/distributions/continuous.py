@@ -43,7 +43,6 @@ class Normal(Distribution):
     name = "normal"
     lanewise = True
     domain = "real"
-    strategies = ("REPARAM", "REINFORCE", "MVD")
     reparameterized = True
     param_names = ("loc", "scale")
 
@@ -109,7 +108,6 @@ class MvNormal(Distribution):
 
     name = "mv_normal"
     domain = "real"
-    strategies = ("REPARAM", "REINFORCE")
     reparameterized = True
     param_names = ("loc", "covariance")
     param_event_ndims = (1, 2)
@@ -155,7 +153,7 @@ class Uniform(Distribution):
     # No REINFORCE: the support moves with low/high, so the score function misses
     # the boundary terms and would be biased (the density, 1/(high-low), only sees
     # the width). REPARAM is exact.
-    strategies = ("REPARAM",)
+    scorable = False
     reparameterized = True
     param_names = ("low", "high")
 
@@ -187,7 +185,6 @@ class Beta(Distribution):
     name = "beta"
     lanewise = True
     domain = "unit_interval"
-    strategies = ("REPARAM", "REINFORCE")
     reparameterized = True
     param_names = ("a", "b")
 
@@ -221,7 +218,6 @@ class Gamma(Distribution):
     name = "gamma"
     lanewise = True
     domain = "positive"
-    strategies = ("REPARAM", "REINFORCE")
     reparameterized = True
     param_names = ("shape", "rate")
 
@@ -255,7 +251,6 @@ class Dirichlet(Distribution):
 
     name = "dirichlet"
     domain = "simplex"
-    strategies = ("REPARAM", "REINFORCE")
     reparameterized = True
     param_names = ("concentration",)
     param_event_ndims = (1,)

@@ -99,7 +99,6 @@ class Flip(Distribution):
 
     name = "flip"
     lanewise = True
-    strategies = ("ENUM", "REINFORCE", "MVD", "SD")
     param_names = ("p",)
 
     def sample(self, key, p):
@@ -153,7 +152,6 @@ class Bernoulli(Distribution):
 
     name = "bernoulli"
     lanewise = True
-    strategies = ("ENUM", "REINFORCE", "MVD", "SD")
     param_names = ("logits",)
 
     def sample(self, key, logits):
@@ -199,7 +197,6 @@ class Categorical(Distribution):
     """
 
     name = "categorical"
-    strategies = ("ENUM", "REINFORCE", "MVD", "SD")
     param_names = ("logits",)
     param_event_ndims = (1,)
 
@@ -273,7 +270,6 @@ class Geometric(Distribution):
 
     name = "geometric"
     lanewise = True
-    strategies = ("REINFORCE", "MVD", "SD")
     param_names = ("p",)
 
     def sample(self, key, p):
@@ -321,7 +317,6 @@ class Poisson(Distribution):
 
     name = "poisson"
     lanewise = True
-    strategies = ("REINFORCE", "MVD", "SD")
     param_names = ("rate",)
 
     def sample(self, key, rate):
@@ -364,7 +359,6 @@ class Binomial(Distribution):
 
     name = "binomial"
     lanewise = True
-    strategies = ("REINFORCE", "MVD", "SD")
     param_names = ("n", "p")
 
     def sample(self, key, n, p):

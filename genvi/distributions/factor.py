@@ -26,7 +26,7 @@ class Factor(Distribution):
     """A unit weight exp(log_weight) on a placeholder value (see `gv.factor`)."""
 
     name = "factor"
-    strategies = ()
+    scorable = False  # its value is a placeholder, drawn from no law: nothing to score
     param_names = ("log_weight",)
 
     def sample(self, key: jax.Array, log_weight: Any) -> jax.Array:

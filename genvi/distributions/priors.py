@@ -76,7 +76,6 @@ class _Transformed(Distribution):
     support does not move with the parameters (REINFORCE)."""
 
     lanewise = True
-    strategies = ("REPARAM", "REINFORCE")
     reparameterized = True
 
 

@@ -31,7 +31,6 @@ class TFPDistribution(Distribution):
         self.domain = "tfp"  # its own default event-space bijector (automatic guides)
         self.name = f"tfp.{cls.__name__}"
         self.reparameterized = reparameterized
-        self.strategies = ("REPARAM", "REINFORCE") if reparameterized else ("REINFORCE",)
 
     def instance(self, *params: Any) -> Any:
         """The TFP distribution object with these parameters (automatic guides read

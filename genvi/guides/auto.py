@@ -46,7 +46,6 @@ class Block(Distribution):
     (particles under `jax.vmap`) are independent lanes. The log density is the
     family's at the unconstrained value minus the bijector's log-Jacobian."""
 
-    strategies = ("REPARAM",)
     reparameterized = True
 
     def __init__(self, family: Any, site: Site, event_ndims: tuple):

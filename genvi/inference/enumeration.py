@@ -46,8 +46,10 @@ from jax.scipy.special import logsumexp
 
 from genvi.core.choices import ChoiceMap, choices as to_choices
 from genvi.core.mistakes import addr_name
+from genvi.core.strategy import supports
 from genvi.core.tracing import merge_args, shapes_key, split_args, trace_cached
 from genvi.core import validation
+from genvi.adev.strategies import ENUM
 from genvi.gen.handlers import RecordSites
 from genvi.gen.language import GenFn
 from genvi.inference.enum_lanes import NotSummable, evaluate, joint_values, lane_sums
@@ -159,7 +161,7 @@ class EnumeratedMarginal(Marginal):
 def _aux_site(m: EnumeratedMarginal, addr: tuple, sd: Any, dist: Any, params: tuple,
               scale: float) -> AuxSite:
     name = addr_name(addr)
-    if not hasattr(dist, "support") or not dist.supports("ENUM"):
+    if not supports(dist, ENUM):
         raise ValueError(
             f"gv.enumeration: site {name!r} (gv.{dist.name}) of {m.g.name} is not kept and has "
             "no finite support to sum over (gv.flip, gv.bernoulli and gv.categorical do). "
