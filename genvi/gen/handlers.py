@@ -11,21 +11,21 @@ user tools build on (see docs/extending.md):
 * `RecordSites` — `Simulate` that also notes each site's distribution, parameters
   and plate scale (what automatic guides and `gv.enumeration` read of a program).
 
-A handler receives each site as its equation and operands (`site_parts` splits them
-into distribution, parameters, strategy and address) and the `State` threaded through
-the run; `Handler.record` adds a choice. `g.interpret(handler, *args, key=..., choices=...)`
-runs one (`genvi.gen.interpret` walks the program's jaxpr).
+A handler receives each site and observation as a `Site` record (address,
+distribution, parameters, strategy, plate scale, source location; NumPyro passes its
+`msg` the same way) and the `State` threaded through the run; `Handler.record` adds a
+choice. `g.interpret(handler, *args, key=..., choices=...)` runs one
+(`genvi.gen.interpret` walks the program's jaxpr and builds the records).
 
 Example:
     >>> import genvi as gv, jax
-    >>> from genvi.gen.handlers import Simulate, site_parts
+    >>> from genvi.gen.handlers import Simulate
     >>> class Scales(Simulate):          # Simulate, noting each site's scale parameter
     ...     def __init__(self):
     ...         self.scales = {}
-    ...     def site(self, eqn, params, state):
-    ...         dist, dparams, _, addr = site_parts(eqn, params)
-    ...         self.scales[addr] = dparams[1]
-    ...         return super().site(eqn, params, state)
+    ...     def site(self, site, state):
+    ...         self.scales[site.addr] = site.params[1]
+    ...         return super().site(site, state)
     >>> @gv.gen
     ... def g():
     ...     return gv.normal(0.0, 2.0) @ "x"
@@ -45,13 +45,67 @@ import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
 from genvi.core.mistakes import addr_name, is_shape_error, site_shape_error
-from genvi.core.primitives import Masked, SiteEqn, bind_site, plate_marker, sample_p, site_parts
+from genvi.core.primitives import Masked, SiteEqn, bind_site, observe_p, sample_p, site_parts
 from genvi.core.scopes import density_scope
 from genvi.core.strategy import missing_strategy_error
 from genvi.core.tracing import PLAIN
 
 __all__ = ["Assess", "Dream", "Generate", "Handler", "MissingChoice", "Sim", "Simulate",
-           "State", "UnnormalizedError", "site_parts"]
+           "Site", "State", "UnnormalizedError", "site_parts"]
+
+
+@dataclass(frozen=True)
+class Site:
+    """One sampling site or observation, as a handler receives it.
+
+    `addr` is None for an unnamed observation; `dist` is a `Masked` distribution for
+    a site in an untaken branch of a batched cond (its lanes there hold no density);
+    `strategy` carries its dynamic operands (a baseline's value); `scale` is the
+    product of the `gv.plate` factors around the site; `shape` the shape of its
+    value; `observed` an observation's value (None for a sampling site).
+
+    Example:
+        >>> import genvi as gv, jax
+        >>> from genvi.gen.handlers import Simulate
+        >>> class Where(Simulate):
+        ...     def site(self, site, state):
+        ...         print(site.addr, site.dist, site.shape, site.location.startswith("<doctest"))
+        ...         return super().site(site, state)
+        >>> @gv.gen
+        ... def g():
+        ...     return gv.normal(0.0, 1.0) @ "x"
+        >>> _ = g.interpret(Where(), key=jax.random.key(0))
+        ('x',) gv.normal () True
+    """
+
+    addr: tuple | None
+    dist: Any
+    params: tuple
+    strategy: Any
+    scale: float
+    shape: tuple
+    observed: Any = None
+    eqn: Any = field(default=None, repr=False, compare=False)
+
+    @staticmethod
+    def of(eqn: Any, ins: list, scale: float) -> "Site":
+        """The record of a site or observation equation on its operands."""
+        observed = eqn.primitive is observe_p
+        operands = ins[1:] if observed else ins
+        dist, params, strategy, addr = site_parts(eqn, operands)
+        shape = tuple(jnp.shape(ins[0])) if observed else tuple(eqn.outvars[0].aval.shape)
+        return Site(addr, dist, params, strategy, scale, shape,
+                    ins[0] if observed else None, eqn)
+
+    @property
+    def location(self) -> str:
+        """Where the user wrote the site: file and line."""
+        return jx.source_line(self.eqn)
+
+    @property
+    def missing(self) -> bool:
+        """An observation given no value (`gv.observe(..., None, name=...)`)."""
+        return SiteEqn.of(self.eqn).missing
 
 
 def _log_prob(dist: Any, value: Any, params: tuple, scale: float = 1.0) -> Any:
@@ -133,32 +187,32 @@ class Handler:
         """The product of the factors of the `gv.plate` bodies being interpreted."""
         return self.__dict__.get("_scales", [1.0])[-1]
 
-    def plate(self, eqn: Any) -> None:
-        """Enter or leave a `gv.plate`'s body (its markers; see `bind_plate`)."""
+    def plate(self, enters: bool, factor: float) -> None:
+        """Enter (with its scale `factor`) or leave a `gv.plate`'s body."""
         stack = self.__dict__.setdefault("_scales", [1.0])
-        enters, factor = plate_marker(eqn)
         if enters:
             stack.append(stack[-1] * factor)
         else:
             stack.pop()
 
-    def site(self, eqn: Any, params: list, state: State) -> tuple[Any, State]:
+    def site(self, site: Site, state: State) -> tuple[Any, State]:
+        """The value of a sampling site, and the state after it."""
         raise NotImplementedError
 
-    def observe(self, eqn: Any, ins: list, state: State) -> State:
-        dist, params, _, addr = site_parts(eqn, ins[1:])
-        if SiteEqn.of(eqn).missing:
+    def observe(self, site: Site, state: State) -> State:
+        """The state after an observation (default: its log density is added)."""
+        if site.missing:
             raise ValueError(
-                f"the observation {addr_name(addr)!r} (gv.{dist.name}) at {jx.source_line(eqn)} "
-                "has no value (gv.observe(..., None, name=...)), so it cannot be scored: pass "
-                "the observed data, or draw it with gv.predictive")
+                f"the observation {addr_name(site.addr)!r} (gv.{site.dist.name}) at "
+                f"{site.location} has no value (gv.observe(..., None, name=...)), so it cannot "
+                "be scored: pass the observed data, or draw it with gv.predictive")
         try:
-            log_p = _log_prob(dist, ins[0], params, self.scale)
+            log_p = _log_prob(site.dist, site.observed, site.params, site.scale)
         except (ValueError, TypeError) as err:
             if not is_shape_error(err):
                 raise
-            raise site_shape_error(dist, None, [jnp.shape(p) for p in params],
-                                   jnp.shape(ins[0]), observation=True) from err
+            raise site_shape_error(site.dist, None, [jnp.shape(p) for p in site.params],
+                                   site.shape, observation=True) from err
         return replace(state, log_density=state.log_density + log_p)
 
     def record(self, state: State, addr: tuple, value: Any, log_p: Any, dist: Any = None,
@@ -182,12 +236,11 @@ class Handler:
 
 
 class Simulate(Handler):
-    def site(self, eqn, params, state):
-        dist, params, _, addr = site_parts(eqn, params)
+    def site(self, site, state):
         key, sub = jax.random.split(state.key)
-        value = dist.sample(sub, *params)
-        log_p = _log_prob(dist, value, params, self.scale)
-        return value, replace(self.record(state, addr, value, log_p, dist), key=key)
+        value = site.dist.sample(sub, *site.params)
+        log_p = _log_prob(site.dist, value, site.params, site.scale)
+        return value, replace(self.record(state, site.addr, value, log_p, site.dist), key=key)
 
 
 class RecordedSite(NamedTuple):
@@ -219,19 +272,21 @@ class RecordSites(Simulate):
     def __init__(self):
         self.found: dict = {}
 
-    def site(self, eqn, params, state):
-        dist, dparams, _, addr = site_parts(eqn, params)
-        self.found[addr] = RecordedSite(getattr(dist, "base", dist), dparams,
-                                        float(self.scale), hasattr(dist, "base"))
-        return super().site(eqn, params, state)
+    def site(self, site, state):
+        dist = site.dist
+        self.found[site.addr] = RecordedSite(getattr(dist, "base", dist), site.params,
+                                             float(site.scale), hasattr(dist, "base"))
+        return super().site(site, state)
 
 
-def _objective_sample(dist: Any, params: tuple, strategy: Any, addr: tuple) -> Any:
-    """An ADEV sampling site for `dist(*params)` (a site of the objective)."""
+def _objective_sample(site: Site, strategy: Any) -> Any:
+    """An ADEV sampling site for the site's distribution call (a site of the objective)."""
+    dist = site.dist
     if strategy is None and not PLAIN:
-        raise missing_strategy_error(dist, addr)
+        raise missing_strategy_error(dist, site.addr)
     mask = dist.mask if isinstance(dist, Masked) else None
-    return bind_site(sample_p, getattr(dist, "base", dist), params, strategy, addr, mask)
+    return bind_site(sample_p, getattr(dist, "base", dist), site.params, strategy, site.addr,
+                     mask)
 
 
 class Sim(Handler):
@@ -241,14 +296,14 @@ class Sim(Handler):
     def __init__(self, program: str = "the program"):
         self.program = program
 
-    def site(self, eqn, params, state):
-        dist, dparams, strategy, addr = site_parts(eqn, params)
-        value = _objective_sample(dist, dparams, strategy, addr)
-        log_p = _log_prob(dist, value, dparams, self.scale)
-        return value, self.record(state, addr, value, log_p, dist)
+    def site(self, site, state):
+        value = _objective_sample(site, site.strategy)
+        log_p = _log_prob(site.dist, value, site.params, site.scale)
+        return value, self.record(state, site.addr, value, log_p, site.dist)
 
-    def observe(self, eqn, ins, state):
-        raise unnormalized_error(self.program, eqn, "sampled with .sim (a guide or a proposal)")
+    def observe(self, site, state):
+        raise unnormalized_error(self.program, site.eqn,
+                                 "sampled with .sim (a guide or a proposal)")
 
 
 class UnnormalizedError(ValueError):
@@ -275,15 +330,14 @@ class Generate(Handler):
     sampled from the program (ADEV sites) and not scored: the log weight is that of
     importance sampling with the program's prior as proposal."""
 
-    def site(self, eqn, params, state):
-        dist, dparams, strategy, addr = site_parts(eqn, params)
-        if addr in state.reads:
-            value = state.reads[addr]
-            state.visited.add(addr)
-            log_p = _log_prob(dist, value, dparams, self.scale)
-            return value, self.record(state, addr, value, log_p, dist)
-        value = _objective_sample(dist, dparams, strategy, addr)
-        return value, self.record(state, addr, value, 0.0, dist)
+    def site(self, site, state):
+        if site.addr in state.reads:
+            value = state.reads[site.addr]
+            state.visited.add(site.addr)
+            log_p = _log_prob(site.dist, value, site.params, site.scale)
+            return value, self.record(state, site.addr, value, log_p, site.dist)
+        value = _objective_sample(site, site.strategy)
+        return value, self.record(state, site.addr, value, 0.0, site.dist)
 
 
 class Dream(Sim):
@@ -294,12 +348,12 @@ class Dream(Sim):
 
     reads_observed_values = False
 
-    def observe(self, eqn, ins, state):
-        dist, params, strategy, _ = site_parts(eqn, ins[1:])
-        value = _objective_sample(dist, params, None, None)
+    def observe(self, site, state):
+        value = _objective_sample(replace(site, addr=None), None)
         n = sum(1 for a in state.choices if a and a[0] == "__observation__")
         addr = ("__observation__", n)
-        return self.record(state, addr, value, _log_prob(dist, value, params, self.scale), dist)
+        log_p = _log_prob(site.dist, value, site.params, site.scale)
+        return self.record(state, addr, value, log_p, site.dist)
 
 
 class Assess(Handler):
@@ -309,19 +363,18 @@ class Assess(Handler):
     def __init__(self, score_only: set | None = None):
         self.score_only = score_only
 
-    def site(self, eqn, params, state):
-        dist, params, _, addr = site_parts(eqn, params)
+    def site(self, site, state):
+        addr, dist = site.addr, site.dist
         if addr not in state.reads:  # GenFn._run_traced adds a "did you mean"
             raise MissingChoice(
                 f"log_density: the choices have no value at address {addr_name(addr)!r} "
                 f"(gv.{dist.name}), which the program samples; add it to the choice map.", addr)
         value = state.reads[addr]
-        want = eqn.outvars[0].aval.shape
-        if jnp.shape(value) != want:
+        if jnp.shape(value) != site.shape:
             raise ValueError(
                 f"log_density: the value at address {addr_name(addr)!r} (gv.{dist.name}) has "
-                f"shape {jnp.shape(value)} but the site's parameters give shape {want}")
+                f"shape {jnp.shape(value)} but the site's parameters give shape {site.shape}")
         state.visited.add(addr)
         scored = self.score_only is None or addr in self.score_only
-        log_p = _log_prob(dist, value, params, self.scale) if scored else 0.0
+        log_p = _log_prob(dist, value, site.params, site.scale) if scored else 0.0
         return value, self.record(state, addr, value, log_p, dist)

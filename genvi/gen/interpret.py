@@ -29,10 +29,10 @@ import jax
 import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
-from genvi.core.primitives import SITES, SiteEqn, observe_p, plate_p, site_p
+from genvi.core.primitives import SITES, SiteEqn, observe_p, plate_marker, plate_p, site_p
 from genvi.core.mistakes import addr_name
 from genvi.core.walk import Hooks, env_of, walk
-from genvi.gen.handlers import Handler, State
+from genvi.gen.handlers import Handler, Site, State
 from genvi.gen.site_checks import check_read_value, check_site, control as validation_control
 from genvi.gen.sites import site_addresses
 
@@ -46,20 +46,20 @@ def run(closed: Any, args: list, handler: Handler, state: State) -> tuple[list, 
 
 def _site(hooks: "_Interpret", i: int, eqn: Any, ins: list) -> list:
     check_site(eqn, ins, jaxpr=hooks.jaxpr)
-    value, hooks.state = hooks.handler.site(eqn, ins, hooks.state)
+    value, hooks.state = hooks.handler.site(Site.of(eqn, ins, hooks.handler.scale), hooks.state)
     if SiteEqn.of(eqn).addr in hooks.state.reads:  # a value given by the user: scored
         check_read_value(eqn, ins, value, hooks.jaxpr)
     return [value]
 
 
 def _plate(hooks: "_Interpret", i: int, eqn: Any, ins: list) -> list:
-    hooks.handler.plate(eqn)
+    hooks.handler.plate(*plate_marker(eqn))
     return []
 
 
 def _observe(hooks: "_Interpret", i: int, eqn: Any, ins: list) -> list:
     check_site(eqn, ins, offset=1, value=hooks.handler.reads_observed_values, jaxpr=hooks.jaxpr)
-    hooks.state = hooks.handler.observe(eqn, ins, hooks.state)
+    hooks.state = hooks.handler.observe(Site.of(eqn, ins, hooks.handler.scale), hooks.state)
     return []
 
 

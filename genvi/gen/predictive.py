@@ -31,7 +31,7 @@ from genvi.core.choices import ChoiceMap
 from genvi.core.mistakes import check_key, did_you_mean, is_count
 from genvi.core.program_mistakes import require_program
 from genvi.core.primitives import SiteEqn, observe_p
-from genvi.gen.handlers import Handler, MissingChoice, observation_text, site_parts
+from genvi.gen.handlers import Handler, MissingChoice, observation_text
 from genvi.gen.language import GenFn
 
 
@@ -58,11 +58,11 @@ class Predict(Handler):
     def __init__(self, prior: bool):
         self.prior = prior
 
-    def site(self, eqn, params, state):
-        dist, dparams, _, addr = site_parts(eqn, params)
+    def site(self, site, state):
+        dist, addr = site.dist, site.addr
         if self.prior:
             key, sub = jax.random.split(state.key)
-            value = dist.sample(sub, *dparams)
+            value = dist.sample(sub, *site.params)
             return value, replace(self.record(state, addr, value, 0.0, dist), key=key)
         name = "/".join(map(str, addr))
         if addr not in state.reads:
@@ -72,22 +72,20 @@ class Predict(Handler):
                 "latent site of the model, as for gv.elbo; for draws from the prior pass "
                 "guide=None.", addr)
         value = state.reads[addr]
-        if jnp.shape(value) != eqn.outvars[0].aval.shape:
+        if jnp.shape(value) != site.shape:
             raise ValueError(
                 f"gv.predictive: the guide's value at address {name!r} "
                 f"(gv.{dist.name}) has shape {jnp.shape(value)} but the model's site has shape "
-                f"{eqn.outvars[0].aval.shape}")
+                f"{site.shape}")
         state.visited.add(addr)
         return value, self.record(state, addr, value, 0.0, dist)
 
-    def observe(self, eqn, ins, state):
-        addr = SiteEqn.of(eqn).addr
-        if addr is None:  # unnamed: nothing to return
+    def observe(self, site, state):
+        if site.addr is None:  # unnamed: nothing to return
             return state
-        dist, params, _, _ = site_parts(eqn, ins[1:])
         key, sub = jax.random.split(state.key)
-        value = _draw_like(dist, sub, params, ins[0])
-        return replace(self.record(state, addr, value, 0.0, dist), key=key)
+        value = _draw_like(site.dist, sub, site.params, site.observed)
+        return replace(self.record(state, site.addr, value, 0.0, site.dist), key=key)
 
 
 def _unnamed_observations(jaxpr: Any) -> list[str]:
