@@ -81,6 +81,27 @@ def note_markov(eqn: Any, alternatives: Any, steps: int, window: int,
     _note_runs(eqn, shape[0], steps)
 
 
+def note_total(eqn: Any, alternatives: Any, total: Any, scan_steps: int = 1) -> None:
+    """Record how the replay engine evaluated a site's replays (`total`: its `Total`;
+    `alternatives`: one step's, `[J, *lanes]`; `scan_steps`: the steps of the scan
+    they ran after, when `total.after_scan`)."""
+    coupled = f" (lanes coupled at {', '.join(total.coupled)})" if total.coupled else ""
+    if total.path == "Markov-local":
+        note_markov(eqn, alternatives, scan_steps, total.window, list(total.coupled))
+        return
+    if not total.after_scan:
+        note_replays(eqn, alternatives, "lane-local" + coupled if total.path == "lane-local"
+                     else "whole-objective replays", lane_local=total.path == "lane-local")
+        return
+    why_not = (f"; not Markov-local: {total.reason}"
+               if total.reason and total.reason != "whole-objective replays asked for" else "")
+    if total.path == "lane-local":
+        note_replays(eqn, alternatives, "lane-local, after the scan" + coupled + why_not,
+                     lane_local=True)
+    else:
+        note_replays(eqn, alternatives, "whole-objective replays, after the scan" + why_not)
+
+
 def _note_runs(eqn: Any, per_step: int, shared_by: int = 1) -> None:
     """`per_step` runs at each step of the scans around the site; `shared_by` of
     those steps share one run."""

@@ -18,10 +18,11 @@ dual numbers. Ordinary equations are differentiated by JAX (`jvp_eqn`); each
 
 Sites inside `scan` bodies and `cond` branches are handled in place: the scan is
 re-emitted with the accumulators in its carry, and `k.pure` replays the objective
-with the override at the current step. Replays asked for with `plus_replays` leave
-the scan as outputs and run after it, several steps per `vmap` (`genvi.adev.pending`).
-Nothing is unrolled: trace size does not
-grow with batch, particle or step counts.
+with the override at the current step. Replays asked for with `plus_replays` are
+evaluated by the replay engine (`genvi.replays.engine`), which owns the chain
+lane-local → Markov-local → whole-objective; inside a scan they leave the body as
+outputs and run after the scan (`ScanReplays`). Nothing is unrolled: trace size does
+not grow with batch, particle or step counts.
 """
 
 from __future__ import annotations
@@ -32,12 +33,11 @@ import jax
 import jax.numpy as jnp
 
 from genvi.adev import dual as d
-from genvi.adev.continuation import Deferred, replay_sum, replays_total
+from genvi.adev.continuation import Deferred
 from genvi.adev.dual import Dual
-from genvi.adev.explain import note_enumeration, note_path, note_replays, note_site
-from genvi.adev.pending import Pending
-from genvi.replays.engine import (AfterSite, Exact, Fallback, Replay, draw, replay_values,
-                                  split_keys)
+from genvi.adev.explain import note_enumeration, note_path, note_replays, note_site, note_total
+from genvi.replays.engine import (AfterSite, Replay, ScanReplays, draw, split_keys,
+                                  total_at_site)
 from genvi.core import jaxpr as jx
 from genvi.core.primitives import SAMPLES, SiteEqn, sample_p, site_parts
 from genvi.core.strategy import missing_strategy_error
@@ -72,26 +72,17 @@ class _Continuation:
         return self._run.replay_with((self._steps + (eqn,), value))
 
     def resolved(self, res: Deferred) -> Deferred:
-        """`res` with its replays (if any) evaluated now and added to its offset."""
+        """`res` with its replays (if any) evaluated now (by the replay engine) and
+        added to its offset."""
         if res.replays is None:
             return res
-        got: Exact | Fallback = Fallback("not a batched site at the objective's top level")
-        if self._top and not self._run.replay and jnp.size(res.value) > 1:
-            # a batched site at top level: every lane's replays in one lane-tracked
-            # evaluation of the rest of the objective, O(lanes) (the replay engine)
-            where = AfterSite(self._jaxpr, self._index, self._env, self._keys, self._steps)
-            got = replay_values(self._run.replay_context(), where, res.value,
-                                res.replays.alternatives)
-        if isinstance(got, Exact):
-            value = replays_total(got.values, res.replays)
-            path = "lane-local" + (f" (lanes coupled at {', '.join(sorted(set(got.coupled)))})"
-                                   if got.coupled else "")
-        else:
-            value = replay_sum(self.pure, res.value, res.replays)
-            path = "whole-objective replays"
-        note_replays(self._jaxpr.eqns[self._index], res.replays.alternatives, path,
-                     lane_local=isinstance(got, Exact))
-        return Deferred(res.value, res.tangent, res.score, d.add(res.offset, value))
+        # a site at the top level: the rest of the run after it, lane by lane
+        after = (AfterSite(self._jaxpr, self._index, self._env, self._keys, self._steps)
+                 if self._top and not self._run.replay else None)
+        total = total_at_site(self._run.replay_context(), self.location, res.value,
+                              res.replays, after)
+        note_total(self._jaxpr.eqns[self._index], res.replays.alternatives, total)
+        return Deferred(res.value, res.tangent, res.score, d.add(res.offset, total.value))
 
     @property
     def location(self) -> tuple:
@@ -165,7 +156,7 @@ class _Run:
 
     # -- evaluation -------------------------------------------------------------
     def level(self, jaxpr: Any, start: int, env: dict, key: Any, steps: tuple, top: bool,
-              keys: dict | None = None, pending: "Pending | None" = None):
+              keys: dict | None = None, pending: ScanReplays | None = None):
         """Evaluate `jaxpr.eqns[start:]`. At top level return the final `Dual`;
         inside a body return `(outs, (score, offset))`. `key` is split once into
         one key per consumer (site or control equation) of this jaxpr; `keys` passes
@@ -185,7 +176,8 @@ class _Run:
         return outs, (acc.score, acc.offset)
 
     def _eqn(self, jaxpr: Any, i: int, eqn: Any, ins: list, env: dict, keys: dict,
-             steps: tuple, top: bool, pending: "Pending | None", acc: "_Accumulated") -> Any:
+             steps: tuple, top: bool, pending: ScanReplays | None,
+             acc: "_Accumulated") -> Any:
         """One equation of `level`'s walk: its outputs, or `Stop` with the final `Dual`."""
         if eqn.primitive is sample_p:
             site_key = keys[i]
@@ -203,7 +195,7 @@ class _Run:
             if isinstance(res, Dual):  # the rule evaluated the rest of the program
                 return Stop(self._finish(res, acc.score, acc.offset))
             if res.replays is not None and pending is not None:
-                pending.add(steps + (eqn,), res)
+                pending.add(steps + (eqn,), res.value, res.replays)
                 note_replays(eqn, res.replays.alternatives,
                              "whole-objective replays, after the scan")
             else:
@@ -233,7 +225,7 @@ class _Run:
         """What the lane-tracked evaluator (`genvi.replays.lanes`) needs to replay this
         run: its objective, key, inputs and overrides, and control flow as a replay."""
         return Replay(self.closed, self.key, self.primals, self.overrides,
-                      self._replay_control)
+                      self._replay_control, self._replay_overrides)
 
     def _replay_control(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
         """A control-flow equation holding sites, evaluated as in a replay (values
@@ -287,7 +279,7 @@ class _Run:
 
         # Replays of sites in the body are deferred: the step emits each site's
         # alternatives and weights; after the scan, replays run several steps per vmap.
-        pending = Pending(len(steps) + 2) if dual else None
+        pending = ScanReplays(len(steps) + 2) if dual else None
 
         def step(carry, x):
             c_p, c_t, i, s, o = carry
@@ -314,8 +306,10 @@ class _Run:
                  None if key is None else jax.random.split(key, scan.length))
         (c_p, c_t, _, s, o), (y_p, y_t, deferred, kept) = scan.scan(step, init_carry, xs_in)
         if pending is not None:
-            o = d.add(o, pending.resolve(self.replay_context(), self.replay_with,
-                                         steps + (eqn,), deferred))
+            for below, alternatives, total in pending.totals(self.replay_context(),
+                                                             steps + (eqn,), deferred):
+                note_total(below[-1], alternatives, total, scan.length)
+                o = d.add(o, total.value)
         for cls, state in self.states.items():
             state.after_scan(key, kept[cls])
         outs = [Dual(p, t) for p, t in zip(c_p, c_t)] + [Dual(p, t) for p, t in zip(y_p, y_t)]

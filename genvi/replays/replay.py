@@ -71,15 +71,17 @@ def draw(eqn: Any, ins: list, site_key: Any, steps: tuple, overrides: tuple) -> 
 
 class Replay(NamedTuple):
     """What a replay of one objective run needs: the objective (a closed jaxpr), its
-    key and primal inputs, the overrides in force, and `control(eqn, ins, key,
-    steps)`, which evaluates a control-flow equation holding sites as a replay does
-    (values only)."""
+    key and primal inputs, the overrides in force, `control(eqn, ins, key, steps)`,
+    which evaluates a control-flow equation holding sites as a replay does (values
+    only), and `whole(overrides)`, the objective's value with more sites overridden
+    (the run's own evaluation, so that every other draw is the run's)."""
 
     closed: Any
     key: Any
     primals: list
     overrides: tuple
     control: Callable[..., list]
+    whole: Callable[[tuple], Any]
 
     def site(self, eqn: Any, ins: list, site_key: Any, steps: tuple) -> Any:
         """`draw` under this replay's overrides."""
