@@ -19,7 +19,6 @@ slower than REINFORCE?" reads the answer off the table.
 
 from __future__ import annotations
 
-import contextvars
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,15 +27,13 @@ import jax
 
 from genvi.adev.cost import CompiledWork, CpuTimeModel, compiled_work, work
 from genvi.core import jaxpr as jx
+from genvi.core.context import using
 from genvi.core.primitives import SiteEqn
 from genvi.core.tracing import split_args
 
-_LOG: contextvars.ContextVar = contextvars.ContextVar("genvi_estimator_log", default=None)
-
-
-def note_site(eqn: Any, dist: Any, strategy: Any, value: Any, steps: tuple) -> None:
-    """Record a differentiated site (when a log is open)."""
-    log = _LOG.get()
+def note_site(log: dict | None, eqn: Any, dist: Any, strategy: Any, value: Any,
+              steps: tuple) -> None:
+    """Record a differentiated site in `log` (the run context's; None: not explaining)."""
     if log is None or id(eqn) in log:
         return
     within = []
@@ -56,70 +53,70 @@ def note_site(eqn: Any, dist: Any, strategy: Any, value: Any, steps: tuple) -> N
                         replays="none", repeat=repeat, runs=0)
 
 
-def note_replays(eqn: Any, alternatives: Any, path: str, lane_local: bool = False) -> None:
+def note_replays(log: dict | None, eqn: Any, alternatives: Any, path: str,
+                 lane_local: bool = False) -> None:
     """Record how a site's replays are evaluated (`alternatives`: `[J, *lanes]`, one
     step's; `path`: in words): `lane_local` ones run the rest once per alternative,
     whole-objective replays once per alternative and lane; at every step of the scans
     around it."""
     shape = getattr(alternatives, "shape", (1,))
     lanes = math.prod(shape[1:])
-    note_path(eqn, f"{shape[0]} × {lanes} lane{'s' if lanes != 1 else ''}: {path}")
-    _note_runs(eqn, shape[0] * (1 if lane_local else lanes))
+    note_path(log, eqn, f"{shape[0]} × {lanes} lane{'s' if lanes != 1 else ''}: {path}")
+    _note_runs(log, eqn, shape[0] * (1 if lane_local else lanes))
 
 
-def note_markov(eqn: Any, alternatives: Any, steps: int, window: int,
+def note_markov(log: dict | None, eqn: Any, alternatives: Any, steps: int, window: int,
                 coupled: list) -> None:
     """Record Markov-local replays of a site in a scan of `steps` steps (`alternatives`:
     one step's, `[J, *lanes]`): the rest of the objective runs once per alternative for
     every step and lane at once, each step's body `window` + 1 times."""
     shape = getattr(alternatives, "shape", (1,))
     lanes = math.prod(shape[1:])
-    note_path(eqn, f"{shape[0]} × {steps} steps × {lanes} lane{'s' if lanes != 1 else ''}: "
+    note_path(log, eqn, f"{shape[0]} × {steps} steps × {lanes} lane{'s' if lanes != 1 else ''}: "
                    f"Markov-local, after the scan (a step's value reaches {window} "
                    f"step{'s' if window != 1 else ''})"
                    + (f" (lanes coupled at {', '.join(coupled)})" if coupled else ""))
-    _note_runs(eqn, shape[0], steps)
+    _note_runs(log, eqn, shape[0], steps)
 
 
-def note_total(eqn: Any, alternatives: Any, total: Any, scan_steps: int = 1) -> None:
+def note_total(log: dict | None, eqn: Any, alternatives: Any, total: Any,
+               scan_steps: int = 1) -> None:
     """Record how the replay engine evaluated a site's replays (`total`: its `Total`;
     `alternatives`: one step's, `[J, *lanes]`; `scan_steps`: the steps of the scan
     they ran after, when `total.after_scan`)."""
     coupled = f" (lanes coupled at {', '.join(total.coupled)})" if total.coupled else ""
     if total.path == "Markov-local":
-        note_markov(eqn, alternatives, scan_steps, total.window, list(total.coupled))
+        note_markov(log, eqn, alternatives, scan_steps, total.window, list(total.coupled))
         return
     if not total.after_scan:
-        note_replays(eqn, alternatives, "lane-local" + coupled if total.path == "lane-local"
+        note_replays(log, eqn, alternatives, "lane-local" + coupled if total.path == "lane-local"
                      else "whole-objective replays", lane_local=total.path == "lane-local")
         return
     why_not = (f"; not Markov-local: {total.reason}"
                if total.reason and total.reason != "whole-objective replays asked for" else "")
     if total.path == "lane-local":
-        note_replays(eqn, alternatives, "lane-local, after the scan" + coupled + why_not,
+        note_replays(log, eqn, alternatives, "lane-local, after the scan" + coupled + why_not,
                      lane_local=True)
     else:
-        note_replays(eqn, alternatives, "whole-objective replays, after the scan" + why_not)
+        note_replays(log, eqn, alternatives, "whole-objective replays, after the scan" + why_not)
 
 
-def _note_runs(eqn: Any, per_step: int, shared_by: int = 1) -> None:
+def _note_runs(log: dict | None, eqn: Any, per_step: int, shared_by: int = 1) -> None:
     """`per_step` runs at each step of the scans around the site; `shared_by` of
     those steps share one run."""
-    log = _LOG.get()
     if log is not None and id(eqn) in log:
         log[id(eqn)]["runs"] = per_step * log[id(eqn)]["repeat"] // shared_by
 
 
-def note_path(eqn: Any, text: str) -> None:
+def note_path(log: dict | None, eqn: Any, text: str) -> None:
     """Record how a site's alternatives are evaluated, in words."""
-    log = _LOG.get()
     if log is not None and id(eqn) in log:
         log[id(eqn)]["replays"] = text
 
 
-def note_enumeration(eqn: Any, values: int) -> None:
-    note_path(eqn, f"rest of the program at {values} values (exact enumeration)")
-    _note_runs(eqn, values)
+def note_enumeration(log: dict | None, eqn: Any, values: int) -> None:
+    note_path(log, eqn, f"rest of the program at {values} values (exact enumeration)")
+    _note_runs(log, eqn, values)
 
 
 @dataclass
@@ -192,15 +189,12 @@ def explain(objective: Any, key: Any, args: tuple, argnums: tuple) -> Explanatio
     """Trace `objective`'s gradient estimator afresh with the log open; compile the
     value and gradient steps for their FLOPs."""
     log: dict = {}
-    token = _LOG.set(log)
-    try:
+    with using(log=log):  # the interpreter's notes go to `log`
         # fresh functions (not the objective's cached ones), so the estimator is traced
         def grad_step(key, *a):
             return objective._value_and_grad_uncached(key, a, argnums)
         gradient = jax.jit(grad_step).lower(key, *args).compile()
         gradient_jaxpr = jax.make_jaxpr(grad_step)(key, *args)
-    finally:
-        _LOG.reset(token)
 
     def value_step(key, *a):
         return objective._value_fn(key, a)(split_args(a)[0])

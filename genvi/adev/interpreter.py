@@ -39,6 +39,7 @@ from genvi.adev.explain import note_enumeration, note_path, note_replays, note_s
 from genvi.replays.engine import (AfterSite, Replay, ScanReplays, draw, split_keys,
                                   total_at_site)
 from genvi.core import jaxpr as jx
+from genvi.core.context import RunContext, current
 from genvi.core.primitives import SAMPLES, SiteEqn, sample_p, site_parts
 from genvi.core.strategy import missing_strategy_error
 from genvi.core.tracing import GENVI_CONDS
@@ -81,7 +82,8 @@ class _Continuation:
                  if self._top and not self._run.replay else None)
         total = total_at_site(self._run.replay_context(), self.location, res.value,
                               res.replays, after)
-        note_total(self._jaxpr.eqns[self._index], res.replays.alternatives, total)
+        note_total(self._run.context.log, self._jaxpr.eqns[self._index],
+                   res.replays.alternatives, total)
         return Deferred(res.value, res.tangent, res.score, d.add(res.offset, total.value))
 
     @property
@@ -97,7 +99,7 @@ class _Continuation:
 
     def note(self, path: str) -> None:
         """Say how this site's gradient terms are evaluated (`explain`'s replays column)."""
-        note_path(self._jaxpr.eqns[self._index], path)
+        note_path(self._run.context.log, self._jaxpr.eqns[self._index], path)
 
     def dual_map(self, values: Any) -> Dual:
         if not self.can_branch:
@@ -113,7 +115,7 @@ class _Continuation:
                             keys=self._keys)
             return out.primal, out.tangent
 
-        note_enumeration(eqn, jnp.shape(values)[0])
+        note_enumeration(self._run.context.log, eqn, jnp.shape(values)[0])
         primal, tangent = jax.vmap(branch)(values)
         return Dual(primal, tangent)
 
@@ -122,7 +124,11 @@ class _Run:
     """One evaluation of an objective jaxpr (the main dual run, or a replay)."""
 
     def __init__(self, closed: Any, key: Any, primals: Sequence, tangents: Sequence,
-                 overrides: tuple = (), replay: bool = False):
+                 overrides: tuple = (), replay: bool = False,
+                 context: RunContext | None = None):
+        # what the run is for (explain's log, lane-local replays): read once, here,
+        # and passed on to its replays, the replay engine and explain's notes
+        self.context = current() if context is None else context
         self.closed, self.key = closed, key
         self.primals, self.tangents = list(primals), list(tangents)
         self.overrides, self.replay = overrides, replay
@@ -146,13 +152,11 @@ class _Run:
 
     def with_override(self, override: tuple) -> "_Run":
         return _Run(self.closed, self.key, self.primals, self.tangents,
-                    self.overrides + (override,), self.replay)
+                    self.overrides + (override,), self.replay, self.context)
 
     def replay_with(self, override: tuple) -> Any:
         """The objective's value (primal only) with one more site overridden."""
-        run = _Run(self.closed, self.key, self.primals, [None] * len(self.primals),
-                   self.overrides + (override,), replay=True)
-        return run.run().primal
+        return self._replay_overrides((override,))
 
     # -- evaluation -------------------------------------------------------------
     def level(self, jaxpr: Any, start: int, env: dict, key: Any, steps: tuple, top: bool,
@@ -190,13 +194,13 @@ class _Run:
                     raise missing_strategy_error(dist, addr)
                 return [Dual(self._replay_site(eqn, ins, site_key, steps))]
             k = _Continuation(self, jaxpr, i, env, keys, steps, top)
-            note_site(eqn, dist, strategy, eqn.outvars[0].aval, steps)
+            note_site(self.context.log, eqn, dist, strategy, eqn.outvars[0].aval, steps)
             res = strategy.jvp(dist, site_key, params, [x.tangent for x in ins[:len(params)]], k)
             if isinstance(res, Dual):  # the rule evaluated the rest of the program
                 return Stop(self._finish(res, acc.score, acc.offset))
             if res.replays is not None and pending is not None:
                 pending.add(steps + (eqn,), res.value, res.replays)
-                note_replays(eqn, res.replays.alternatives,
+                note_replays(self.context.log, eqn, res.replays.alternatives,
                              "whole-objective replays, after the scan")
             else:
                 res = k.resolved(res)
@@ -225,20 +229,20 @@ class _Run:
         """What the lane-tracked evaluator (`genvi.replays.lanes`) needs to replay this
         run: its objective, key, inputs and overrides, and control flow as a replay."""
         return Replay(self.closed, self.key, self.primals, self.overrides,
-                      self._replay_control, self._replay_overrides)
+                      self._replay_control, self._replay_overrides, self.context.lane_local)
 
     def _replay_control(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
         """A control-flow equation holding sites, evaluated as in a replay (values
         only, this run's overrides)."""
         run = _Run(self.closed, self.key, self.primals, [None] * len(self.primals),
-                   self.overrides, replay=True)
+                   self.overrides, replay=True, context=self.context)
         outs, _ = run._control(eqn, [Dual(x) for x in ins], key, steps)
         return [x.primal for x in outs]
 
     def _replay_overrides(self, overrides: tuple) -> Any:
         """The objective's value (primal only) with several more sites overridden."""
         return _Run(self.closed, self.key, self.primals, [None] * len(self.primals),
-                    self.overrides + overrides, replay=True).run().primal
+                    self.overrides + overrides, replay=True, context=self.context).run().primal
 
     def _replay_site(self, eqn: Any, ins: list, site_key: Any, steps: tuple) -> Any:
         return draw(eqn, [x.primal for x in ins], site_key, steps, self.overrides)
@@ -308,7 +312,7 @@ class _Run:
         if pending is not None:
             for below, alternatives, total in pending.totals(self.replay_context(),
                                                              steps + (eqn,), deferred):
-                note_total(below[-1], alternatives, total, scan.length)
+                note_total(self.context.log, below[-1], alternatives, total, scan.length)
                 o = d.add(o, total.value)
         for cls, state in self.states.items():
             state.after_scan(key, kept[cls])

@@ -31,6 +31,7 @@ import numpy as np
 
 from genvi.core import jaxpr as jx
 from genvi.core import mistakes, program_mistakes
+from genvi.core.context import current, using
 from genvi.core.validation import enabled as validating
 
 _ARRAY_TYPES = (jax.Array, np.ndarray, np.generic, float, int, bool, complex)
@@ -247,23 +248,19 @@ def _static_key(x: Any) -> Any:
 
 
 class Flag:
-    """A context-local boolean with a context manager to set it."""
+    """A boolean field of the run context (`genvi.core.context.RunContext`), read with
+    `bool(flag)` and set for a block with `flag.set()`."""
 
-    def __init__(self, name: str):
-        self._var = contextvars.ContextVar(name, default=False)
+    def __init__(self, field: str):
+        self.field = field
 
     def __bool__(self) -> bool:
-        return self._var.get()
+        return getattr(current(), self.field)
 
-    @contextlib.contextmanager
     def set(self, value: bool = True):
-        token = self._var.set(value)
-        try:
-            yield
-        finally:
-            self._var.reset(token)
+        return using(**{self.field: value})
 
 
-IN_OBJECTIVE = Flag("genvi_in_objective")
-PLAIN = Flag("genvi_plain")  # objective-style code run only for its values (no gradients)
+IN_OBJECTIVE = Flag("in_objective")
+PLAIN = Flag("plain")  # objective-style code run only for its values (no gradients)
 GENVI_CONDS = Flag("genvi_conds")  # batch every cond with genvi's rule (primitives.py)

@@ -31,7 +31,6 @@ Example:
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import threading
 from typing import Any, Callable, TypeVar
@@ -39,13 +38,12 @@ from typing import Any, Callable, TypeVar
 import jax
 
 from genvi.core import jaxpr as jx
+from genvi.core.context import current, using
 
 F = TypeVar("F", bound=Callable)
 
 # Part of every jit cache key (jax.make_user_context) and of genvi's trace caches.
 _STATE = jax.make_user_context(default_value=False)
-# The program whose entry point is running (named in messages about observations).
-_PROGRAM: contextvars.ContextVar = contextvars.ContextVar("genvi_program", default=None)
 
 
 class InvalidParameters(ValueError):
@@ -132,22 +130,26 @@ def entry_point(fn: F) -> F:
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         if not enabled():
             return fn(*args, **kwargs)
-        token = _PROGRAM.set(_describe(args[0]) if args else None)
-        try:
-            out = fn(*args, **kwargs)
-            ready = [x for x in jax.tree_util.tree_leaves(out)
-                     if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)]
-            jax.block_until_ready(ready)  # a failed check surfaces here, not later
-            return out
-        except Exception as e:  # noqa: BLE001 - only our own error is replaced
-            found = _recorded(e)
-            if found is None:
-                raise
-        finally:
-            _PROGRAM.reset(token)
-        # a fresh error (without the notes JAX adds on its way): outside `except`, no context
-        raise InvalidParameters(*found.args)
+        with using(program=_describe(args[0]) if args else None):
+            return _checked(fn, args, kwargs)
     return wrapped  # type: ignore[return-value]
+
+
+def _checked(fn: Callable, args: tuple, kwargs: dict) -> Any:
+    """`fn(*args, **kwargs)` with its outputs waited for, a failed check raised as
+    `InvalidParameters` (see `entry_point`)."""
+    try:
+        out = fn(*args, **kwargs)
+        ready = [x for x in jax.tree_util.tree_leaves(out)
+                 if isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)]
+        jax.block_until_ready(ready)  # a failed check surfaces here, not later
+        return out
+    except Exception as e:  # noqa: BLE001 - only our own error is replaced
+        found = _recorded(e)
+        if found is None:
+            raise
+    # a fresh error (without the notes JAX adds on its way): outside `except`, no context
+    raise InvalidParameters(*found.args)
 
 
 def _describe(obj: Any) -> str | None:
@@ -190,4 +192,5 @@ def _recorded(error: Any) -> InvalidParameters | None:
 
 def within() -> str:
     """" in program 'g'" for the entry point being validated, or ""."""
-    return f" in {_PROGRAM.get()}" if _PROGRAM.get() else ""
+    program = current().program
+    return f" in {program}" if program else ""

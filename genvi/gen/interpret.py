@@ -33,22 +33,24 @@ from genvi.core.primitives import SITES, SiteEqn, observe_p, plate_marker, plate
 from genvi.core.mistakes import addr_name
 from genvi.core.walk import Hooks, env_of, walk
 from genvi.gen.handlers import Handler, Site, State
-from genvi.gen.site_checks import check_read_value, check_site, control as validation_control
+from genvi.gen.site_checks import branch_gate, check_read_value, check_site
 from genvi.gen.sites import site_addresses
 
 
-def run(closed: Any, args: list, handler: Handler, state: State) -> tuple[list, State]:
-    """Interpret a program's closed jaxpr on `args` with `handler`."""
-    hooks = _Interpret(closed.jaxpr, handler, state)
+def run(closed: Any, args: list, handler: Handler, state: State,
+        gate: Any = None) -> tuple[list, State]:
+    """Interpret a program's closed jaxpr on `args` with `handler`; `gate`: the lanes
+    where this body runs, for validation's checks (None: everywhere)."""
+    hooks = _Interpret(handler, state, gate)
     outs = walk(closed.jaxpr, env_of(closed, args), hooks)
     return outs, hooks.state
 
 
 def _site(hooks: "_Interpret", i: int, eqn: Any, ins: list) -> list:
-    check_site(eqn, ins, jaxpr=hooks.jaxpr)
+    check_site(eqn, ins, gate=hooks.gate)
     value, hooks.state = hooks.handler.site(Site.of(eqn, ins, hooks.handler.scale), hooks.state)
     if SiteEqn.of(eqn).addr in hooks.state.reads:  # a value given by the user: scored
-        check_read_value(eqn, ins, value, hooks.jaxpr)
+        check_read_value(eqn, ins, value, hooks.gate)
     return [value]
 
 
@@ -58,25 +60,25 @@ def _plate(hooks: "_Interpret", i: int, eqn: Any, ins: list) -> list:
 
 
 def _observe(hooks: "_Interpret", i: int, eqn: Any, ins: list) -> list:
-    check_site(eqn, ins, offset=1, value=hooks.handler.reads_observed_values, jaxpr=hooks.jaxpr)
+    check_site(eqn, ins, offset=1, value=hooks.handler.reads_observed_values, gate=hooks.gate)
     hooks.state = hooks.handler.observe(Site.of(eqn, ins, hooks.handler.scale), hooks.state)
     return []
 
 
 class _Interpret(Hooks):
     """The walk's hooks: sites and observations go to the handler, a `State` is
-    threaded through them and through scan, cond and call bodies."""
+    threaded through them and through scan, cond and call bodies, and `gate` (the
+    lanes where this body runs, for validation) is passed down to them."""
 
     rules = {site_p: _site, plate_p: _plate, observe_p: _observe}
     holds = SITES
 
-    def __init__(self, jaxpr: Any, handler: Handler, state: State):
-        self.jaxpr, self.handler, self.state = jaxpr, handler, state
+    def __init__(self, handler: Handler, state: State, gate: Any):
+        self.handler, self.state, self.gate = handler, state, gate
 
     def _control(self, eqn: Any, ins: list, body: Any) -> list:
-        # the scan/cond it emits points at the user's line; validation knows the branch
-        with jx.emitted_as(eqn), validation_control(eqn, ins, self.jaxpr):
-            outs, self.state = body(ins, self.handler, self.state)
+        with jx.emitted_as(eqn):  # the scan/cond it emits points at the user's line
+            outs, self.state = body(ins, self.handler, self.state, self.gate)
         return outs
 
     def call(self, i, view, ins):
@@ -97,7 +99,8 @@ def _merge(handler: Handler, state: State, sub: State, choices: dict,
     return replace(state, key=sub.key, log_density=state.log_density + sub.log_density)
 
 
-def _scan(scan: jx.ScanEqn, ins: list, handler: Handler, state: State) -> tuple[list, State]:
+def _scan(scan: jx.ScanEqn, ins: list, handler: Handler, state: State,
+          gate: Any) -> tuple[list, State]:
     body, ncar = scan.body, scan.num_carry
     consts, init, xs = scan.split(ins)
     addrs = site_addresses(body)
@@ -115,7 +118,7 @@ def _scan(scan: jx.ScanEqn, ins: list, handler: Handler, state: State) -> tuple[
         c, key, logw = carry
         x_vals, x_reads = x
         sub = State(key, jnp.zeros_like(logw), {}, x_reads, visited)
-        outs, sub = run(body, consts + list(c) + list(x_vals), handler, sub)
+        outs, sub = run(body, consts + list(c) + list(x_vals), handler, sub, gate)
         paths.update({a: p for a, (_, p) in sub.masks.items()})
         masks = {a: m for a, (m, _) in sub.masks.items()}
         return ((tuple(outs[:ncar]), sub.key, logw + sub.log_density),
@@ -132,19 +135,23 @@ def _scan(scan: jx.ScanEqn, ins: list, handler: Handler, state: State) -> tuple[
     return list(c) + list(ys), state
 
 
-def _cond(view: jx.CondEqn, ins: list, handler: Handler, state: State) -> tuple[list, State]:
+def _cond(view: jx.CondEqn, ins: list, handler: Handler, state: State,
+          gate: Any) -> tuple[list, State]:
     index, ops = view.split(ins)
     branches = view.branches
     visited: set = set()
 
-    def make(branch):
+    def make(b):
+        branch = branches[b]
+        here = branch_gate(gate, index, b)  # validation's checks hold where b is taken
+
         def f(ops, key):
             sub = State(key, jnp.zeros((), jnp.result_type(float)), {}, state.reads, visited)
-            outs, sub = run(branch, list(ops), handler, sub)
+            outs, sub = run(branch, list(ops), handler, sub, here)
             return outs, sub.key, sub.log_density, sub.choices
         return f
 
-    shapes = [jax.eval_shape(make(b), ops, state.key)[3] for b in branches]
+    shapes = [jax.eval_shape(make(b), ops, state.key)[3] for b in range(len(branches))]
     union = {}
     for s in shapes:
         for addr, sd in s.items():
@@ -163,7 +170,8 @@ def _cond(view: jx.CondEqn, ins: list, handler: Handler, state: State) -> tuple[
             return outs, key, logw, full
         return g
 
-    outs, key, logw, choices = jax.lax.switch(index, [padded(b) for b in branches], ops, state.key)
+    outs, key, logw, choices = jax.lax.switch(index, [padded(b) for b in range(len(branches))],
+                                              ops, state.key)
     state.visited.update(visited)
     state = _merge(handler, state, State(key, logw), choices)
     return list(outs), state

@@ -21,9 +21,7 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -35,10 +33,6 @@ from genvi.core.primitives import SiteEqn
 from genvi.core.scopes import density_scope
 from genvi.core.validation import InvalidParameters, enabled, raise_invalid, within
 
-# Inside the control flow being interpreted, per level: {id(jaxpr): the lanes where that
-# body runs (a boolean), or None for all}; see `control`.
-_GATES: contextvars.ContextVar = contextvars.ContextVar("genvi_gates", default=())
-
 _FIX_PARAMS = ("Fix the values computed for this site (e.g. pass a scale through jnp.exp "
                "or jax.nn.softplus, a probability through jax.nn.sigmoid).")
 _FIX_VALUE = ("Check the data passed as this observation (NaNs, missing values, units, "
@@ -46,51 +40,30 @@ _FIX_VALUE = ("Check the data passed as this observation (NaNs, missing values, 
 _FIX_READ = "Fix the value at this address in the choice map."
 
 
-@contextlib.contextmanager
-def control(eqn: Any, ins: list, jaxpr: Any) -> Iterator[None]:
-    """While the interpreter runs the bodies of the control-flow equation `eqn` (found
-    in `jaxpr`, operands `ins`): checks in a cond's branch `b` hold only where the
-    index is `b`. `jax.vmap` of a `cond` runs every branch in every lane (a select),
-    where an untaken branch's parameters may well be invalid.
+def branch_gate(gate: Any, index: Any, branch: int) -> Any:
+    """The lanes where branch `branch` of a cond with index `index` runs, inside a body
+    that runs where `gate` holds (None: everywhere): checks there hold only in those
+    lanes. `jax.vmap` of a `cond` runs every branch in every lane (a select), where an
+    untaken branch's parameters may well be invalid. The interpreter passes each
+    body's gate down explicitly.
 
     Example:
-        >>> from genvi.gen.site_checks import control   # used by the interpreters
+        >>> import jax.numpy as jnp
+        >>> branch_gate(None, jnp.array([0, 1]), 1).tolist()
+        [False, True]
     """
     if not enabled():
-        yield
-        return
-    outer = _gate(jaxpr)
-    entry: dict = {}
-    for b, body in enumerate(jx.sub_jaxprs(eqn)):
-        body = getattr(body, "jaxpr", body)
-        gate = outer
-        if jx.kind(eqn) == "cond":
-            here = jnp.asarray(ins[0]) == b
-            gate = here if outer is None else outer & here
-            if id(body) in entry:  # one jaxpr for several branches
-                gate = entry[id(body)] | gate
-        entry[id(body)] = gate
-    token = _GATES.set(_GATES.get() + (entry,))
-    try:
-        yield
-    finally:
-        _GATES.reset(token)
-
-
-def _gate(jaxpr: Any) -> Any:
-    """The lanes where the body `jaxpr` runs (None: all), per `control`."""
-    for entry in reversed(_GATES.get()):
-        if id(jaxpr) in entry:
-            return entry[id(jaxpr)]
-    return None
+        return None
+    here = jnp.asarray(index) == branch
+    return here if gate is None else gate & here
 
 
 def check_site(eqn: Any, ins: list, offset: int = 0, value: bool = True,
-               jaxpr: Any = None) -> None:
+               gate: Any = None) -> None:
     """Emit the run-time check of a site's parameters (`offset=1`: an observation,
     whose observed value `ins[0]` is checked too unless `value` is False: the sleep
-    phase ignores it). `jaxpr`: the body holding `eqn` (see `control`). A no-op when
-    validation is off.
+    phase ignores it). `gate`: the lanes where the body holding `eqn` runs (see
+    `branch_gate`; None: everywhere). A no-op when validation is off.
 
     Example:
         >>> from genvi.gen.site_checks import check_site   # called by the interpreters
@@ -105,7 +78,6 @@ def check_site(eqn: Any, ins: list, offset: int = 0, value: bool = True,
     line = jx.source_line(eqn) if observed else None
     where = f"the observation {line}" if observed else _address(eqn)
     program = within()
-    gate = _gate(jaxpr)
     with density_scope():
         checks = [(ok, m, None) for ok, m in dist.check_params(*params)]
         head = f"invalid parameters for gv.{dist.name} at {where}{program}"
@@ -115,7 +87,7 @@ def check_site(eqn: Any, ins: list, offset: int = 0, value: bool = True,
                          f"at {line}{program}", _FIX_VALUE)
 
 
-def check_read_value(eqn: Any, ins: list, value: Any, jaxpr: Any = None) -> None:
+def check_read_value(eqn: Any, ins: list, value: Any, gate: Any = None) -> None:
     """Emit the run-time check of a value read from a choice map at a site (scored by
     `log_density`): inside the distribution's support.
 
@@ -128,7 +100,7 @@ def check_read_value(eqn: Any, ins: list, value: Any, jaxpr: Any = None) -> None
     dist = site.dist
     program = within()
     with density_scope():
-        _check_value(dist, value, tuple(ins[:site.n_params]), _gate(jaxpr),
+        _check_value(dist, value, tuple(ins[:site.n_params]), gate,
                      f"invalid value for gv.{dist.name} at {_address(eqn)}{program}", _FIX_READ)
 
 

@@ -46,13 +46,13 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import contextvars
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 
+from genvi.core.context import using
 from genvi.replays.lane_rules import ELEMENTWISE, RULES, elementwise
 from genvi.replays.lanes import LaneEval
 from genvi.replays.replay import Replay, draw, same_site, split_keys
@@ -64,24 +64,17 @@ __all__ = ["AfterSite", "AtLocation", "Coupled", "ELEMENTWISE", "EveryStep", "Ex
            "Total", "draw", "elementwise", "replay_values", "replays_total", "same_site",
            "split_keys", "total_at_site", "whole_objective_replays"]
 
-_ENABLED = contextvars.ContextVar("genvi_lane_local_replays", default=True)
-
-
-@contextlib.contextmanager
-def whole_objective_replays():
+def whole_objective_replays() -> contextlib.AbstractContextManager:
     """Inside this block, objectives *traced* here replay the whole objective per lane
-    (the O(B²) general path) instead of lane-local replays: for comparisons and tests.
+    (the O(B²) general path) instead of lane-local replays: for comparisons and tests
+    (the run context's `lane_local`, which a run hands the engine in its `Replay`).
 
     Example:
         >>> from genvi.replays.engine import whole_objective_replays
         >>> with whole_objective_replays():
         ...     pass   # build and run a fresh objective here
     """
-    token = _ENABLED.set(False)
-    try:
-        yield
-    finally:
-        _ENABLED.reset(token)
+    return using(lane_local=False)
 
 
 class Exact(NamedTuple):
@@ -138,11 +131,11 @@ def replay_values(replay: Replay, where: Any, x: Any, alternatives: Any) -> Exac
         >>> import jax, jax.numpy as jnp
         >>> from genvi.replays.engine import EveryStep, Replay, replay_values
         >>> closed = jax.make_jaxpr(lambda: 0.0)()
-        >>> replay = Replay(closed, None, [], (), None, None)
+        >>> replay = Replay(closed, None, [], (), None, None, lane_local=True)
         >>> replay_values(replay, EveryStep((0,), ()), jnp.zeros(3), jnp.zeros((3, 1)))
         Fallback(reason='a scan inside another scan')
     """
-    if not _ENABLED.get():
+    if not replay.lane_local:
         return Fallback("whole-objective replays asked for")
     if isinstance(where, EveryStep) and not all(hasattr(s, "primitive") for s in where.scan):
         return Fallback("a scan inside another scan")

@@ -73,8 +73,9 @@ class Replay(NamedTuple):
     """What a replay of one objective run needs: the objective (a closed jaxpr), its
     key and primal inputs, the overrides in force, `control(eqn, ins, key, steps)`,
     which evaluates a control-flow equation holding sites as a replay does (values
-    only), and `whole(overrides)`, the objective's value with more sites overridden
-    (the run's own evaluation, so that every other draw is the run's)."""
+    only), `whole(overrides)`, the objective's value with more sites overridden
+    (the run's own evaluation, so that every other draw is the run's), and whether
+    its run context allows lane-local and Markov-local replays."""
 
     closed: Any
     key: Any
@@ -82,6 +83,7 @@ class Replay(NamedTuple):
     overrides: tuple
     control: Callable[..., list]
     whole: Callable[[tuple], Any]
+    lane_local: bool = True
 
     def site(self, eqn: Any, ins: list, site_key: Any, steps: tuple) -> Any:
         """`draw` under this replay's overrides."""
