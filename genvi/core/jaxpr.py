@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Sequence
 import dataclasses
 import itertools
 import os
+import threading
 
 import jax
 import jax.extend.core as jcore
@@ -436,6 +437,13 @@ class _CondBatching:
     selected by the index. `token` (from `cond_token`) is shared by the branches of
     this cond: two sites of one address with the same token and different `b` are
     never both executed. Conds where `applies(branches)` is False go to JAX's rule.
+
+    Why a scoped rule and not a primitive of genvi's own: a user's `jax.lax.cond`
+    under the user's own `jax.vmap` (in a program or an objective's body) is batched
+    by JAX when it is bound, through this table, before genvi sees any jaxpr, so no
+    wrapper or rewrite can reach it. While the rule is in force, every cond that
+    holds no genvi site and is not traced for an objective goes to JAX's rule
+    (`applies`), so other code, on this thread or another, sees JAX's behaviour.
     """
 
     def __init__(self) -> None:
@@ -443,6 +451,7 @@ class _CondBatching:
         self.run_branch: Callable | None = None
         self.depth = 0
         self.saved: Any = None
+        self.lock = threading.Lock()
 
     def rule(self, axis_data, args, dims, *, branches, **params):
         jax_rule = self.saved
@@ -466,19 +475,21 @@ class _CondBatching:
     def __enter__(self) -> None:
         if self.applies is None:
             return
-        if self.depth == 0:
-            cond_p = jcore.primitives.cond_p
-            self.saved = batching.fancy_primitive_batchers[cond_p]
-            batching.fancy_primitive_batchers[cond_p] = self.rule
-        self.depth += 1
+        with self.lock:  # traces on several threads share one count
+            if self.depth == 0:
+                cond_p = jcore.primitives.cond_p
+                self.saved = batching.fancy_primitive_batchers[cond_p]
+                batching.fancy_primitive_batchers[cond_p] = self.rule
+            self.depth += 1
 
     def __exit__(self, *exc: Any) -> None:
         if self.applies is None:
             return
-        self.depth -= 1
-        if self.depth == 0:
-            batching.fancy_primitive_batchers[jcore.primitives.cond_p] = self.saved
-            self.saved = None
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0:
+                batching.fancy_primitive_batchers[jcore.primitives.cond_p] = self.saved
+                self.saved = None
 
 
 #: enter it (`with genvi_conds:`) where genvi traces or interprets programs

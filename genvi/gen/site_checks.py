@@ -48,9 +48,12 @@ def branch_gate(gate: Any, index: Any, branch: int) -> Any:
     body's gate down explicitly.
 
     Example:
-        >>> import jax.numpy as jnp
-        >>> branch_gate(None, jnp.array([0, 1]), 1).tolist()
+        >>> import jax.numpy as jnp, genvi as gv
+        >>> with gv.validation():
+        ...     branch_gate(None, jnp.array([0, 1]), 1).tolist()
         [False, True]
+        >>> branch_gate(None, jnp.array([0, 1]), 1) is None    # validation off: no checks
+        True
     """
     if not enabled():
         return None
