@@ -70,12 +70,17 @@ def evaluate(closed: Any, inputs: list, other: Any = None) -> list:
 def _evaluate_eqn(eqn: Any, ins: list, other: Any) -> list:
     if not any(is_tracked(x) for x in ins):
         return jx.eval_eqn(eqn, ins)
+    # what replaces the equation keeps its source line and name scopes (a call's, for
+    # the equations of its body): the smoothness check reads a log density's support
+    # tests as such (density scope)
     body = jx.call_body(eqn) if jx.kind(eqn) in ("call", "custom") else None
     if body is not None and len(body.jaxpr.invars) == len(ins):
-        return evaluate(body, ins, other)
-    outs = other(eqn, ins) if other is not None else None
-    if outs is None:
-        outs = _tracked(eqn, ins)
+        with jx.emitted_as(eqn):
+            return evaluate(body, ins, other)
+    with jx.emitted_as(eqn):
+        outs = other(eqn, ins) if other is not None else None
+        if outs is None:
+            outs = _tracked(eqn, ins)
     if any(isinstance(x, Perturbed) for x in outs):
         raise NotSummable(f"their lanes couple at `{eqn.primitive.name}` "
                           f"({jx.source_line(eqn)})")

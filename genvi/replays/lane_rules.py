@@ -252,21 +252,34 @@ def _dot_local(eqn: Any, ins: list, v: Local, swap: bool, pos: int) -> list:
 
 
 def _gather(eqn: Any, ins: list) -> list | None:
-    """Indexing a lane-free table by lane-local indices (`means[z]`, take_along_axis):
-    output position b reads indices at b only, so the lane axes carry over."""
+    """Indexing by lane-local indices (`means[z]`), or a lane-local table by indices
+    that batch over its lanes (`take_along_axis`, a categorical's log density of its
+    own lanes' logits): output position b reads the indices at b, and the operand only
+    in the lanes that the indices' batching dimensions pair with b's, so the lane
+    axes carry over."""
     operand, indices = ins
-    if isinstance(operand, (Local, Perturbed)) or not isinstance(indices, Local):
+    if isinstance(operand, Perturbed) or isinstance(indices, Perturbed):
         return None
-    last = jnp.ndim(indices.base) - 1  # the index vector dimension
-    if last in indices.axes:
-        return None
+    dn = eqn.params["dimension_numbers"]
+    last = len(eqn.invars[1].aval.shape) - 1  # the index vector dimension
+    lanes = None  # the lane axes, as dimensions of the indices
+    if isinstance(indices, Local):
+        if last in indices.axes:
+            return None
+        lanes = indices.axes
+    if isinstance(operand, Local):
+        if any(a not in dn.operand_batching_dims for a in operand.axes):
+            return None  # a lane read by other lanes' positions
+        paired = tuple(dn.start_indices_batching_dims[dn.operand_batching_dims.index(a)]
+                       for a in operand.axes)
+        if lanes is not None and paired != lanes:
+            return None
+        lanes = paired
     out_ndim = len(eqn.outvars[0].aval.shape)
-    offset = set(eqn.params["dimension_numbers"].offset_dims)
+    offset = set(dn.offset_dims)
     batch_positions = [d for d in range(out_ndim) if d not in offset]
-    axes = tuple(batch_positions[a] for a in indices.axes)
-    base = jx.eval_eqn(eqn, [operand, indices.base])[0]
-    alt = jx.eval_eqn(eqn, [operand, indices.alt])[0]
-    return [Local(base, alt, axes)]
+    axes = tuple(batch_positions[a] for a in lanes)
+    return _on_base_and_alt(eqn, ins, axes)
 
 
 def _concatenate(eqn: Any, ins: list) -> list | None:

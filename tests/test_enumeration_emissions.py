@@ -1,0 +1,244 @@
+"""`gv.enumeration()` with discrete emissions: flip, Bernoulli and categorical
+observations whose parameters depend on the summed site, and several discrete sites
+of one lane that depend on each other. Log densities against numpy sums to 1e-4;
+gradients of a REPARAM guide's ELBO, 2·10⁴ estimates against quadrature within 5
+standard errors (before, taking the gradient raised a DiscontinuityError: the
+observation's support guard, re-emitted by the enumeration outside its density
+scope, looked like a step of the REPARAM value); a fit that recovers the emission
+probabilities."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from scipy.special import expit, logsumexp
+from scipy.stats import beta as beta_dist, norm
+
+import genvi as gv
+
+rng = np.random.default_rng(3)
+N = 12
+X = (rng.random(N) < 0.5).astype(np.float32)
+C = rng.integers(0, 4, N).astype(np.int32)
+W = 0.35                    # P(z = 1)
+
+
+def flip_log(p, x):
+    return np.where(x > 0.5, np.log(p), np.log1p(-p))
+
+
+# -- a mixture of two coins, summed per row --------------------------------------------
+@gv.gen
+def coin_row(pa, pb, x):
+    z = gv.flip(W) @ "z"
+    gv.observe(gv.flip(jnp.where(z, pa, pb)), x)
+
+
+@gv.gen
+def coins(params, x):
+    pa = gv.beta(2.0, 2.0) @ "p_A"
+    pb = gv.beta(2.0, 2.0) @ "p_B"
+    gv.vmap(coin_row, in_axes=(None, None, 0))(pa, pb, x) @ "data"
+
+
+def numpy_coins(pa, pb, x):
+    rows = np.logaddexp(np.log(W) + flip_log(pa, x), np.log1p(-W) + flip_log(pb, x))
+    return beta_dist.logpdf(pa, 2, 2) + beta_dist.logpdf(pb, 2, 2) + rows.sum()
+
+
+@gv.gen
+def logit_row(la, lb, x):
+    z = gv.flip(W) @ "z"
+    gv.observe(gv.bernoulli(jnp.where(z, la, lb)), x)
+
+
+@gv.gen
+def logit_coins(params, x):
+    la = gv.normal(0.0, 1.0) @ "la"
+    lb = gv.normal(0.0, 1.0) @ "lb"
+    gv.vmap(logit_row, in_axes=(None, None, 0))(la, lb, x) @ "data"
+
+
+def numpy_logit_coins(la, lb, x):
+    rows = np.logaddexp(np.log(W) + flip_log(expit(la), x),
+                        np.log1p(-W) + flip_log(expit(lb), x))
+    return norm.logpdf(la) + norm.logpdf(lb) + rows.sum()
+
+
+# -- a categorical emission: the summed site picks a row of a table ---------------------
+K = 3
+MIX = np.array([0.5, 0.3, 0.2])
+
+
+@gv.gen
+def cat_row(probs, c):
+    z = gv.categorical(jnp.log(jnp.asarray(MIX))) @ "z"
+    gv.observe(gv.categorical(jnp.log(probs[z])), c)
+
+
+@gv.gen
+def cat_mixture(params, c):
+    probs = gv.dirichlet(jnp.ones((K, 4))) @ "probs"
+    gv.vmap(cat_row, in_axes=(None, 0))(probs, c) @ "data"
+
+
+def numpy_cat(probs, c):
+    comp = np.log(MIX)[None, :] + np.log(probs[:, c]).T          # [N, K]
+    prior = sum(float(jax.scipy.stats.dirichlet.logpdf(jnp.asarray(p), jnp.ones(4)))
+                for p in probs)
+    return prior + logsumexp(comp, axis=1).sum()
+
+
+# -- two discrete sites of one lane, the second depending on the first ------------------
+Q = np.array([0.7, 0.2, 0.1])
+
+
+@gv.gen
+def two_row(shift, y):
+    b = gv.flip(0.3) @ "b"
+    z = gv.categorical(jnp.where(b, jnp.zeros(K), jnp.log(jnp.asarray(Q)))) @ "z"
+    gv.observe(gv.normal(shift * z, 1.0), y)
+
+
+@gv.gen
+def two_sites(params, y):
+    shift = gv.normal(0.0, 1.0) @ "shift"
+    gv.vmap(two_row, in_axes=(None, 0))(shift, y) @ "data"
+
+
+def numpy_two(shift, y):
+    terms = []
+    for b, pb in ((0, 0.7), (1, 0.3)):
+        qz = np.full(K, 1 / K) if b else Q
+        for z in range(K):
+            terms.append(np.log(pb) + np.log(qz[z]) + norm.logpdf(y, shift * z, 1.0))
+    return norm.logpdf(shift) + logsumexp(np.stack(terms), axis=0).sum()
+
+
+# -- an HMM with coin emissions ----------------------------------------------------------
+TRANS = np.array([[0.8, 0.15, 0.05], [0.1, 0.8, 0.1], [0.2, 0.2, 0.6]])
+XS = (rng.random(15) < 0.5)
+
+
+@gv.gen
+def coin_step(carry, x):
+    prev, ps = carry
+    z = gv.categorical(jnp.log(jnp.asarray(TRANS))[prev]) @ "z"
+    gv.observe(gv.flip(ps[z]), x)
+    return (z, ps), None
+
+
+@gv.gen
+def coin_hmm(params, xs):
+    ps = gv.beta(jnp.ones(K), jnp.ones(K)) @ "ps"
+    gv.scan(coin_step)((0, ps), xs) @ "steps"
+
+
+def numpy_coin_hmm(ps, xs):
+    emit = [flip_log(ps, float(x)) for x in xs]
+    alpha = np.log(TRANS[0]) + emit[0]
+    for e in emit[1:]:
+        alpha = logsumexp(alpha[:, None] + np.log(TRANS), axis=0) + e
+    return beta_dist.logpdf(ps, 1, 1).sum() + logsumexp(alpha)
+
+
+CASES = {
+    "flip emissions": (coins, {"p_A": 0.8, "p_B": 0.3}, X,
+                       lambda v: numpy_coins(v["p_A"], v["p_B"], X)),
+    "bernoulli emissions": (logit_coins, {"la": 1.2, "lb": -0.4}, X,
+                            lambda v: numpy_logit_coins(v["la"], v["lb"], X)),
+    "categorical emissions": (cat_mixture, {"probs": rng.dirichlet(np.ones(4), K)}, C,
+                              lambda v: numpy_cat(v["probs"], C)),
+    "two dependent sites": (two_sites, {"shift": 0.7}, X * 2.0,
+                            lambda v: numpy_two(v["shift"], X * 2.0)),
+    "hmm with coin emissions": (coin_hmm, {"ps": np.array([0.2, 0.5, 0.9])}, XS,
+                                lambda v: numpy_coin_hmm(v["ps"], XS)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_log_density_is_the_exact_sum(case):
+    model, kept, data, exact = CASES[case]
+    m = gv.marginal(model, keep=list(kept), algorithm=gv.enumeration())
+    values = {k: np.asarray(v, np.float32) for k, v in kept.items()}
+    got = m.log_density(gv.choices({k: jnp.asarray(v) for k, v in values.items()}), {},
+                        jnp.asarray(data))
+    assert float(got) == pytest.approx(exact({k: v.astype(np.float64) for k, v in values.items()}),
+                                       abs=1e-4)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_an_automatic_guide_takes_gradients(case):
+    model, kept, data, _ = CASES[case]
+    m = gv.marginal(model, keep=list(kept), algorithm=gv.enumeration())
+    auto = gv.auto_normal(m)
+    params = {"guide": auto.init(jax.random.key(0), {}, jnp.asarray(data))}
+    grads = gv.elbo(m, auto).grad_estimate(jax.random.key(1), params, jnp.asarray(data))
+    assert all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree_util.tree_leaves(grads))
+
+
+def test_reparam_gradient_through_flip_emissions_is_unbiased():
+    m = gv.marginal(coins, keep=["p_A", "p_B"], algorithm=gv.enumeration())
+
+    @gv.gen
+    def guide(phi, x):
+        gv.beta(phi[0], phi[1], grad=gv.REPARAM) @ "p_A"
+        gv.beta(phi[2], phi[3], grad=gv.REPARAM) @ "p_B"
+    phi = np.array([4.0, 2.0, 2.0, 3.0])
+    obj = gv.elbo(m, guide)
+    n = 20_000
+    keys = jax.random.split(jax.random.key(0), n)
+    v, g = jax.jit(jax.vmap(lambda k: obj.value_and_grad_estimate(
+        k, jnp.asarray(phi, jnp.float32), jnp.asarray(X))))(keys)
+    v, g = np.asarray(v, np.float64), np.asarray(g, np.float64)
+
+    # the ELBO by the midpoint rule on a fine grid of (0, 1)²; the rows' log density
+    # depends on the data through the counts of ones and zeros only
+    grid = (np.arange(2000) + 0.5) / 2000
+    a, b = grid[:, None], grid[None, :]
+    ones, zeros = float(X.sum()), float(N - X.sum())
+    log_p = (beta_dist.logpdf(a, 2, 2) + beta_dist.logpdf(b, 2, 2)
+             + ones * np.logaddexp(np.log(W) + np.log(a), np.log1p(-W) + np.log(b))
+             + zeros * np.logaddexp(np.log(W) + np.log1p(-a), np.log1p(-W) + np.log1p(-b)))
+
+    def exact(phi):
+        la, lb = beta_dist.logpdf(a, phi[0], phi[1]), beta_dist.logpdf(b, phi[2], phi[3])
+        weight = np.exp(la + lb) / grid.size ** 2
+        return float(np.sum(weight * (log_p - la - lb)))
+    assert abs(v.mean() - exact(phi)) <= 5 * v.std() / math.sqrt(n) + 1e-3
+    for i in range(4):
+        e = np.zeros(4)
+        e[i] = 1e-3
+        fd = (exact(phi + e) - exact(phi - e)) / 2e-3
+        assert abs(g[:, i].mean() - fd) <= 5 * g[:, i].std() / math.sqrt(n) + 1e-3, i
+
+
+@gv.gen
+def flips_row(pa, pb, x):           # five flips of one coin per row: identifiable
+    z = gv.flip(W) @ "z"
+    gv.observe(gv.flip(jnp.broadcast_to(jnp.where(z, pa, pb), x.shape)), x)
+
+
+@gv.gen
+def coin_rows(params, x):
+    pa = gv.beta(2.0, 2.0) @ "p_A"
+    pb = gv.beta(2.0, 2.0) @ "p_B"
+    gv.vmap(flips_row, in_axes=(None, None, 0))(pa, pb, x) @ "data"
+
+
+def test_a_fit_recovers_the_coins():
+    data_rng = np.random.default_rng(7)
+    z = data_rng.random((1000, 1)) < W
+    x = jnp.asarray(np.where(z, data_rng.random((1000, 5)) < 0.85,
+                             data_rng.random((1000, 5)) < 0.15), jnp.float32)
+    m = gv.marginal(coin_rows, keep=["p_A", "p_B"], algorithm=gv.enumeration())
+    auto = gv.auto_normal(m)
+    start = {"guide": auto.init(jax.random.key(0), {}, x)}
+    fit = gv.fit(gv.elbo(m, auto), start, x, optimizer=optax.adam(0.05), steps=600,
+                 key=jax.random.key(1), progress=False)
+    means = auto.mean(fit.params)
+    assert float(means["p_A"]) == pytest.approx(0.85, abs=0.03)
+    assert float(means["p_B"]) == pytest.approx(0.15, abs=0.03)
