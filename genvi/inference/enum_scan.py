@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,12 @@ import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
 from genvi.core import jaxpr as jx
-from genvi.inference.enum_lanes import NotSummable, evaluate, is_tracked
+from genvi.inference.enum_lanes import Additive, NotSummable, evaluate, is_tracked
+from genvi.replays.engine import Local
+
+# reorderings of the stacked values on their way into the scan (vmap of a scan moves
+# the sequences' axis behind the steps')
+_LAYOUT = frozenset({"transpose", "convert_element_type"})
 
 
 @dataclass
@@ -106,6 +112,9 @@ def _forward(eqn: Any, ins: list) -> list | None:
                               "than the previous step's discrete value (a step's state must be "
                               "a function of that step's value alone)")
     support = jnp.asarray(site.support, site.dtype)
+    lanes = tuple(body.jaxpr.invars[zpos].aval.shape)
+    if lanes:  # a batch of sequences: every lane's chain summed at once
+        return _forward_lanes(scan, ins, zpos, a, state, site, lanes, deps, where)
     consts, init, xs = scan.split(ins)
     xs = [jnp.flip(x, 0) if scan.reverse and not isinstance(x, Steps) else x for x in xs]
     k = zpos - nc - ncar
@@ -139,24 +148,114 @@ def _forward(eqn: Any, ins: list) -> list | None:
         (alpha, carry0), _ = jax.lax.scan(step, (alpha, carry0), [x[1:] for x in others])
     results = [init[a] + logsumexp(alpha) if j == a else AfterScan(where) if j in state
                else carry0[j] for j in range(ncar)]
-    for i in range(ncar, len(body.jaxpr.outvars)):  # per-step outputs
+    return results + _after_scan_outputs(body, nc, ncar, zpos, a, state, deps, where)
+
+
+def _after_scan_outputs(body: Any, nc: int, ncar: int, zpos: int, a: int, state: set,
+                        deps: list, where: str) -> list:
+    """The per-step outputs of the scan: none may be used (they need the path)."""
+    outs = []
+    for i in range(ncar, len(body.jaxpr.outvars)):
         if not (zpos in deps[i] or nc + a in deps[i] or any(nc + s in deps[i] for s in state)):
             raise NotSummable(f"the scan at {where} returns per-step values alongside its "
                               "discrete site")
-        results.append(AfterScan(where))
-    return results
+        outs.append(AfterScan(where))
+    return outs
+
+
+def _forward_lanes(scan: Any, ins: list, zpos: int, a: int, state: set, site: Any,
+                   lanes: tuple, deps: list, where: str) -> list:
+    """The forward algorithm for a batch of chains: the scan's per-step site value has
+    `lanes` (the sequences of a `gv.vmap`/`gv.plate` around a `gv.scan`), each lane its
+    own chain. The body is evaluated once per pair (u, v) of values with every lane at
+    v (and its state at u), lane-tracked, so the log density's step term comes out as a
+    lane-free part plus one term per lane (`Additive`); the lanes' α recursions then
+    run side by side: α_t[l, v] = logsumexp_u α_{t−1}[l, u] + term_t[l](u, v), O(T ×
+    lanes × support²). In a subsampled plate a lane's terms arrive scaled: its chain
+    is summed unscaled, then scaled."""
+    body, nc, ncar = scan.body, scan.num_consts, scan.num_carry
+    support = jnp.asarray(site.support, site.dtype)
+    n, axes, count = support.shape[0], tuple(range(len(lanes))), math.prod(lanes)
+    consts, init, xs = scan.split(ins)
+    xs = [jnp.flip(x, 0) if scan.reverse and not isinstance(x, Steps) else x for x in xs]
+    k = zpos - nc - ncar
+    others = [x for i, x in enumerate(xs) if i != k]
+    state_axes: dict = {}  # a state carry's lane axes (from its first evaluation)
+
+    def tracked(x: Any, j: int) -> Any:
+        return Local(x, x, state_axes[j]) if j in state_axes else x
+
+    dtype = body.jaxpr.invars[zpos].aval.dtype  # the step's value as the body reads it
+
+    def run(carry: list, x_t: list, v: Any) -> tuple:
+        full = jnp.full(lanes, v, dtype)
+        x_t = list(x_t)
+        x_t.insert(k, Local(full, full, axes))
+        carry = list(carry)
+        carry[a] = jnp.zeros_like(carry[a])
+        outs = evaluate(body, list(consts) + carry + x_t)
+        term = outs[a]
+        if isinstance(term, Additive):
+            free, per_lane = term.free, term.lanes
+        elif is_tracked(term):
+            raise NotSummable(f"the log density of a step of the scan at {where} is not a sum "
+                              "of per-sequence terms")
+        else:
+            free, per_lane = term, jnp.zeros((count,), jnp.result_type(term))
+        new = []
+        for j, o in enumerate(outs[:ncar]):
+            if j == a:  # the log density's accumulator: its term is read above
+                o = jnp.zeros_like(init[a])
+            elif isinstance(o, Local):
+                if j not in state or o.axes not in (axes, state_axes.get(j, o.axes)):
+                    raise NotSummable(f"the carry of the scan at {where} mixes the sequences")
+                state_axes[j] = o.axes
+                o = o.base
+            elif is_tracked(o):
+                raise NotSummable(f"the carry of the scan at {where} mixes the sequences")
+            new.append(o)
+        return free, per_lane / site.scale, new
+
+    free0, alpha, carry0 = jax.vmap(lambda v: run(list(init), [x[0] for x in others], v))(support)
+    alpha = alpha.T                                         # [lanes, V]
+    carry0 = [c if j in state else c[0] for j, c in enumerate(carry0)]
+    free_total = free0[0]
+
+    def step(c: tuple, x_t: list) -> tuple:
+        alpha, carry, free_total = c
+
+        def pair(u, v):
+            cin = [tracked(carry[j][u], j) if j in state else carry[j] for j in range(ncar)]
+            return run(cin, x_t, support[v])
+        free, terms, new = jax.vmap(lambda u: jax.vmap(lambda v: pair(u, v))(jnp.arange(n)))(
+            jnp.arange(n))                                  # terms: [V(u), V(v), lanes]
+        alpha = logsumexp(alpha.T[:, None, :] + terms, axis=0).T
+        new = [c[0] if j in state else c[0, 0] for j, c in enumerate(new)]
+        return (alpha, new, free_total + free[0, 0]), None
+
+    if scan.length > 1:
+        (alpha, carry0, free_total), _ = jax.lax.scan(
+            step, (alpha, carry0, free_total), [x[1:] for x in others])
+    total = free_total + site.scale * jnp.sum(logsumexp(alpha, axis=1))
+    results = [init[a] + total if j == a else AfterScan(where) if j in state else carry0[j]
+               for j in range(ncar)]
+    return results + _after_scan_outputs(body, nc, ncar, zpos, a, state, deps, where)
 
 
 def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list) -> jax.Array:
     """log Σ over the scanned site's values (forward algorithm) of the density
     `closed` computes from (site values, *flat_in); scalar sites' values in `fixed`."""
     scanned = [s for s in sites if s.addr not in fixed]
-    if len(scanned) != 1 or len(scanned[0].shape) != 1:
-        raise NotSummable("the forward algorithm sums one discrete site with one value per "
-                          f"step; found {[(s.name, s.shape) for s in scanned]}")
+    if len(scanned) != 1:
+        raise NotSummable("the forward algorithm sums one discrete site per step (and "
+                          "sequence); found " + ", ".join(f"{s.name!r}" for s in scanned))
     inputs = [fixed[s.addr] if s.addr in fixed else Steps(s) for s in sites]
 
     def other(eqn, ins):
+        if any(isinstance(x, Steps) for x in ins) and eqn.primitive.name in _LAYOUT:
+            # a batch of sequences: the stacked values' axes put in the scan's order
+            # (steps first); which steps and lanes are summed is checked in the scan
+            return [ins[0]]
         if any(isinstance(x, AfterScan) for x in ins):
             raise NotSummable(f"results of a scan that depend on the discrete values are used "
                               f"at {jx.source_line(eqn)}")

@@ -174,9 +174,6 @@ def _aux_site(m: EnumeratedMarginal, addr: tuple, sd: Any, dist: Any, params: tu
     if support.ndim != 1 or dist.value_event_ndim != 0:
         raise ValueError(f"gv.enumeration: site {name!r} (gv.{dist.name}) has values that are "
                          "vectors; enumeration sums sites with one value per lane")
-    if scale != 1.0 and tuple(sd.shape) != tuple(draw.shape):
-        raise ValueError(f"gv.enumeration: site {name!r} is inside a gv.scan inside a subsampled "
-                         "gv.plate; enumeration sums such a scan over the whole dataset only")
     return AuxSite(addr, tuple(sd.shape), tuple(draw.shape), sd.dtype, dist, support, scale)
 
 

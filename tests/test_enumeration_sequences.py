@@ -1,0 +1,164 @@
+"""`gv.enumeration()` on a batch of sequences: a `gv.scan` inside `gv.vmap` or a
+subsampled `gv.plate`, every sequence summed by the forward algorithm in one pass.
+Log densities against a numpy forward algorithm per sequence (summed, and scaled in a
+subsampled plate) to 1e-4; sequences of different lengths (their padded steps' data
+masked); gradients against `jax.grad` of a hand-written forward algorithm; a fit
+that recovers the transition matrix and the means."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from scipy.special import logsumexp
+from scipy.stats import dirichlet, norm
+
+import genvi as gv
+
+K, SD = 3, 0.5
+PRIOR = np.ones((K, K)) + 2.0 * np.eye(K)
+TRANS = np.array([[0.8, 0.1, 0.1], [0.2, 0.6, 0.2], [0.3, 0.3, 0.4]], np.float32)
+MEANS = np.array([-1.0, 0.2, 1.5], np.float32)
+rng = np.random.default_rng(0)
+YS = rng.normal(size=(4, 6)).astype(np.float32)
+
+
+@gv.gen
+def hmm_step(carry, y):
+    z_prev, trans, means = carry
+    z = gv.categorical(jnp.log(trans[z_prev])) @ "z"
+    gv.observe(gv.normal(means[z], SD), y)
+    return (z, trans, means), None
+
+
+@gv.gen
+def sequence(trans, means, ys):
+    gv.scan(hmm_step)((0, trans, means), ys) @ "steps"
+
+
+def batch_of(plate_size=None):
+    each = (gv.vmap(sequence, in_axes=(None, None, 0)) if plate_size is None
+            else gv.plate(sequence, plate_size, in_axes=(None, None, 0)))
+
+    @gv.gen
+    def model(params, ys):
+        trans = gv.dirichlet(jnp.asarray(PRIOR, jnp.float32)) @ "trans"
+        means = gv.normal(jnp.linspace(-1.0, 1.0, K), 3.0) @ "means"
+        each(trans, means, ys) @ "seqs"
+    return model
+
+
+def numpy_forward(trans, means, y):
+    alpha = np.log(trans[0]) + norm.logpdf(y[0], means, SD)
+    for yt in y[1:]:
+        alpha = logsumexp(alpha[:, None] + np.log(trans), axis=0) + norm.logpdf(yt, means, SD)
+    return logsumexp(alpha)
+
+
+def numpy_prior(trans, means):
+    trans = trans.astype(np.float64)
+    rows = sum(dirichlet.logpdf(r / r.sum(), a) for r, a in zip(trans, PRIOR))
+    return rows + norm.logpdf(means, np.linspace(-1, 1, K), 3.0).sum()
+
+
+def log_density(model, trans, means, ys):
+    m = gv.marginal(model, keep=["trans", "means"], algorithm=gv.enumeration())
+    return m.log_density(gv.choices({"trans": trans, "means": means}), {}, jnp.asarray(ys))
+
+
+def test_each_sequence_is_summed_by_the_forward_algorithm():
+    got = log_density(batch_of(), TRANS, MEANS, YS)
+    exact = numpy_prior(TRANS, MEANS) + sum(numpy_forward(TRANS, MEANS, y) for y in YS)
+    assert float(got) == pytest.approx(exact, abs=1e-4)
+
+
+def test_a_subsampled_plate_of_sequences_is_scaled():
+    got = log_density(batch_of(plate_size=12), TRANS, MEANS, YS)   # 4 of 12 sequences
+    exact = numpy_prior(TRANS, MEANS) + 3.0 * sum(numpy_forward(TRANS, MEANS, y) for y in YS)
+    assert float(got) == pytest.approx(exact, abs=1e-4)
+
+
+def test_gradients_match_a_hand_written_forward_algorithm():
+    def forward(trans, means, y):
+        emit = jax.scipy.stats.norm.logpdf(y[:, None], means, SD)         # [T, K]
+        alpha = jnp.log(trans[0]) + emit[0]
+
+        def step(alpha, e):
+            return jax.scipy.special.logsumexp(alpha[:, None] + jnp.log(trans), 0) + e, None
+        alpha, _ = jax.lax.scan(step, alpha, emit[1:])
+        return jax.scipy.special.logsumexp(alpha)
+
+    def by_hand(trans, means):
+        prior = sum(jax.scipy.stats.dirichlet.logpdf(trans[i], jnp.asarray(PRIOR[i], jnp.float32))
+                    for i in range(K))
+        prior = prior + jnp.sum(jax.scipy.stats.norm.logpdf(means, jnp.linspace(-1.0, 1.0, K), 3.0))
+        return prior + jnp.sum(jax.vmap(lambda y: forward(trans, means, y))(jnp.asarray(YS)))
+
+    model = batch_of()
+    want = jax.grad(by_hand, argnums=(0, 1))(jnp.asarray(TRANS), jnp.asarray(MEANS))
+    got = jax.grad(lambda t, m: log_density(model, t, m, YS), argnums=(0, 1))(
+        jnp.asarray(TRANS), jnp.asarray(MEANS))
+    np.testing.assert_allclose(np.asarray(got[1]), np.asarray(want[1]), rtol=1e-4, atol=1e-4)
+    # along the simplex only: the model's categorical normalizes its rows (log_softmax)
+    # and the hand-written one takes them as they are, so the two differ by a constant
+    # per row, a direction in which no transition matrix moves
+    on_simplex = [np.asarray(g) - np.asarray(g).mean(1, keepdims=True) for g in (got[0], want[0])]
+    np.testing.assert_allclose(*on_simplex, rtol=1e-4, atol=1e-4)
+
+
+@gv.gen
+def masked_step(carry, inputs):
+    z_prev, trans, means = carry
+    y, valid = inputs
+    z = gv.categorical(jnp.log(trans[z_prev])) @ "z"
+    # a padded step's datum is not scored; its state is summed out like any other
+    gv.factor(jnp.where(valid, gv.normal.log_prob(y, means[z], SD), 0.0))
+    return (z, trans, means), None
+
+
+@gv.gen
+def padded_sequence(trans, means, ys, valid):
+    gv.scan(masked_step)((0, trans, means), (ys, valid)) @ "steps"
+
+
+@gv.gen
+def padded_batch(params, ys, valid):
+    trans = gv.dirichlet(jnp.asarray(PRIOR, jnp.float32)) @ "trans"
+    means = gv.normal(jnp.linspace(-1.0, 1.0, K), 3.0) @ "means"
+    gv.vmap(padded_sequence, in_axes=(None, None, 0, 0))(trans, means, ys, valid) @ "seqs"
+
+
+def test_sequences_of_different_lengths():
+    lengths = np.array([6, 2, 4, 1])
+    valid = np.arange(6)[None, :] < lengths[:, None]
+    m = gv.marginal(padded_batch, keep=["trans", "means"], algorithm=gv.enumeration())
+    got = m.log_density(gv.choices({"trans": TRANS, "means": MEANS}), {}, jnp.asarray(YS),
+                        jnp.asarray(valid))
+    exact = numpy_prior(TRANS, MEANS) + sum(numpy_forward(TRANS, MEANS, y[:n])
+                                            for y, n in zip(YS, lengths))
+    assert float(got) == pytest.approx(exact, abs=1e-4)
+
+
+def test_a_fit_recovers_the_transitions_and_means():
+    true_trans = np.array([[0.9, 0.05, 0.05], [0.05, 0.9, 0.05], [0.1, 0.1, 0.8]])
+    true_means = np.array([-2.0, 0.0, 2.0])
+    data_rng = np.random.default_rng(1)
+    seqs, length = 30, 60
+    z = np.zeros((seqs, length), int)
+    for b in range(seqs):
+        state = 0
+        for t in range(length):
+            state = data_rng.choice(K, p=true_trans[state])
+            z[b, t] = state
+    ys = jnp.asarray(true_means[z] + SD * data_rng.normal(size=z.shape), jnp.float32)
+    model = batch_of()
+    m = gv.marginal(model, keep=["trans", "means"], algorithm=gv.enumeration())
+    auto = gv.auto_normal(m)
+    start = {"guide": auto.init(jax.random.key(0), {}, ys)}
+    fit = gv.fit(gv.elbo(m, auto), start, ys, optimizer=optax.adam(0.05), steps=800,
+                 key=jax.random.key(1), progress=False)
+    fitted = auto.mean(fit.params)
+    order = np.argsort(np.asarray(fitted["means"]))
+    np.testing.assert_allclose(np.asarray(fitted["means"])[order], true_means, atol=0.1)
+    np.testing.assert_allclose(np.asarray(fitted["trans"])[np.ix_(order, order)], true_trans,
+                               atol=0.06)
