@@ -26,8 +26,9 @@ from genvi.adev import algebra
 from genvi.adev import dual as d
 from genvi.adev.dual import Dual
 from genvi.adev.explain import explain
+from genvi.core.draws import bind_draw
 from genvi.core.mistakes import check_key
-from genvi.core.tracing import merge_args, split_args
+from genvi.core.tracing import IN_OBJECTIVE, merge_args, split_args
 from genvi.core.validation import entry_point
 
 
@@ -69,6 +70,28 @@ class Expectation:
             6.0
         """
         raise NotImplementedError
+
+    def __call__(self, *args: Any) -> jax.Array:
+        """Inside an objective program, one draw of this expectation's estimator at
+        `args`: unbiased for its value, with an unbiased derivative, and independent
+        of every other call (`genvi.core.draws`). So `gv.exp(inner)(theta)` inside an
+        outer expectation over theta estimates E_θ[exp(E[inner](θ))] without bias.
+
+        Example:
+            >>> import genvi as gv, jax
+            >>> @gv.expectation
+            ... def x(mu):
+            ...     return gv.sample(gv.normal(mu, 1.0, grad=gv.REPARAM))
+            >>> squared = x * x                       # E[x]², from two independent draws
+            >>> @gv.expectation
+            ... def outer(mu):
+            ...     return squared(mu) - 1.0
+            >>> g = outer.grad_estimate(jax.random.key(0), 2.0)   # unbiased for 2·2 = 4
+        """
+        if not IN_OBJECTIVE:
+            raise TypeError(f"the expectation {self._label!r} was called outside an objective "
+                            "program; use .estimate(key, *args) for its value")
+        return bind_draw(self, args)
 
     # -- public API -------------------------------------------------------------
     @entry_point

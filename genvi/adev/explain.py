@@ -32,11 +32,12 @@ from genvi.core.primitives import SiteEqn
 from genvi.core.tracing import split_args
 
 def note_site(log: dict | None, eqn: Any, dist: Any, strategy: Any, value: Any,
-              steps: tuple) -> None:
-    """Record a differentiated site in `log` (the run context's; None: not explaining)."""
+              steps: tuple, draws: tuple = ()) -> None:
+    """Record a differentiated site in `log` (the run context's; None: not explaining);
+    `draws`: the expectations whose draws it runs within, outermost first."""
     if log is None or id(eqn) in log:
         return
-    within = []
+    within = [f"draw of {label}" for label in draws]
     for s in steps:
         if hasattr(s, "primitive"):
             k = jx.kind(s)

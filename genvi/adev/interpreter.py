@@ -39,8 +39,9 @@ from genvi.adev.explain import note_enumeration, note_path, note_replays, note_s
 from genvi.replays.engine import (AfterSite, Replay, ScanReplays, draw, split_keys,
                                   total_at_site)
 from genvi.core import jaxpr as jx
-from genvi.core.context import RunContext, current
-from genvi.core.primitives import SAMPLES, SiteEqn, sample_p, site_parts
+from genvi.core.context import RunContext, current, using
+from genvi.core.draws import DrawEqn, draw_p
+from genvi.core.primitives import RANDOMNESS, SiteEqn, sample_p, site_parts
 from genvi.core.strategy import missing_strategy_error
 from genvi.core.tracing import GENVI_CONDS
 from genvi.core.walk import Stop, walk
@@ -194,7 +195,8 @@ class _Run:
                     raise missing_strategy_error(dist, addr)
                 return [Dual(self._replay_site(eqn, ins, site_key, steps))]
             k = _Continuation(self, jaxpr, i, env, keys, steps, top)
-            note_site(self.context.log, eqn, dist, strategy, eqn.outvars[0].aval, steps)
+            note_site(self.context.log, eqn, dist, strategy, eqn.outvars[0].aval, steps,
+                      self.context.within)
             res = strategy.jvp(dist, site_key, params, [x.tangent for x in ins[:len(params)]], k)
             if isinstance(res, Dual):  # the rule evaluated the rest of the program
                 return Stop(self._finish(res, acc.score, acc.offset))
@@ -206,7 +208,9 @@ class _Run:
                 res = k.resolved(res)
             acc.add(res.score, res.offset)
             return [Dual(res.value, res.tangent if jx.is_float(res.value) else None)]
-        if (any(jx.contains(j, SAMPLES) for j in jx.sub_jaxprs(eqn))
+        if eqn.primitive is draw_p:
+            return [self._draw(eqn, ins, keys[i])]
+        if (any(jx.contains(j, RANDOMNESS) for j in jx.sub_jaxprs(eqn))
                 or (any(x.tangent is not None for x in ins) and _holds_cond(eqn))):
             # A `cond` with tangents (even without sites, e.g. in a log density)
             # is evaluated branch by branch too: under vmap JAX turns the JVP of a
@@ -216,6 +220,16 @@ class _Run:
             return outs
         outs, touts = jx.jvp_eqn(eqn, [x.primal for x in ins], [x.tangent for x in ins])
         return [Dual(p, t) for p, t in zip(outs, touts)]
+
+    def _draw(self, eqn: Any, ins: list, key: Any) -> Dual:
+        """One draw of an expectation's estimator (`genvi.core.draws`): its forward
+        estimator with this draw's key, at the operands and their tangents (values
+        only in a replay); `explain` shows its sites within it."""
+        view = DrawEqn.of(eqn)
+        tangents = None if self.replay or not self.dual else [x.tangent for x in ins]
+        with using(within=self.context.within + (view.label,)):
+            value, tangent = view.estimate(key, [x.primal for x in ins], tangents)
+        return Dual(value, tangent)
 
     def _finish(self, out: Dual, score: Any, offset: Any) -> Dual:
         for state in self.states.values():

@@ -39,7 +39,9 @@ class RunContext:
     * `lane_local`: replays may be lane-local and Markov-local (False: whole-objective
       replays, for comparisons and tests);
     * `log`: `explain`'s per-site records while an estimator is explained (else None);
-    * `program`: the program or objective validation names in its messages.
+    * `program`: the program or objective validation names in its messages;
+    * `within`: the expectations whose draws (`genvi.core.draws`) the run is inside,
+      outermost first (`explain` shows the nesting).
     """
 
     in_objective: bool = False
@@ -48,6 +50,7 @@ class RunContext:
     lane_local: bool = True
     log: dict | None = None
     program: str | None = None
+    within: tuple = ()
 
 
 _CURRENT: contextvars.ContextVar = contextvars.ContextVar("genvi_run_context",

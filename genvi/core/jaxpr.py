@@ -409,6 +409,13 @@ def register_batching_by_broadcasting(prim: jcore.Primitive,
     batching.fancy_primitive_batchers[prim] = rule
 
 
+def register_fancy_batching(prim: jcore.Primitive, rule: Callable) -> None:
+    """`jax.vmap`'s rule for one of genvi's own primitives, called even where no operand
+    is batched: `rule(axis_data, args, dims, **params) -> (out, out_dim)`, with
+    `axis_data.size` the batch size."""
+    batching.fancy_primitive_batchers[prim] = rule
+
+
 _COND_TOKENS = itertools.count()
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import jax
 
 from genvi.core import jaxpr as jx
+from genvi.core.draws import draw_p
 from genvi.core.mistakes import is_shape_error, site_shape_error
 from genvi.core.tracing import GENVI_CONDS, IN_OBJECTIVE
 from genvi.core.walk import Hooks, env_of, walk
@@ -60,6 +61,8 @@ jx.register_batching_by_broadcasting(plate_p)
 SITES = frozenset({site_p, observe_p, plate_p})
 SAMPLES = frozenset({sample_p})
 MASKABLE = SITES | SAMPLES
+#: what consumes a key in an objective: sampling sites and draws of expectations
+RANDOMNESS = SAMPLES | {draw_p}
 
 
 def bind_site(prim: Any, dist: Any, params: tuple, strategy: Any, addr: tuple,

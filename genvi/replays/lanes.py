@@ -45,7 +45,8 @@ from genvi.replays.replay import Replay, same_site, split_keys
 from genvi.replays.values import Coupled, Local, Perturbed
 from genvi.core import jaxpr as jx
 from genvi.core.walk import walk
-from genvi.core.primitives import SAMPLES, sample_p, site_parts
+from genvi.core.draws import DrawEqn, draw_p
+from genvi.core.primitives import RANDOMNESS, sample_p, site_parts
 
 class LaneEval:
     """Evaluates the rest of one objective (after one site) on lane-tracked values."""
@@ -108,8 +109,12 @@ class LaneEval:
         same = all(not isinstance(x, (Local, Perturbed)) for x in ins)
         if eqn.primitive is sample_p:
             return [self._sample(eqn, ins, key, steps)]
+        if eqn.primitive is draw_p:  # a draw of an expectation: its lanes are its own
+            if not same:
+                raise Coupled("an expectation's draw")
+            return [DrawEqn.of(eqn).estimate(key, ins)[0]]
         if jx.kind(eqn) not in ("call", "custom") and any(
-                jx.contains(j, SAMPLES) for j in jx.sub_jaxprs(eqn)):
+                jx.contains(j, RANDOMNESS) for j in jx.sub_jaxprs(eqn)):
             if jx.kind(eqn) == "scan" and (not same or self._holds_target(eqn, steps)):
                 return self._scan(eqn, ins, key, steps)
             if not same:

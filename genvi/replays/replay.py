@@ -23,14 +23,15 @@ import jax
 import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
-from genvi.core.primitives import SAMPLES, sample_p, site_parts
+from genvi.core.primitives import RANDOMNESS, site_parts
 
 
 def split_keys(jaxpr: Any, key: Any) -> dict:
-    """One key per equation of `jaxpr` that consumes randomness (a sampling site or
-    a body holding one), from a single split (one RNG call, not one per site)."""
-    users = [i for i, eqn in enumerate(jaxpr.eqns) if eqn.primitive is sample_p
-             or any(jx.contains(j, SAMPLES) for j in jx.sub_jaxprs(eqn))]
+    """One key per equation of `jaxpr` that consumes randomness (a sampling site, a
+    draw of an expectation, or a body holding one), from a single split (one RNG
+    call, not one per site)."""
+    users = [i for i, eqn in enumerate(jaxpr.eqns) if eqn.primitive in RANDOMNESS
+             or any(jx.contains(j, RANDOMNESS) for j in jx.sub_jaxprs(eqn))]
     if len(users) <= 1:
         return {i: key for i in users}
     return dict(zip(users, jax.random.split(key, len(users))))
