@@ -162,3 +162,107 @@ def test_a_fit_recovers_the_transitions_and_means():
     np.testing.assert_allclose(np.asarray(fitted["means"])[order], true_means, atol=0.1)
     np.testing.assert_allclose(np.asarray(fitted["trans"])[np.ix_(order, order)], true_trans,
                                atol=0.06)
+
+
+# -- two chains in one scan (a factorial HMM), one sequence and a batch ------------------
+TA = np.array([[0.9, 0.1], [0.2, 0.8]], np.float32)
+TB = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.3, 0.3, 0.4]], np.float32)
+MA, MB = np.array([-1.0, 1.0], np.float32), np.array([0.0, 0.5, 2.0], np.float32)
+
+
+@gv.gen
+def two_chains(carry, y):
+    a_prev, b_prev, shift = carry
+    a = gv.categorical(jnp.log(jnp.asarray(TA))[a_prev]) @ "a"
+    b = gv.categorical(jnp.log(jnp.asarray(TB))[b_prev]) @ "b"
+    gv.observe(gv.normal(jnp.asarray(MA)[a] + jnp.asarray(MB)[b] + shift, 0.7), y)
+    return (a, b, shift), None
+
+
+@gv.gen
+def factorial_sequence(shift, ys):
+    gv.scan(two_chains)((0, 0, shift), ys) @ "steps"
+
+
+@gv.gen
+def factorial(params, ys):
+    shift = gv.normal(0.0, 1.0) @ "shift"
+    factorial_sequence(shift, ys) @ "seq"
+
+
+@gv.gen
+def factorial_batch(params, ys):
+    shift = gv.normal(0.0, 1.0) @ "shift"
+    gv.vmap(factorial_sequence, in_axes=(None, 0))(shift, ys) @ "seqs"
+
+
+def numpy_factorial(shift, y):
+    states = [(a, b) for a in range(2) for b in range(3)]
+
+    def emit(yt):
+        return np.array([norm.logpdf(yt, MA[a] + MB[b] + shift, 0.7) for a, b in states])
+    log_trans = np.array([[np.log(TA[u[0], v[0]]) + np.log(TB[u[1], v[1]]) for v in states]
+                          for u in states])
+    alpha = log_trans[0] + emit(y[0])            # from (0, 0)
+    for yt in y[1:]:
+        alpha = logsumexp(alpha[:, None] + log_trans, axis=0) + emit(yt)
+    return logsumexp(alpha)
+
+
+def test_two_chains_in_one_scan_are_summed_jointly():
+    ys = rng.normal(size=7).astype(np.float32)
+    m = gv.marginal(factorial, keep=["shift"], algorithm=gv.enumeration())
+    got = m.log_density(gv.choices({"shift": 0.3}), {}, jnp.asarray(ys))
+    assert float(got) == pytest.approx(norm.logpdf(0.3) + numpy_factorial(0.3, ys), abs=1e-4)
+    m = gv.marginal(factorial_batch, keep=["shift"], algorithm=gv.enumeration())
+    got = m.log_density(gv.choices({"shift": 0.3}), {}, jnp.asarray(YS))
+    exact = norm.logpdf(0.3) + sum(numpy_factorial(0.3, y) for y in YS)
+    assert float(got) == pytest.approx(exact, abs=1e-4)
+
+
+# -- refusals name the site and say what would make the sum exact ------------------------
+def refused(model, keep, *args, match):
+    m = gv.marginal(model, keep=keep, algorithm=gv.enumeration())
+    with pytest.raises(ValueError, match=match):
+        m.log_density(gv.choices({k: 0.0 for k in keep}), {}, *args)
+
+
+def test_sequences_that_share_a_running_count_are_refused():
+    @gv.gen
+    def counting(count, y):
+        z = gv.flip(0.5) @ "z"
+        count = count + z
+        gv.observe(gv.normal(count, 1.0), y)
+        return count, None
+
+    @gv.gen
+    def seq(ys):
+        gv.scan(counting)(0.0, ys) @ "steps"
+
+    @gv.gen
+    def model(params, ys):
+        gv.normal(0.0, 1.0) @ "mu"
+        gv.vmap(seq)(ys) @ "seqs"
+    refused(model, ["mu"], jnp.zeros((3, 4)), match=r"'seqs/steps/z'.*remembers more than the "
+            r"previous step.*carry only the step's discrete values")
+
+
+def test_chains_that_no_observation_reads_sum_to_one():
+    @gv.gen
+    def step(prev, y):
+        z = gv.flip(0.5) @ "z"
+        return z, None
+
+    @gv.gen
+    def seq(ys):
+        gv.scan(step)(False, ys) @ "steps"
+
+    @gv.gen
+    def model(params, ys):
+        mu = gv.normal(0.0, 1.0) @ "mu"
+        gv.vmap(seq)(ys) @ "seqs"
+        gv.factor(0.0 * mu)
+    m = gv.marginal(model, keep=["mu"], algorithm=gv.enumeration())
+    # a chain that no observation reads sums to one: the marginal is the prior's
+    got = m.log_density(gv.choices({"mu": 0.5}), {}, jnp.zeros((3, 4)))
+    assert float(got) == pytest.approx(norm.logpdf(0.5), abs=1e-5)

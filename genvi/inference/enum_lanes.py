@@ -41,6 +41,11 @@ from genvi.core import jaxpr as jx
 from genvi.core.walk import env_of, walk
 
 
+_PER_LANE = ("; the log density must be a sum of one term per lane, each depending on that "
+             "lane's discrete values only: compute each lane's terms inside the "
+             "gv.vmap/gv.plate body and let the plate add them")
+
+
 class NotSummable(Exception):
     """The log density is not a sum of per-lane (or per-step) terms here."""
 
@@ -83,7 +88,7 @@ def _evaluate_eqn(eqn: Any, ins: list, other: Any) -> list:
             outs = _tracked(eqn, ins)
     if any(isinstance(x, Perturbed) for x in outs):
         raise NotSummable(f"their lanes couple at `{eqn.primitive.name}` "
-                          f"({jx.source_line(eqn)})")
+                          f"({jx.source_line(eqn)})" + _PER_LANE)
     return outs
 
 
@@ -94,10 +99,13 @@ def _tracked(eqn: Any, ins: list) -> list:
         out = _additive(name, eqn, ins)
         if out is None:
             raise NotSummable(f"a sum over lanes is used by {where}, so the log density is not "
-                              "a sum of per-lane terms")
+                              "a sum of per-lane terms; score each lane inside the gv.vmap/"
+                              "gv.plate body (gv.observe, gv.factor) instead of using their sum")
         return [out]
     if jx.kind(eqn) != "other":
-        raise NotSummable(f"a {jx.kind(eqn)} at {jx.source_line(eqn)} depends on them")
+        raise NotSummable(f"a {jx.kind(eqn)} at {jx.source_line(eqn)} depends on them; a "
+                          "branch or loop chosen by a summed site is not summed lane by lane: "
+                          "select values with jnp.where instead, or keep the site")
     if name == "reduce_sum":
         out = _sum_over_lanes(eqn, ins)
         if out is not None:
@@ -105,7 +113,7 @@ def _tracked(eqn: Any, ins: list) -> list:
     rule = RULES.get(name) or (elementwise if name in ELEMENTWISE else None)
     out = None if rule is None else rule(eqn, ins)
     if out is None:
-        raise NotSummable(f"their lanes couple at {where}")
+        raise NotSummable(f"their lanes couple at {where}" + _PER_LANE)
     return out
 
 

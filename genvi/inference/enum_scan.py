@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
 from genvi.core import jaxpr as jx
-from genvi.inference.enum_lanes import Additive, NotSummable, evaluate, is_tracked
+from genvi.inference.enum_lanes import Additive, NotSummable, evaluate, is_tracked, joint_values
 from genvi.replays.engine import Local
 
 # reorderings of the stacked values on their way into the scan (vmap of a scan moves
@@ -86,13 +86,12 @@ def _forward(eqn: Any, ins: list) -> list | None:
     where = jx.source_line(eqn)
     scan = jx.ScanEqn.of(eqn)
     body, nc, ncar, length = scan.body, scan.num_consts, scan.num_carry, scan.length
-    steps = [i for i, x in enumerate(ins) if isinstance(x, Steps)]
-    if len(steps) != 1 or steps[0] < nc + ncar or any(
+    zpos = [i for i, x in enumerate(ins) if isinstance(x, Steps)]
+    if not zpos or zpos[0] < nc + ncar or any(
             not isinstance(x, Steps) and is_tracked(x) for x in ins):
         raise NotSummable(f"the scan at {where} reads them other than as its "
                           "per-step input")
-    zpos = steps[0]
-    site = ins[zpos].site
+    sites = [ins[p].site for p in zpos]
     deps = _dependence(body.jaxpr)
     a = _log_density_carry(body.jaxpr, nc, ncar)
     if a is None:
@@ -103,32 +102,34 @@ def _forward(eqn: Any, ins: list) -> list | None:
         changed = False
         for j in range(ncar):
             if j != a and j not in state and (
-                    zpos in deps[j] or any(nc + s in deps[j] for s in state)):
+                    any(p in deps[j] for p in zpos) or any(nc + s in deps[j] for s in state)):
                 state.add(j)
                 changed = True
     for j in state:
         if any(nc + s in deps[j] for s in state):
             raise NotSummable(f"the carry of the scan at {where} remembers more "
-                              "than the previous step's discrete value (a step's state must be "
-                              "a function of that step's value alone)")
-    support = jnp.asarray(site.support, site.dtype)
-    lanes = tuple(body.jaxpr.invars[zpos].aval.shape)
-    if lanes:  # a batch of sequences: every lane's chain summed at once
-        return _forward_lanes(scan, ins, zpos, a, state, site, lanes, deps, where)
-    consts, init, xs = scan.split(ins)
-    xs = [jnp.flip(x, 0) if scan.reverse and not isinstance(x, Steps) else x for x in xs]
-    k = zpos - nc - ncar
+                              "than the previous step's discrete values (a step's state must be "
+                              "a function of that step's values alone): carry only the step's "
+                              "discrete values, or values computed from them alone, to the next "
+                              "step")
+    shapes = {tuple(body.jaxpr.invars[p].aval.shape) for p in zpos}
+    if len(shapes) > 1:
+        raise NotSummable(f"the discrete sites of the scan at {where} have different shapes "
+                          f"per step ({', '.join(f'{x.name}' for x in sites)}): they are "
+                          "summed jointly only where each step holds one value of each per "
+                          "sequence")
+    steps = _StepValues(scan, ins, zpos, sites)
+    if shapes.pop():  # a batch of sequences: every lane's chain summed at once
+        return _forward_lanes(steps, a, state, deps, where)
+    body = scan.body
 
-    def run(carry, x_t, v):
-        x_t = list(x_t)
-        x_t.insert(k, v)
+    def run(carry, x_t, c):
         carry = list(carry)
         carry[a] = jnp.zeros_like(carry[a])
-        return evaluate(body, list(consts) + carry + x_t)
+        return evaluate(body, list(steps.consts) + carry + steps.inputs(x_t, c))
 
-    others = [x for i, x in enumerate(xs) if i != k]
-    first = [x[0] for x in others]
-    outs0 = jax.vmap(lambda v: run(init, first, v))(support)   # every output: [V, ...]
+    n = steps.count
+    outs0 = jax.vmap(lambda c: run(steps.init, steps.first, c))(jnp.arange(n))  # [C, ...]
     alpha = outs0[a]
     carry0 = [o if j in state else o[0] for j, o in enumerate(outs0[:ncar])]
 
@@ -137,63 +138,91 @@ def _forward(eqn: Any, ins: list) -> list | None:
 
         def pair(u, v):
             cin = [carry[j][u] if j in state else carry[j] for j in range(ncar)]
-            return run(cin, x_t, support[v])
-        n = support.shape[0]
+            return run(cin, x_t, v)
         outs = jax.vmap(lambda u: jax.vmap(lambda v: pair(u, v))(jnp.arange(n)))(jnp.arange(n))
         alpha = logsumexp(alpha[:, None] + outs[a], axis=0)
         new = [outs[j][0] if j in state else outs[j][0, 0] for j in range(ncar)]
         return (alpha, new), None
 
     if length > 1:
-        (alpha, carry0), _ = jax.lax.scan(step, (alpha, carry0), [x[1:] for x in others])
-    results = [init[a] + logsumexp(alpha) if j == a else AfterScan(where) if j in state
+        (alpha, carry0), _ = jax.lax.scan(step, (alpha, carry0), steps.rest)
+    results = [steps.init[a] + logsumexp(alpha) if j == a else AfterScan(where) if j in state
                else carry0[j] for j in range(ncar)]
     return results + _after_scan_outputs(body, nc, ncar, zpos, a, state, deps, where)
 
 
-def _after_scan_outputs(body: Any, nc: int, ncar: int, zpos: int, a: int, state: set,
+class _StepValues:
+    """The scan's operands with the discrete sites' stacked values taken out: the
+    other per-step inputs (`first` step, the `rest`), and the joint values of the
+    sites at one step, `count` of them (the product of their supports), put back in
+    their places by `inputs(x_t, c)` (`lanes`: as lane-tracked values, every lane
+    at combination c)."""
+
+    def __init__(self, scan: Any, ins: list, zpos: list, sites: list):
+        self.scan, self.sites = scan, sites
+        nc, ncar = scan.num_consts, scan.num_carry
+        self.consts, self.init, xs = scan.split(ins)
+        xs = [jnp.flip(x, 0) if scan.reverse and not isinstance(x, Steps) else x for x in xs]
+        self.where = [p - nc - ncar for p in zpos]
+        others = [x for i, x in enumerate(xs) if i not in self.where]
+        self.first, self.rest = [x[0] for x in others], [x[1:] for x in others]
+        self.table = joint_values(sites)
+        self.count = int(self.table[0].shape[0])
+        self.dtypes = [scan.body.jaxpr.invars[p].aval.dtype for p in zpos]
+        self.lanes = tuple(scan.body.jaxpr.invars[zpos[0]].aval.shape)
+
+    def inputs(self, x_t: list, c: Any, tracked: bool = False) -> list:
+        x_t = list(x_t)
+        for k, values, dtype in zip(self.where, self.table, self.dtypes):
+            v = values[c].astype(dtype)
+            if tracked:
+                full = jnp.full(self.lanes, v, dtype)
+                v = Local(full, full, tuple(range(len(self.lanes))))
+            x_t.insert(k, v)
+        return x_t
+
+
+def _after_scan_outputs(body: Any, nc: int, ncar: int, zpos: list, a: int, state: set,
                         deps: list, where: str) -> list:
     """The per-step outputs of the scan: none may be used (they need the path)."""
     outs = []
     for i in range(ncar, len(body.jaxpr.outvars)):
-        if not (zpos in deps[i] or nc + a in deps[i] or any(nc + s in deps[i] for s in state)):
+        if not (any(p in deps[i] for p in zpos) or nc + a in deps[i]
+                or any(nc + s in deps[i] for s in state)):
             raise NotSummable(f"the scan at {where} returns per-step values alongside its "
-                              "discrete site")
+                              "discrete site: return None as the step's output (its values "
+                              "depend on the path, which the sum does not keep)")
         outs.append(AfterScan(where))
     return outs
 
 
-def _forward_lanes(scan: Any, ins: list, zpos: int, a: int, state: set, site: Any,
-                   lanes: tuple, deps: list, where: str) -> list:
-    """The forward algorithm for a batch of chains: the scan's per-step site value has
-    `lanes` (the sequences of a `gv.vmap`/`gv.plate` around a `gv.scan`), each lane its
-    own chain. The body is evaluated once per pair (u, v) of values with every lane at
-    v (and its state at u), lane-tracked, so the log density's step term comes out as a
-    lane-free part plus one term per lane (`Additive`); the lanes' α recursions then
-    run side by side: α_t[l, v] = logsumexp_u α_{t−1}[l, u] + term_t[l](u, v), O(T ×
-    lanes × support²). In a subsampled plate a lane's terms arrive scaled: its chain
-    is summed unscaled, then scaled."""
+def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: str) -> list:
+    """The forward algorithm for a batch of chains: the scan's per-step site values
+    have lanes (the sequences of a `gv.vmap`/`gv.plate` around a `gv.scan`), each lane
+    its own chain. The body is evaluated once per pair (u, v) of joint values with
+    every lane at v (and its state at u), lane-tracked, so the log density's step term
+    comes out as a lane-free part plus one term per lane (`Additive`); the lanes' α
+    recursions then run side by side: α_t[l, v] = logsumexp_u α_{t−1}[l, u] +
+    term_t[l](u, v), O(T × lanes × values²). In a subsampled plate a lane's terms
+    arrive scaled: its chain is summed unscaled, then scaled."""
+    scan = steps.scan
     body, nc, ncar = scan.body, scan.num_consts, scan.num_carry
-    support = jnp.asarray(site.support, site.dtype)
-    n, axes, count = support.shape[0], tuple(range(len(lanes))), math.prod(lanes)
-    consts, init, xs = scan.split(ins)
-    xs = [jnp.flip(x, 0) if scan.reverse and not isinstance(x, Steps) else x for x in xs]
-    k = zpos - nc - ncar
-    others = [x for i, x in enumerate(xs) if i != k]
+    scales = {s.scale for s in steps.sites}
+    if len(scales) > 1:
+        raise NotSummable(f"the discrete sites of the scan at {where} lie in gv.plates of "
+                          "different scales")
+    scale = scales.pop()
+    n, count = steps.count, math.prod(steps.lanes)
+    axes = tuple(range(len(steps.lanes)))
     state_axes: dict = {}  # a state carry's lane axes (from its first evaluation)
 
     def tracked(x: Any, j: int) -> Any:
         return Local(x, x, state_axes[j]) if j in state_axes else x
 
-    dtype = body.jaxpr.invars[zpos].aval.dtype  # the step's value as the body reads it
-
-    def run(carry: list, x_t: list, v: Any) -> tuple:
-        full = jnp.full(lanes, v, dtype)
-        x_t = list(x_t)
-        x_t.insert(k, Local(full, full, axes))
+    def run(carry: list, x_t: list, c: Any) -> tuple:
         carry = list(carry)
         carry[a] = jnp.zeros_like(carry[a])
-        outs = evaluate(body, list(consts) + carry + x_t)
+        outs = evaluate(body, list(steps.consts) + carry + steps.inputs(x_t, c, tracked=True))
         term = outs[a]
         if isinstance(term, Additive):
             free, per_lane = term.free, term.lanes
@@ -205,7 +234,7 @@ def _forward_lanes(scan: Any, ins: list, zpos: int, a: int, state: set, site: An
         new = []
         for j, o in enumerate(outs[:ncar]):
             if j == a:  # the log density's accumulator: its term is read above
-                o = jnp.zeros_like(init[a])
+                o = jnp.zeros_like(steps.init[a])
             elif isinstance(o, Local):
                 if j not in state or o.axes not in (axes, state_axes.get(j, o.axes)):
                     raise NotSummable(f"the carry of the scan at {where} mixes the sequences")
@@ -214,10 +243,11 @@ def _forward_lanes(scan: Any, ins: list, zpos: int, a: int, state: set, site: An
             elif is_tracked(o):
                 raise NotSummable(f"the carry of the scan at {where} mixes the sequences")
             new.append(o)
-        return free, per_lane / site.scale, new
+        return free, per_lane / scale, new
 
-    free0, alpha, carry0 = jax.vmap(lambda v: run(list(init), [x[0] for x in others], v))(support)
-    alpha = alpha.T                                         # [lanes, V]
+    free0, alpha, carry0 = jax.vmap(lambda c: run(list(steps.init), steps.first, c))(
+        jnp.arange(n))
+    alpha = alpha.T                                         # [lanes, C]
     carry0 = [c if j in state else c[0] for j, c in enumerate(carry0)]
     free_total = free0[0]
 
@@ -226,29 +256,26 @@ def _forward_lanes(scan: Any, ins: list, zpos: int, a: int, state: set, site: An
 
         def pair(u, v):
             cin = [tracked(carry[j][u], j) if j in state else carry[j] for j in range(ncar)]
-            return run(cin, x_t, support[v])
+            return run(cin, x_t, v)
         free, terms, new = jax.vmap(lambda u: jax.vmap(lambda v: pair(u, v))(jnp.arange(n)))(
-            jnp.arange(n))                                  # terms: [V(u), V(v), lanes]
+            jnp.arange(n))                                  # terms: [C(u), C(v), lanes]
         alpha = logsumexp(alpha.T[:, None, :] + terms, axis=0).T
         new = [c[0] if j in state else c[0, 0] for j, c in enumerate(new)]
         return (alpha, new, free_total + free[0, 0]), None
 
     if scan.length > 1:
         (alpha, carry0, free_total), _ = jax.lax.scan(
-            step, (alpha, carry0, free_total), [x[1:] for x in others])
-    total = free_total + site.scale * jnp.sum(logsumexp(alpha, axis=1))
-    results = [init[a] + total if j == a else AfterScan(where) if j in state else carry0[j]
-               for j in range(ncar)]
+            step, (alpha, carry0, free_total), steps.rest)
+    total = free_total + scale * jnp.sum(logsumexp(alpha, axis=1))
+    results = [steps.init[a] + total if j == a else AfterScan(where) if j in state
+               else carry0[j] for j in range(ncar)]
+    zpos = [k + nc + ncar for k in steps.where]
     return results + _after_scan_outputs(body, nc, ncar, zpos, a, state, deps, where)
 
 
 def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list) -> jax.Array:
     """log Σ over the scanned site's values (forward algorithm) of the density
     `closed` computes from (site values, *flat_in); scalar sites' values in `fixed`."""
-    scanned = [s for s in sites if s.addr not in fixed]
-    if len(scanned) != 1:
-        raise NotSummable("the forward algorithm sums one discrete site per step (and "
-                          "sequence); found " + ", ".join(f"{s.name!r}" for s in scanned))
     inputs = [fixed[s.addr] if s.addr in fixed else Steps(s) for s in sites]
 
     def other(eqn, ins):
@@ -258,7 +285,8 @@ def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list) -> jax.Ar
             return [ins[0]]
         if any(isinstance(x, AfterScan) for x in ins):
             raise NotSummable(f"results of a scan that depend on the discrete values are used "
-                              f"at {jx.source_line(eqn)}")
+                              f"at {jx.source_line(eqn)}: use them inside the scan (a step sees "
+                              "the previous step's values), or keep the site")
         out = _forward(eqn, ins)
         if out is None:
             raise NotSummable(f"`{eqn.primitive.name}` at {jx.source_line(eqn)} uses the "
