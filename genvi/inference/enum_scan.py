@@ -145,7 +145,7 @@ def _forward(eqn: Any, ins: list) -> list | None:
         return (alpha, new), None
 
     if length > 1:
-        (alpha, carry0), _ = jax.lax.scan(step, (alpha, carry0), steps.rest)
+        (alpha, carry0), _ = jax.lax.scan(_remat(step), (alpha, carry0), steps.rest)
     results = [steps.init[a] + logsumexp(alpha) if j == a else AfterScan(where) if j in state
                else carry0[j] for j in range(ncar)]
     return results + _after_scan_outputs(body, nc, ncar, zpos, a, state, deps, where)
@@ -180,6 +180,17 @@ class _StepValues:
                 v = Local(full, full, tuple(range(len(self.lanes))))
             x_t.insert(k, v)
         return x_t
+
+
+#: whether a step is recomputed in the backward pass (see `_remat`)
+REMAT = True
+
+
+def _remat(step: Any) -> Any:
+    """The forward algorithm's step, rematerialized for reverse mode: the backward pass
+    keeps each step's α and carried state, O(T × values) (× lanes), and recomputes the
+    step's pair evaluations, instead of storing them all, O(T × values²)."""
+    return jax.checkpoint(step, prevent_cse=False) if REMAT else step
 
 
 def _after_scan_outputs(body: Any, nc: int, ncar: int, zpos: list, a: int, state: set,
@@ -265,7 +276,7 @@ def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: st
 
     if scan.length > 1:
         (alpha, carry0, free_total), _ = jax.lax.scan(
-            step, (alpha, carry0, free_total), steps.rest)
+            _remat(step), (alpha, carry0, free_total), steps.rest)
     total = free_total + scale * jnp.sum(logsumexp(alpha, axis=1))
     results = [steps.init[a] + total if j == a else AfterScan(where) if j in state
                else carry0[j] for j in range(ncar)]

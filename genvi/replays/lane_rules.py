@@ -51,6 +51,10 @@ def _on_base_and_alt(eqn: Any, ins: list, axes: tuple) -> list:
     """`eqn` on the operands' base values and on their alternatives (lane-free operands
     as they are), the outputs lane-tracked along `axes`."""
     base = jx.eval_eqn(eqn, [x.base if isinstance(x, Local) else x for x in ins])
+    if all(x.alt is x.base for x in ins if isinstance(x, Local)):
+        # one copy: every lane at one value (enumeration's sums), the alternative is
+        # the base, so the equation runs once, not twice for XLA to merge
+        return [Local(b, b, axes) for b in base]
     alt = jx.eval_eqn(eqn, [x.alt if isinstance(x, Local) else x for x in ins])
     return [Local(b, a, axes) for b, a in zip(base, alt)]
 
@@ -247,6 +251,8 @@ def _dot_general(eqn: Any, ins: list) -> list | None:
 def _dot_local(eqn: Any, ins: list, v: Local, swap: bool, pos: int) -> list:
     other = ins[0] if swap else ins[1]
     base = jx.eval_eqn(eqn, [other, v.base] if swap else [v.base, other])
+    if v.alt is v.base:  # one copy (see `_on_base_and_alt`)
+        return [Local(base[0], base[0], (pos,))]
     alt = jx.eval_eqn(eqn, [other, v.alt] if swap else [v.alt, other])
     return [Local(base[0], alt[0], (pos,))]
 

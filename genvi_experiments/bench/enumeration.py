@@ -1,8 +1,10 @@
 """Discrete latents summed out in the model: genvi's `gv.enumeration()` beside the same
 models with `grad=gv.ENUM` in the guide and beside NumPyro's `TraceEnum_ELBO`
 (`infer={"enumerate": "parallel"}`, funsor), on a 1-d Gaussian mixture (K = 3,
-full-data plate) and a hidden Markov model (K = 3 states, `gv.scan` / NumPyro's
-`contrib.control_flow.scan`).
+full-data plate), a hidden Markov model (K = 3 states, `gv.scan` / NumPyro's
+`contrib.control_flow.scan`) and a batch of sequences (`--sequences` of
+`--steps-hmm` steps, `--states` states: a `gv.scan` in a `gv.vmap` / NumPyro's scan
+in a plate; genvi's enumeration and NumPyro only).
 
 Each method fits the continuous latents (mixture weights and means; transition rows
 and emission means) with a mean-field normal guide (genvi's `gv.auto_normal`,
@@ -12,7 +14,8 @@ interleaved rounds, medians (ratios to genvi's enumeration); then, after
 of the guide) against the truth, components matched by sorting.
 
     python -m genvi_experiments.bench.enumeration [--points 1000] [--steps-hmm 100]
-        [--fit-steps 2000] [--rounds 15] [--models mixture hmm]
+        [--fit-steps 2000] [--rounds 15] [--models mixture hmm sequences]
+        [--sequences 50] [--states 5]
 """
 
 from __future__ import annotations
@@ -129,6 +132,65 @@ def genvi_step(objective, lr: float, data: jax.Array):
 
 
 # -- NumPyro ----------------------------------------------------------------------------
+# -- a batch of sequences ------------------------------------------------------------------
+def sequence_means(states: int) -> np.ndarray:
+    return np.linspace(-2.0 * (states - 1) / 2, 2.0 * (states - 1) / 2, states)
+
+
+def sequences_data(sequences: int, steps: int, states: int, seed: int = 0) -> jax.Array:
+    rng = np.random.default_rng(seed)
+    trans = np.full((states, states), (1 - STAY) / (states - 1)) \
+        + (STAY - (1 - STAY) / (states - 1)) * np.eye(states)
+    means = sequence_means(states)
+    out = np.zeros((sequences, steps))
+    for b in range(sequences):
+        z = 0
+        for t in range(steps):
+            z = rng.choice(states, p=trans[z])
+            out[b, t] = means[z] + SD * rng.normal()
+    return jnp.asarray(out, jnp.float32)
+
+
+def sequences_model(states: int):
+    @gv.gen
+    def one_sequence(trans, means, ys):
+        gv.scan(hmm_step)((0, trans, means), ys) @ "steps"
+
+    @gv.gen
+    def sequences(params, ys):
+        trans = gv.dirichlet(jnp.ones((states, states)) + 2.0 * jnp.eye(states)) @ "trans"
+        means = gv.normal(jnp.linspace(-1.0, 1.0, states), 3.0) @ "means"
+        gv.vmap(one_sequence, in_axes=(None, None, 0))(trans, means, ys) @ "seqs"
+    return sequences
+
+
+def numpyro_sequences(data: jax.Array, states: int, lr: float):
+    """(svi, fitted means) for NumPyro's TraceEnum_ELBO on a batch of sequences: its
+    scan inside a plate over the sequences (NumPyro's `hmm_enum` example's shape)."""
+    import numpyro  # noqa: PLC0415
+    import numpyro.distributions as dist  # noqa: PLC0415
+    from numpyro.contrib.control_flow import scan  # noqa: PLC0415
+    from numpyro.infer import SVI, TraceEnum_ELBO  # noqa: PLC0415
+    from numpyro.infer.autoguide import AutoNormal  # noqa: PLC0415
+
+    def model(ys):
+        trans = numpyro.sample("trans", dist.Dirichlet(
+            jnp.ones((states, states)) + 2.0 * jnp.eye(states)).to_event(1))
+        means = numpyro.sample("means", dist.Normal(jnp.linspace(-1.0, 1.0, states), 3.0)
+                               .to_event(1))
+        with numpyro.plate("sequences", ys.shape[0], dim=-1):
+            def transition(z_prev, y):
+                z = numpyro.sample("z", dist.Categorical(trans[z_prev]),
+                                   infer={"enumerate": "parallel"})
+                numpyro.sample("y", dist.Normal(means[z], SD), obs=y)
+                return z, None
+            scan(transition, jnp.zeros(ys.shape[0], jnp.int32), ys.T)
+
+    guide = AutoNormal(numpyro.handlers.block(model, hide=["z"]))
+    svi = SVI(model, guide, optax.adam(lr), TraceEnum_ELBO(max_plate_nesting=1))
+    return svi, lambda params: guide.median(params)["means"]
+
+
 def numpyro_method(kind: str, data: jax.Array, lr: float):
     """(svi, fitted means of svi params) for NumPyro's TraceEnum_ELBO."""
     import numpyro  # noqa: PLC0415
@@ -169,11 +231,19 @@ def max_error(fitted: jax.Array, truth: np.ndarray) -> float:
 
 
 def run(kind: str, data: jax.Array, truth: np.ndarray, fit_steps: int, rounds: int,
-        lr: float = 0.05) -> dict:
+        lr: float = 0.05, states: int = K) -> dict:
     key = jax.random.key(0)
-    model, site, keep = ((mixture, "data/z", ["w", "mu"]) if kind == "mixture"
-                         else (hmm, "steps/z", ["trans", "means"]))
-    methods = genvi_methods(model, site, keep, keep[1], data, key)
+    if kind == "sequences":
+        summed = gv.marginal(sequences_model(states), keep=["trans", "means"],
+                             algorithm=gv.enumeration())
+        auto = gv.auto_normal(summed)
+        methods = {"enumeration in the model": (gv.elbo(summed, auto),
+                                                {"guide": auto.init(key, {}, data)},
+                                                lambda p: auto.mean(p)["means"])}
+    else:
+        model, site, keep = ((mixture, "data/z", ["w", "mu"]) if kind == "mixture"
+                             else (hmm, "steps/z", ["trans", "means"]))
+        methods = genvi_methods(model, site, keep, keep[1], data, key)
     steps, results = {}, {}
     for name, (objective, params, fitted) in methods.items():
         opt, step = genvi_step(objective, lr, data)
@@ -187,7 +257,8 @@ def run(kind: str, data: jax.Array, truth: np.ndarray, fit_steps: int, rounds: i
         fit = gv.fit(objective, params, data, optimizer=optax.adam(lr), steps=fit_steps,
                      key=jax.random.key(1), progress=False)
         results[name] = max_error(fitted(fit.params), truth)
-    svi, fitted = numpyro_method(kind, data, lr)
+    svi, fitted = (numpyro_sequences(data, states, lr) if kind == "sequences"
+                   else numpyro_method(kind, data, lr))
     svi_state = [svi.init(key, data)]
     update = jax.jit(svi.update)
     jax.block_until_ready(update(svi_state[0], data))
@@ -208,16 +279,25 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--steps-hmm", type=int, default=100)
     p.add_argument("--fit-steps", type=int, default=2000)
     p.add_argument("--rounds", type=int, default=15)
-    p.add_argument("--models", nargs="+", choices=["mixture", "hmm"], default=["mixture", "hmm"])
+    p.add_argument("--models", nargs="+", choices=["mixture", "hmm", "sequences"],
+                   default=["mixture", "hmm", "sequences"])
+    p.add_argument("--sequences", type=int, default=50)
+    p.add_argument("--states", type=int, default=5)
     a = p.parse_args(argv)
     print(describe_machine())
     out = {}
     for kind in a.models:
-        data, truth = ((mixture_data(a.points), MIX_MEANS) if kind == "mixture"
-                       else (hmm_data(a.steps_hmm), HMM_MEANS))
-        rows = run(kind, data, truth, a.fit_steps, a.rounds)
+        if kind == "sequences":
+            data = sequences_data(a.sequences, a.steps_hmm, a.states)
+            truth = sequence_means(a.states)
+        else:
+            data, truth = ((mixture_data(a.points), MIX_MEANS) if kind == "mixture"
+                           else (hmm_data(a.steps_hmm), HMM_MEANS))
+        rows = run(kind, data, truth, a.fit_steps, a.rounds,
+                   states=a.states if kind == "sequences" else K)
         base = rows["enumeration in the model"][0]
-        size = f"{a.points} points" if kind == "mixture" else f"{a.steps_hmm} steps"
+        size = {"mixture": f"{a.points} points", "hmm": f"{a.steps_hmm} steps",
+                "sequences": f"{a.sequences} × {a.steps_hmm} steps, {a.states} states"}[kind]
         print(f"\n{kind} ({size}), {a.fit_steps} fit steps")
         print(f"{'method':<28} {'ms/step':>8} {'ratio':>6} {'max |mean error|':>17}")
         for name, (t, err) in rows.items():
