@@ -242,3 +242,59 @@ def test_a_fit_recovers_the_coins():
     means = auto.mean(fit.params)
     assert float(means["p_A"]) == pytest.approx(0.85, abs=0.03)
     assert float(means["p_B"]) == pytest.approx(0.15, abs=0.03)
+
+
+# -- enumeration in the model, discrete sites in the guide (ENUM, MVD) -------------------
+@gv.gen
+def regime_row(mu, regime, x):
+    z = gv.flip(W) @ "z"
+    p = jax.nn.sigmoid(mu + jnp.where(z, 1.0, -1.0) + jnp.where(regime, 0.5, 0.0))
+    gv.observe(gv.flip(p), x)
+
+
+@gv.gen
+def regime_model(params, x):
+    mu = gv.normal(0.0, 1.0) @ "mu"
+    regime = gv.flip(0.4) @ "regime"
+    gv.vmap(regime_row, in_axes=(None, None, 0))(mu, regime, x) @ "data"
+
+
+def numpy_regime(mu, regime, x):
+    shift = 0.5 if regime else 0.0
+    on, off = expit(mu + 1.0 + shift), expit(mu - 1.0 + shift)
+    rows = np.logaddexp(np.log(W) + flip_log(on, x), np.log1p(-W) + flip_log(off, x))
+    return norm.logpdf(mu) + np.log(0.4 if regime else 0.6) + rows.sum()
+
+
+@pytest.mark.parametrize("strategy", [gv.ENUM, gv.MVD], ids=["ENUM", "MVD"])
+def test_enumerated_model_with_discrete_guide_sites_is_unbiased(strategy):
+    m = gv.marginal(regime_model, keep=["mu", "regime"], algorithm=gv.enumeration())
+
+    @gv.gen
+    def guide(phi, x):
+        gv.normal(phi[0], 0.5, grad=gv.REPARAM) @ "mu"
+        gv.flip(jax.nn.sigmoid(phi[1]), grad=strategy) @ "regime"
+    phi = np.array([0.2, 0.3])
+    obj = gv.elbo(m, guide)
+    n = 20_000
+    keys = jax.random.split(jax.random.key(2), n)
+    v, g = jax.jit(jax.vmap(lambda k: obj.value_and_grad_estimate(
+        k, jnp.asarray(phi, jnp.float32), jnp.asarray(X))))(keys)
+    v, g = np.asarray(v, np.float64), np.asarray(g, np.float64)
+    nodes, weights = np.polynomial.hermite_e.hermegauss(60)
+
+    def exact(phi):
+        q1 = expit(phi[1])
+        total = 0.0
+        for regime, q in ((True, q1), (False, 1 - q1)):
+            mus = phi[0] + 0.5 * nodes
+            vals = [numpy_regime(mu, regime, X) - norm.logpdf(mu, phi[0], 0.5) - np.log(q)
+                    for mu in mus]
+            total += q * np.dot(weights, vals) / math.sqrt(2 * math.pi)
+        return total
+    assert abs(v.mean() - exact(phi)) <= 5 * v.std() / math.sqrt(n) + 1e-4
+    for i in range(2):
+        e = np.zeros(2)
+        e[i] = 1e-4
+        fd = (exact(phi + e) - exact(phi - e)) / 2e-4
+        assert abs(g[:, i].mean() - fd) <= 5 * g[:, i].std() / math.sqrt(n) + 1e-3, i
