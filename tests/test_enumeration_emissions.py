@@ -145,6 +145,32 @@ def numpy_coin_hmm(ps, xs):
     return beta_dist.logpdf(ps, 1, 1).sum() + logsumexp(alpha)
 
 
+EMIT = np.array([[0.7, 0.1, 0.1, 0.1], [0.1, 0.7, 0.1, 0.1], [0.25, 0.25, 0.25, 0.25]])
+CS = rng.integers(0, 4, 15).astype(np.int32)
+
+
+@gv.gen
+def symbol_step(carry, c):
+    prev, emit = carry
+    z = gv.categorical(jnp.log(jnp.asarray(TRANS))[prev]) @ "z"
+    gv.observe(gv.categorical(jnp.log(emit[z])), c)
+    return (z, emit), None
+
+
+@gv.gen
+def symbol_hmm(params, cs):
+    emit = gv.dirichlet(jnp.ones((K, 4))) @ "emit"
+    gv.scan(symbol_step)((0, emit), cs) @ "steps"
+
+
+def numpy_symbol_hmm(emit, cs):
+    alpha = np.log(TRANS[0]) + np.log(emit[:, cs[0]])
+    for c in cs[1:]:
+        alpha = logsumexp(alpha[:, None] + np.log(TRANS), axis=0) + np.log(emit[:, c])
+    prior = sum(float(jax.scipy.stats.dirichlet.logpdf(jnp.asarray(e), jnp.ones(4))) for e in emit)
+    return prior + logsumexp(alpha)
+
+
 CASES = {
     "flip emissions": (coins, {"p_A": 0.8, "p_B": 0.3}, X,
                        lambda v: numpy_coins(v["p_A"], v["p_B"], X)),
@@ -156,6 +182,8 @@ CASES = {
                             lambda v: numpy_two(v["shift"], X * 2.0)),
     "hmm with coin emissions": (coin_hmm, {"ps": np.array([0.2, 0.5, 0.9])}, XS,
                                 lambda v: numpy_coin_hmm(v["ps"], XS)),
+    "hmm with categorical emissions": (symbol_hmm, {"emit": EMIT}, CS,
+                                       lambda v: numpy_symbol_hmm(v["emit"], CS)),
 }
 
 
