@@ -165,8 +165,9 @@ def sequences_model(states: int):
 
 
 def numpyro_sequences(data: jax.Array, states: int, lr: float):
-    """(svi, fitted means) for NumPyro's TraceEnum_ELBO on a batch of sequences: its
-    scan inside a plate over the sequences (NumPyro's `hmm_enum` example's shape)."""
+    """(svi, fitted means) for NumPyro's TraceEnum_ELBO on a batch of sequences: a plate
+    over the sequences inside its scan's step (NumPyro's `scan` refuses the other
+    nesting)."""
     import numpyro  # noqa: PLC0415
     import numpyro.distributions as dist  # noqa: PLC0415
     from numpyro.contrib.control_flow import scan  # noqa: PLC0415
@@ -178,13 +179,13 @@ def numpyro_sequences(data: jax.Array, states: int, lr: float):
             jnp.ones((states, states)) + 2.0 * jnp.eye(states)).to_event(1))
         means = numpyro.sample("means", dist.Normal(jnp.linspace(-1.0, 1.0, states), 3.0)
                                .to_event(1))
-        with numpyro.plate("sequences", ys.shape[0], dim=-1):
-            def transition(z_prev, y):
+        def transition(z_prev, y):
+            with numpyro.plate("sequences", ys.shape[0], dim=-1):
                 z = numpyro.sample("z", dist.Categorical(trans[z_prev]),
                                    infer={"enumerate": "parallel"})
                 numpyro.sample("y", dist.Normal(means[z], SD), obs=y)
-                return z, None
-            scan(transition, jnp.zeros(ys.shape[0], jnp.int32), ys.T)
+            return z, None
+        scan(transition, jnp.zeros(ys.shape[0], jnp.int32), ys.T)
 
     guide = AutoNormal(numpyro.handlers.block(model, hide=["z"]))
     svi = SVI(model, guide, optax.adam(lr), TraceEnum_ELBO(max_plate_nesting=1))
