@@ -133,11 +133,19 @@ def _forward(eqn: Any, ins: list) -> list | None:
     alpha = outs0[a]
     carry0 = [o if j in state else o[0] for j, o in enumerate(outs0[:ncar])]
 
+    echo = _echoes(body, nc, ncar, state, steps)
+
     def step(c, x_t):
         alpha, carry = c
 
+        def state_at(j, u):
+            if j in echo:  # the site's own value: built here from u, not carried
+                k = echo[j]
+                return steps.table[k][u].astype(steps.dtypes[k])
+            return carry[j][u]
+
         def pair(u, v):
-            cin = [carry[j][u] if j in state else carry[j] for j in range(ncar)]
+            cin = [state_at(j, u) if j in state else carry[j] for j in range(ncar)]
             return run(cin, x_t, v)
         outs = jax.vmap(lambda u: jax.vmap(lambda v: pair(u, v))(jnp.arange(n)))(jnp.arange(n))
         alpha = logsumexp(alpha[:, None] + outs[a], axis=0)
@@ -180,6 +188,16 @@ class _StepValues:
                 v = Local(full, full, tuple(range(len(self.lanes))))
             x_t.insert(k, v)
         return x_t
+
+
+def _echoes(body: Any, nc: int, ncar: int, state: set, steps: "_StepValues") -> dict:
+    """The state carries that are a site's value itself (an HMM's z_{t−1}), each with
+    its site's position: the step builds their value at u from u (a constant in every
+    lane), instead of reading the carried array, so XLA folds what depends on it only
+    (the transition row of u) instead of computing it lane by lane from an array."""
+    jaxpr = body.jaxpr
+    return {j: i for j in state for i, k in enumerate(steps.where)
+            if jaxpr.outvars[j] is jaxpr.invars[nc + ncar + k]}
 
 
 #: whether a step is recomputed in the backward pass (see `_remat`)
@@ -262,11 +280,20 @@ def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: st
     carry0 = [c if j in state else c[0] for j, c in enumerate(carry0)]
     free_total = free0[0]
 
+    echo = _echoes(body, nc, ncar, state, steps)
+
     def step(c: tuple, x_t: list) -> tuple:
         alpha, carry, free_total = c
 
+        def state_at(j, u):
+            if j in echo:  # the site's own value: every lane at u, built here, not carried
+                k = echo[j]
+                full = jnp.full(steps.lanes, steps.table[k][u], steps.dtypes[k])
+                return Local(full, full, axes)
+            return tracked(carry[j][u], j)
+
         def pair(u, v):
-            cin = [tracked(carry[j][u], j) if j in state else carry[j] for j in range(ncar)]
+            cin = [state_at(j, u) if j in state else carry[j] for j in range(ncar)]
             return run(cin, x_t, v)
         free, terms, new = jax.vmap(lambda u: jax.vmap(lambda v: pair(u, v))(jnp.arange(n)))(
             jnp.arange(n))                                  # terms: [C(u), C(v), lanes]
