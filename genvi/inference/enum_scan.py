@@ -152,7 +152,24 @@ def _forward(eqn: Any, ins: list) -> list | None:
         new = [outs[j][0] if j in state else outs[j][0, 0] for j in range(ncar)]
         return (alpha, new), None
 
-    if length > 1:
+    if length > 1 and set(echo) == state and _invariant(body, nc, ncar, a, state):
+        # a step's factors depend on its input alone: every step's at once, then α
+        def factors(x_t):
+            def pair(u, v):
+                cin = [state_at(j, u) if j in state else steps.init[j] for j in range(ncar)]
+                return run(cin, x_t, v)[a]
+            return jax.vmap(lambda u: jax.vmap(lambda v: pair(u, v))(jnp.arange(n)))(
+                jnp.arange(n))
+        carry = steps.init
+
+        def state_at(j, u):
+            k = echo[j]
+            return steps.table[k][u].astype(steps.dtypes[k])
+        m = _factors(factors, steps.rest)                      # [T − 1, C(u), C(v)]
+        alpha, _ = jax.lax.scan(lambda al, m_t: (logsumexp(al[:, None] + m_t, axis=0), None),
+                                alpha, m)
+        carry0 = [carry[j] if j not in state else carry0[j] for j in range(ncar)]
+    elif length > 1:
         (alpha, carry0), _ = jax.lax.scan(_remat(step), (alpha, carry0), steps.rest)
     results = [steps.init[a] + logsumexp(alpha) if j == a else AfterScan(where) if j in state
                else carry0[j] for j in range(ncar)]
@@ -190,6 +207,14 @@ class _StepValues:
         return x_t
 
 
+def _invariant(body: Any, nc: int, ncar: int, a: int, state: set) -> bool:
+    """Whether every carry other than the state and the log density passes through the
+    step unchanged (a hidden Markov model's parameters)."""
+    jaxpr = body.jaxpr
+    return all(jaxpr.outvars[j] is jaxpr.invars[nc + j]
+               for j in range(ncar) if j != a and j not in state)
+
+
 def _echoes(body: Any, nc: int, ncar: int, state: set, steps: "_StepValues") -> dict:
     """The state carries that are a site's value itself (an HMM's z_{t−1}), each with
     its site's position: the step builds their value at u from u (a constant in every
@@ -198,6 +223,14 @@ def _echoes(body: Any, nc: int, ncar: int, state: set, steps: "_StepValues") -> 
     jaxpr = body.jaxpr
     return {j: i for j in state for i, k in enumerate(steps.where)
             if jaxpr.outvars[j] is jaxpr.invars[nc + ncar + k]}
+
+
+def _factors(factors: Any, rest: list) -> Any:
+    """Every step's factors at once (`factors` under `vmap` over the steps), their
+    intermediates recomputed in the backward pass: it keeps the factors themselves,
+    O(T × values²), not what computing them took (`REMAT`)."""
+    run = jax.vmap(factors)
+    return (jax.checkpoint(run) if REMAT else run)(rest)
 
 
 #: whether a step is recomputed in the backward pass (see `_remat`)
@@ -282,15 +315,16 @@ def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: st
 
     echo = _echoes(body, nc, ncar, state, steps)
 
+    def echoed(j: int, u: Any) -> Local:  # the site's own value: every lane at u, built here
+        k = echo[j]
+        full = jnp.full(steps.lanes, steps.table[k][u], steps.dtypes[k])
+        return Local(full, full, axes)
+
     def step(c: tuple, x_t: list) -> tuple:
         alpha, carry, free_total = c
 
         def state_at(j, u):
-            if j in echo:  # the site's own value: every lane at u, built here, not carried
-                k = echo[j]
-                full = jnp.full(steps.lanes, steps.table[k][u], steps.dtypes[k])
-                return Local(full, full, axes)
-            return tracked(carry[j][u], j)
+            return echoed(j, u) if j in echo else tracked(carry[j][u], j)
 
         def pair(u, v):
             cin = [state_at(j, u) if j in state else carry[j] for j in range(ncar)]
@@ -301,7 +335,23 @@ def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: st
         new = [c[0] if j in state else c[0, 0] for j, c in enumerate(new)]
         return (alpha, new, free_total + free[0, 0]), None
 
-    if scan.length > 1:
+    if scan.length > 1 and set(echo) == state and _invariant(body, nc, ncar, a, state):
+        # a step's factors depend on its input alone: every step's at once, then α
+        def factors(x_t):
+            def pair(u, v):
+                cin = [echoed(j, u) if j in state else steps.init[j] for j in range(ncar)]
+                free, per_lane, _ = run(cin, x_t, v)
+                return free, per_lane
+            return jax.vmap(lambda u: jax.vmap(lambda v: pair(u, v))(jnp.arange(n)))(
+                jnp.arange(n))
+        free, m = _factors(factors, steps.rest)                # m: [T − 1, C(u), C(v), lanes]
+
+        def forward(al, m_t):  # al: [lanes, C]
+            return logsumexp(al.T[:, None, :] + m_t, axis=0).T, None
+        alpha, _ = jax.lax.scan(forward, alpha, m)
+        free_total = free_total + jnp.sum(free[:, 0, 0])
+        carry0 = [steps.init[j] if j not in state else carry0[j] for j in range(ncar)]
+    elif scan.length > 1:
         (alpha, carry0, free_total), _ = jax.lax.scan(
             _remat(step), (alpha, carry0, free_total), steps.rest)
     total = free_total + scale * jnp.sum(logsumexp(alpha, axis=1))
