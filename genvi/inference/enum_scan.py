@@ -165,9 +165,10 @@ def _forward(eqn: Any, ins: list) -> list | None:
         def state_at(j, u):
             k = echo[j]
             return steps.table[k][u].astype(steps.dtypes[k])
-        m = _factors(factors, steps.rest)                      # [T − 1, C(u), C(v)]
-        alpha, _ = jax.lax.scan(lambda al, m_t: (logsumexp(al[:, None] + m_t, axis=0), None),
-                                alpha, m)
+        alpha, _ = _blocked_chain(
+            alpha[None], lambda x_t: (jnp.zeros((), alpha.dtype), factors(x_t)[..., None]),
+            steps.rest)
+        alpha = alpha[0]
         carry0 = [carry[j] if j not in state else carry0[j] for j in range(ncar)]
     elif length > 1:
         (alpha, carry0), _ = jax.lax.scan(_remat(step), (alpha, carry0), steps.rest)
@@ -225,12 +226,53 @@ def _echoes(body: Any, nc: int, ncar: int, state: set, steps: "_StepValues") -> 
             if jaxpr.outvars[j] is jaxpr.invars[nc + ncar + k]}
 
 
-def _factors(factors: Any, rest: list) -> Any:
-    """Every step's factors at once (`factors` under `vmap` over the steps), their
-    intermediates recomputed in the backward pass: it keeps the factors themselves,
-    O(T × values²), not what computing them took (`REMAT`)."""
-    run = jax.vmap(factors)
-    return (jax.checkpoint(run) if REMAT else run)(rest)
+#: steps whose factors are computed together where all of them would not fit in
+#: `FACTORS_BUDGET` numbers (`_blocked_chain`)
+BLOCK = 16
+FACTORS_BUDGET = 1 << 22
+
+
+def _blocked_chain(alpha: jax.Array, factors: Any, rest: list) -> tuple[jax.Array, Any]:
+    """α [lanes, C] carried through steps 1 … T − 1, whose factors (a lane-free part and
+    m_t [C(u), C(v), lanes]) depend on each step's input alone: `factors(x_t)`. The
+    steps go in blocks of `BLOCK`: a block's factors are computed at once under
+    `vmap`, then α runs through them; the blocks are a scan whose body is
+    rematerialized (`_remat`), so the backward pass keeps α at each block's start,
+    O(T / BLOCK × C) per lane, and recomputes a block's factors, O(BLOCK × C²),
+    instead of keeping every step's, O(T × C²). Where every step's factors fit in
+    `FACTORS_BUDGET` numbers they are computed at once and kept (one block, no
+    recomputation: about 30% faster for small chains)."""
+    length = jax.tree_util.tree_leaves(rest)[0].shape[0]
+    count = alpha.shape[1]
+    fits = length * count * count * alpha.shape[0] <= FACTORS_BUDGET
+    block = length if fits else min(BLOCK, length)
+    blocks = -(-length // block)
+    pad = blocks * block - length
+
+    def padded(x):  # past the end: the last step again, its factors replaced below
+        x = jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]) if pad else x
+        return x.reshape((blocks, block) + x.shape[1:])
+    inputs = (jax.tree_util.tree_map(padded, rest),
+              (jnp.arange(blocks * block) < length).reshape(blocks, block))
+    identity = jnp.where(jnp.eye(count, dtype=bool), 0.0, -jnp.inf).astype(alpha.dtype)
+
+    def forward(al, m_t):
+        return logsumexp(al.T[:, None, :] + m_t, axis=0).T, None
+
+    def run_block(c, inp):
+        al, free_total = c
+        xb, valid = inp
+        free, m = jax.vmap(factors)(xb)                      # [block], [block, C, C, lanes]
+        m = jnp.where(valid[:, None, None, None], m, identity[None, :, :, None])
+        al, _ = jax.lax.scan(forward, al, m)
+        return (al, free_total + jnp.sum(jnp.where(valid, free, 0.0))), None
+
+    start = (alpha, jnp.zeros((), alpha.dtype))
+    if blocks == 1:
+        (alpha, free_total), _ = run_block(start, jax.tree_util.tree_map(lambda x: x[0], inputs))
+        return alpha, free_total
+    (alpha, free_total), _ = jax.lax.scan(_remat(run_block), start, inputs)
+    return alpha, free_total
 
 
 #: whether a step is recomputed in the backward pass (see `_remat`)
@@ -344,12 +386,9 @@ def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: st
                 return free, per_lane
             return jax.vmap(lambda u: jax.vmap(lambda v: pair(u, v))(jnp.arange(n)))(
                 jnp.arange(n))
-        free, m = _factors(factors, steps.rest)                # m: [T − 1, C(u), C(v), lanes]
-
-        def forward(al, m_t):  # al: [lanes, C]
-            return logsumexp(al.T[:, None, :] + m_t, axis=0).T, None
-        alpha, _ = jax.lax.scan(forward, alpha, m)
-        free_total = free_total + jnp.sum(free[:, 0, 0])
+        alpha, free_rest = _blocked_chain(
+            alpha, lambda x_t: (lambda f, m: (f[0, 0], m))(*factors(x_t)), steps.rest)
+        free_total = free_total + free_rest
         carry0 = [steps.init[j] if j not in state else carry0[j] for j in range(ncar)]
     elif scan.length > 1:
         (alpha, carry0, free_total), _ = jax.lax.scan(
