@@ -126,6 +126,15 @@ class SiteEqn:
     branch: tuple
     missing: bool
 
+    @property
+    def is_observation(self) -> bool:
+        return self.eqn.primitive is observe_p
+
+    @property
+    def value_shape(self) -> tuple:
+        """The shape of a sampling site's value (an observation's is its operand's)."""
+        return tuple(self.eqn.outvars[0].aval.shape)
+
     @staticmethod
     def of(eqn: Any) -> "SiteEqn":
         p = eqn.params

@@ -45,7 +45,7 @@ import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
 from genvi.core.mistakes import addr_name, is_shape_error, site_shape_error
-from genvi.core.primitives import Masked, SiteEqn, bind_site, observe_p, sample_p, site_parts
+from genvi.core.primitives import Masked, SiteEqn, bind_site, sample_p, site_parts
 from genvi.core.scopes import density_scope
 from genvi.core.strategy import missing_strategy_error
 from genvi.core.tracing import PLAIN
@@ -90,10 +90,10 @@ class Site:
     @staticmethod
     def of(eqn: Any, ins: list, scale: float) -> "Site":
         """The record of a site or observation equation on its operands."""
-        observed = eqn.primitive is observe_p
+        observed = SiteEqn.of(eqn).is_observation
         operands = ins[1:] if observed else ins
         dist, params, strategy, addr = site_parts(eqn, operands)
-        shape = tuple(jnp.shape(ins[0])) if observed else tuple(eqn.outvars[0].aval.shape)
+        shape = tuple(jnp.shape(ins[0])) if observed else SiteEqn.of(eqn).value_shape
         return Site(addr, dist, params, strategy, scale, shape,
                     ins[0] if observed else None, eqn)
 

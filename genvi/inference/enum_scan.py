@@ -138,11 +138,8 @@ def _forward(eqn: Any, ins: list) -> list | None:
     def step(c, x_t):
         alpha, carry = c
 
-        def state_at(j, u):
-            if j in echo:  # the site's own value: built here from u, not carried
-                k = echo[j]
-                return steps.table[k][u].astype(steps.dtypes[k])
-            return carry[j][u]
+        def state_at(j, u):  # the site's own value is built here from u, not carried
+            return steps.value(echo[j], u) if j in echo else carry[j][u]
 
         def pair(u, v):
             cin = [state_at(j, u) if j in state else carry[j] for j in range(ncar)]
@@ -156,20 +153,16 @@ def _forward(eqn: Any, ins: list) -> list | None:
         # a step's factors depend on its input alone: every step's at once, then α
         def factors(x_t):
             def pair(u, v):
-                cin = [state_at(j, u) if j in state else steps.init[j] for j in range(ncar)]
+                cin = [steps.value(echo[j], u) if j in state else steps.init[j]
+                       for j in range(ncar)]
                 return run(cin, x_t, v)[a]
             return jax.vmap(lambda u: jax.vmap(lambda v: pair(u, v))(jnp.arange(n)))(
                 jnp.arange(n))
-        carry = steps.init
-
-        def state_at(j, u):
-            k = echo[j]
-            return steps.table[k][u].astype(steps.dtypes[k])
         alpha, _ = _blocked_chain(
             alpha[None], lambda x_t: (jnp.zeros((), alpha.dtype), factors(x_t)[..., None]),
             steps.rest)
         alpha = alpha[0]
-        carry0 = [carry[j] if j not in state else carry0[j] for j in range(ncar)]
+        carry0 = [steps.init[j] if j not in state else carry0[j] for j in range(ncar)]
     elif length > 1:
         (alpha, carry0), _ = jax.lax.scan(_remat(step), (alpha, carry0), steps.rest)
     results = [steps.init[a] + logsumexp(alpha) if j == a else AfterScan(where) if j in state
@@ -197,14 +190,20 @@ class _StepValues:
         self.dtypes = [scan.body.jaxpr.invars[p].aval.dtype for p in zpos]
         self.lanes = tuple(scan.body.jaxpr.invars[zpos[0]].aval.shape)
 
+    def value(self, i: int, c: Any, tracked: bool = False) -> Any:
+        """Site i's value in combination c, as the body reads it (`tracked`: every lane
+        at that value, lane-tracked)."""
+        v = self.table[i][c].astype(self.dtypes[i])
+        if not tracked:
+            return v
+        full = jnp.full(self.lanes, v, self.dtypes[i])
+        return Local(full, full, tuple(range(len(self.lanes))))
+
     def inputs(self, x_t: list, c: Any, tracked: bool = False) -> list:
+        """The step's inputs with the sites' values in combination c in their places."""
         x_t = list(x_t)
-        for k, values, dtype in zip(self.where, self.table, self.dtypes):
-            v = values[c].astype(dtype)
-            if tracked:
-                full = jnp.full(self.lanes, v, dtype)
-                v = Local(full, full, tuple(range(len(self.lanes))))
-            x_t.insert(k, v)
+        for i, k in enumerate(self.where):
+            x_t.insert(k, self.value(i, c, tracked))
         return x_t
 
 
@@ -358,9 +357,7 @@ def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: st
     echo = _echoes(body, nc, ncar, state, steps)
 
     def echoed(j: int, u: Any) -> Local:  # the site's own value: every lane at u, built here
-        k = echo[j]
-        full = jnp.full(steps.lanes, steps.table[k][u], steps.dtypes[k])
-        return Local(full, full, axes)
+        return steps.value(echo[j], u, tracked=True)
 
     def step(c: tuple, x_t: list) -> tuple:
         alpha, carry, free_total = c
