@@ -19,7 +19,8 @@ import pathlib
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "genvi"
 # rule tables: one rule per primitive, each reading its primitive's own parameters
-RULE_TABLES = {"genvi/replays/lane_rules.py", "genvi/inference/enum_lanes.py"}
+RULE_TABLES = {"genvi/replays/lane_rules.py", "genvi/inference/enum_lanes.py",
+               "genvi/inference/enum_same.py"}
 EQUATION_NAMES = {"e", "s", "at"}
 
 

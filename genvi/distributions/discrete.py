@@ -205,8 +205,11 @@ class Categorical(Distribution):
 
     def lane_log_prob(self, x, logits):
         logp = jax.nn.log_softmax(logits, axis=-1)
+        x = jnp.asarray(x, jnp.int32)
+        if logp.ndim == 1:  # one table for every value: indexed, not broadcast per value
+            return jnp.take(logp, x, mode="fill", fill_value=jnp.nan)
         logp = jnp.broadcast_to(logp, jnp.shape(x) + logp.shape[-1:])
-        return jnp.take_along_axis(logp, jnp.asarray(x, jnp.int32)[..., None], axis=-1)[..., 0]
+        return jnp.take_along_axis(logp, x[..., None], axis=-1)[..., 0]
 
     def support(self, logits):
         return jnp.arange(logits.shape[-1], dtype=jnp.int32)

@@ -39,6 +39,7 @@ from jax.scipy.special import logsumexp
 from genvi.replays.engine import ELEMENTWISE, RULES, Local, Perturbed, elementwise
 from genvi.core import jaxpr as jx
 from genvi.core.walk import env_of, walk
+from genvi.inference.enum_same import Same, lazy_broadcast, same_rule
 
 
 _PER_LANE = ("; the log density must be a sum of one term per lane, each depending on that "
@@ -62,28 +63,48 @@ class Additive:
 def is_tracked(x: Any) -> bool:
     """Whether `x` is an evaluator's value rather than an array (markers of
     `genvi.inference.enum_scan` say so with `enum_marker`)."""
-    return isinstance(x, (Local, Additive, Perturbed)) or getattr(x, "enum_marker", False)
+    return isinstance(x, (Local, Additive, Perturbed, Same)) or getattr(x, "enum_marker", False)
 
 
-def evaluate(closed: Any, inputs: list, other: Any = None) -> list:
+def evaluate(closed: Any, inputs: list, other: Any = None, lazy: bool = False) -> list:
     """Evaluate a closed jaxpr on values that may be `Local` or `Additive`; `other(eqn,
-    ins)` handles equations the lane rules do not (None: refuse)."""
-    return walk(closed.jaxpr, env_of(closed, inputs),
+    ins)` handles equations the lane rules do not (None: refuse). Broadcasts that do
+    not depend on the sites stay unbroadcast inside (`enum_same`); outputs are
+    broadcast unless `lazy`."""
+    outs = walk(closed.jaxpr, env_of(closed, inputs),
                 lambda i, eqn, ins: _evaluate_eqn(eqn, ins, other))
+    if lazy:
+        return outs
+    return [x.materialized() if isinstance(x, Same) and x.plain else x for x in outs]
 
 
 def _evaluate_eqn(eqn: Any, ins: list, other: Any) -> list:
     if not any(is_tracked(x) for x in ins):
-        return jx.eval_eqn(eqn, ins)
+        return lazy_broadcast(eqn, ins) or jx.eval_eqn(eqn, ins)
+    site = any(is_tracked(x) and not (isinstance(x, Same) and x.plain) for x in ins)
     # what replaces the equation keeps its source line and name scopes (a call's, for
     # the equations of its body): the smoothness check reads a log density's support
-    # tests as such (density scope)
-    body = jx.call_body(eqn) if jx.kind(eqn) in ("call", "custom") else None
+    # tests as such (density scope). Without the sites, only plain calls are opened (a
+    # custom derivative rule stays with its equation)
+    body = (jx.call_body(eqn) if jx.kind(eqn) in (("call", "custom") if site else ("call",))
+            else None)
     if body is not None and len(body.jaxpr.invars) == len(ins):
         with jx.emitted_as(eqn):
-            return evaluate(body, ins, other)
+            return evaluate(body, ins, other, lazy=True)
     with jx.emitted_as(eqn):
-        outs = other(eqn, ins) if other is not None else None
+        raw = ins
+        if any(isinstance(x, Same) for x in ins):
+            # every lane at one value: computed once where the equation allows, else
+            # broadcast to the lanes for the lane rules
+            outs = same_rule(eqn, ins)
+            if outs is not None:
+                return outs
+            ins = [x.materialized() if isinstance(x, Same) else x for x in ins]
+            if not site:
+                return jx.eval_eqn(eqn, ins)
+        # `other` broadcasts what it reads (a scan's first step reads its initial carry
+        # unbroadcast)
+        outs = other(eqn, raw) if other is not None else None
         if outs is None:
             outs = _tracked(eqn, ins)
     if any(isinstance(x, Perturbed) for x in outs):
@@ -193,12 +214,12 @@ def lane_sums(closed: Any, sites: list, fixed: dict, flat_in: list) -> jax.Array
             if s.addr in fixed:
                 inputs.append(fixed[s.addr])
             else:
-                full = jnp.full(shape, given[s.addr], s.dtype)
-                inputs.append(Local(full, full, lane_axes))
+                one = jnp.full((1,) * len(shape), given[s.addr], s.dtype)
+                inputs.append(Same(one, lane_axes, tuple(shape)))
         (out,) = evaluate(closed, inputs + list(flat_in))
         if isinstance(out, Additive):
             return out.free, out.lanes
-        if isinstance(out, Local):
+        if isinstance(out, (Local, Same)):
             raise NotSummable("the log density keeps their lanes apart")
         return out, jnp.zeros((lanes,), jnp.result_type(out))
 

@@ -32,6 +32,7 @@ from jax.scipy.special import logsumexp
 
 from genvi.core import jaxpr as jx
 from genvi.inference.enum_lanes import Additive, NotSummable, evaluate, is_tracked, joint_values
+from genvi.inference.enum_same import Same
 from genvi.replays.engine import Local
 
 # reorderings of the stacked values on their way into the scan (vmap of a scan moves
@@ -85,6 +86,8 @@ def _forward(eqn: Any, ins: list) -> list | None:
         return None
     where = jx.source_line(eqn)
     scan = jx.ScanEqn.of(eqn)
+    first_init = scan.split(ins)[1]  # unbroadcast where they are (`enum_same`)
+    ins = [x.materialized() if isinstance(x, Same) else x for x in ins]
     body, nc, ncar, length = scan.body, scan.num_consts, scan.num_carry, scan.length
     zpos = [i for i, x in enumerate(ins) if isinstance(x, Steps)]
     if not zpos or zpos[0] < nc + ncar or any(
@@ -118,7 +121,7 @@ def _forward(eqn: Any, ins: list) -> list | None:
                           f"per step ({', '.join(f'{x.name}' for x in sites)}): they are "
                           "summed jointly only where each step holds one value of each per "
                           "sequence")
-    steps = _StepValues(scan, ins, zpos, sites)
+    steps = _StepValues(scan, ins, zpos, sites, first_init)
     if shapes.pop():  # a batch of sequences: every lane's chain summed at once
         return _forward_lanes(steps, a, state, deps, where)
     body = scan.body
@@ -129,7 +132,7 @@ def _forward(eqn: Any, ins: list) -> list | None:
         return evaluate(body, list(steps.consts) + carry + steps.inputs(x_t, c))
 
     n = steps.count
-    outs0 = jax.vmap(lambda c: run(steps.init, steps.first, c))(jnp.arange(n))  # [C, ...]
+    outs0 = jax.vmap(lambda c: run(steps.first_init, steps.first, c))(jnp.arange(n))  # [C, ...]
     alpha = outs0[a]
     carry0 = [o if j in state else o[0] for j, o in enumerate(outs0[:ncar])]
 
@@ -177,10 +180,11 @@ class _StepValues:
     their places by `inputs(x_t, c)` (`lanes`: as lane-tracked values, every lane
     at combination c)."""
 
-    def __init__(self, scan: Any, ins: list, zpos: list, sites: list):
+    def __init__(self, scan: Any, ins: list, zpos: list, sites: list, first_init: list):
         self.scan, self.sites = scan, sites
         nc, ncar = scan.num_consts, scan.num_carry
         self.consts, self.init, xs = scan.split(ins)
+        self.first_init = list(first_init)  # what the first step reads
         xs = [jnp.flip(x, 0) if scan.reverse and not isinstance(x, Steps) else x for x in xs]
         self.where = [p - nc - ncar for p in zpos]
         others = [x for i, x in enumerate(xs) if i not in self.where]
@@ -196,8 +200,8 @@ class _StepValues:
         v = self.table[i][c].astype(self.dtypes[i])
         if not tracked:
             return v
-        full = jnp.full(self.lanes, v, self.dtypes[i])
-        return Local(full, full, tuple(range(len(self.lanes))))
+        one = jnp.full((1,) * len(self.lanes), v, self.dtypes[i])
+        return Same(one, tuple(range(len(self.lanes))), self.lanes)
 
     def inputs(self, x_t: list, c: Any, tracked: bool = False) -> list:
         """The step's inputs with the sites' values in combination c in their places."""
@@ -336,6 +340,8 @@ def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: st
             free, per_lane = term, jnp.zeros((count,), jnp.result_type(term))
         new = []
         for j, o in enumerate(outs[:ncar]):
+            if isinstance(o, Same):
+                o = o.local()
             if j == a:  # the log density's accumulator: its term is read above
                 o = jnp.zeros_like(steps.init[a])
             elif isinstance(o, Local):
@@ -348,7 +354,7 @@ def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: st
             new.append(o)
         return free, per_lane / scale, new
 
-    free0, alpha, carry0 = jax.vmap(lambda c: run(list(steps.init), steps.first, c))(
+    free0, alpha, carry0 = jax.vmap(lambda c: run(steps.first_init, steps.first, c))(
         jnp.arange(n))
     alpha = alpha.T                                         # [lanes, C]
     carry0 = [c if j in state else c[0] for j, c in enumerate(carry0)]
