@@ -50,6 +50,7 @@ from genvi.guides.auto import AutoGuide
 from genvi.guides.flow import auto_flow
 from genvi.guides.delta import auto_delta
 from genvi.guides.gaussian import auto_low_rank, auto_mvn, auto_normal
+from genvi.guides.init_rules import init_to_median, init_to_sample, init_to_uniform, init_to_value
 from genvi.guides.params import (Constrained, constrain, interval, lower_cholesky, positive,
                                  simplex, unit_interval)
 from genvi.objectives.control_variates import dreg, vimco
@@ -210,6 +211,10 @@ __all__ = [
     "auto_mvn",
     "auto_normal",
     "constrain",
+    "init_to_median",
+    "init_to_sample",
+    "init_to_uniform",
+    "init_to_value",
     "interval",
     "lower_cholesky",
     "positive",

@@ -34,11 +34,11 @@ from genvi.adev.strategies import REPARAM
 from genvi.core.addressing import current_prefix, prefixed
 from genvi.core.choices import ChoiceMap
 from genvi.core.program_mistakes import require_program
-from genvi.core.scopes import assume_continuous
 from genvi.distributions.base import Distribution
 from genvi.gen import language
 from genvi.guides import supports
 from genvi.guides.discover import PRIOR_DRAWS, Site, discover
+from genvi.guides.init_rules import InitRule, check_values, init_to_median
 
 class Block(Distribution):
     """A guide site: a family's flat unconstrained draw of `site.size` numbers,
@@ -98,13 +98,6 @@ def sample_site(family: Any, site: Site, params: Sequence) -> jax.Array:
         return call @ site.addr[-1]
 
 
-def unconstrained(site: Site, y: jax.Array) -> jax.Array:
-    """The flat unconstrained value (leading axes kept) of a constrained value `y`."""
-    with assume_continuous():  # bijector inverses are continuous (their `where`s are guards)
-        u = site.bijector().inverse(y)
-    return u.reshape(u.shape[:u.ndim - len(site.ushape)] + (site.size,))
-
-
 class AutoGuide(language.GenFn):
     """Base class of the automatic guides (see the module docstring).
 
@@ -124,18 +117,21 @@ class AutoGuide(language.GenFn):
     kind = "auto"
 
     def __init__(self, model: language.GenFn, *, params_key: str = "guide",
-                 exclude: Sequence = (), init_scale: float = 0.1):
+                 exclude: Sequence = (), init_scale: float = 0.1,
+                 init: InitRule | None = None):
         super().__init__()
         require_program(model, "model", f"gv.{self.kind}(model)")
         self.model, self.params_key, self.exclude = model, params_key, tuple(exclude)
         self.init_scale = float(init_scale)
+        self.init_rule = init if init is not None else init_to_median()
         self.name = f"{self.kind}({model.name})"
         self.sites: list[Site] | None = None
 
     # -- parameters ------------------------------------------------------------------
     def init(self, key: jax.Array, *args: Any) -> Any:
         """Discover the model's latent sites on `args` (the model's arguments) and
-        return this guide's initial parameters (locations at the prior median).
+        return this guide's initial parameters (locations by the guide's `init=` rule:
+        the prior median unless given, `genvi.guides.init_rules`).
 
         Example:
             >>> import genvi as gv, jax
@@ -150,16 +146,37 @@ class AutoGuide(language.GenFn):
         sites, draws = discover(self.model, k_sites, args, self.exclude, who=self.kind,
                                 draws=PRIOR_DRAWS, call_args=self.call_args())
         self.sites, self._sampler = sites, None
+        rule = self.init_rule
+
         @jax.jit
-        def medians(draws):  # the median of the prior draws, unconstrained
-            z0 = {}
-            for s in sites:
-                z = unconstrained(s, draws[s.name])
-                z = jnp.where(jnp.isfinite(z), z, jnp.nan)
-                z0[s.name] = jnp.nan_to_num(jnp.nanmedian(z, axis=0))
-            return z0
-        z0 = medians({s.name: draws[s.addr] for s in sites})
+        def locations(draws):  # each site's start, unconstrained (`init_rules`)
+            return {s.name: rule(s, draws[s.name], jax.random.fold_in(k_sites, i))
+                    for i, s in enumerate(sites)}
+        z0 = locations({s.name: draws[s.addr] for s in sites})
+        check_values(rule, sites, z0, self.kind)
         return self.family_init(k_init, sites, z0)
+
+    def layout(self) -> dict:
+        """Where each site sits in the guide's flat unconstrained vector (the `loc` of
+        `auto_mvn` and `auto_low_rank`, a flow's coordinates): {address: (start, stop,
+        unconstrained shape)}, in the order the model visits its sites.
+
+        Example:
+            >>> import genvi as gv, jax, jax.numpy as jnp
+            >>> @gv.gen
+            ... def model(params):
+            ...     gv.normal(jnp.zeros(2), 1.0) @ "a"
+            ...     gv.dirichlet(jnp.ones(3)) @ "w"
+            >>> auto = gv.auto_mvn(model)
+            >>> _ = auto.init(jax.random.key(0), {})
+            >>> auto.layout()
+            {'a': (0, 2, (2,)), 'w': (2, 4, (2,))}
+        """
+        out, start = {}, 0
+        for s in self._check_ready():
+            out[s.name] = (start, start + s.size, tuple(s.ushape))
+            start += s.size
+        return out
 
     def call_args(self) -> str:
         """This guide's required constructor arguments after the model, as code (""

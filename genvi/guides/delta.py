@@ -21,6 +21,7 @@ from typing import Any, Sequence
 import jax.numpy as jnp
 
 from genvi.guides import auto as base
+from genvi.guides.init_rules import InitRule
 
 
 class _Point:
@@ -86,7 +87,8 @@ class AutoDelta(base.AutoGuide):
         return {k: jnp.stack([v] * len(qs)) for k, v in self.median(params).items()}
 
 
-def auto_delta(model: Any, *, params_key: str = "guide", exclude: Sequence = ()) -> AutoDelta:
+def auto_delta(model: Any, *, params_key: str = "guide", exclude: Sequence = (),
+               init: InitRule | None = None) -> AutoDelta:
     """Point masses at learned values: MAP estimation (MLE under a flat prior).
 
     Each site's value is a parameter (stored unconstrained, mapped onto the support)
@@ -109,4 +111,4 @@ def auto_delta(model: Any, *, params_key: str = "guide", exclude: Sequence = ())
         >>> bool(abs(elbo - log_joint) < 1e-4)                 # the ELBO is log p(z*)
         True
     """
-    return AutoDelta(model, params_key=params_key, exclude=exclude)
+    return AutoDelta(model, params_key=params_key, exclude=exclude, init=init)

@@ -36,6 +36,7 @@ import numpy as np
 
 from genvi.core.scopes import assume_continuous
 from genvi.guides import auto as base
+from genvi.guides.init_rules import InitRule, unconstrained
 
 
 def _degrees(dim: int, hidden: Sequence[int]) -> list[np.ndarray]:
@@ -256,7 +257,7 @@ class AutoFlow(base.AutoGuide):
             y = base.sample_site(family, s, (ctx, *leaves))
             values[s.name] = y
             with assume_continuous():  # tanh / softplus networks: continuous
-                eps, _ = family.invert(base.unconstrained(s, y), s, ctx, leaves)
+                eps, _ = family.invert(unconstrained(s, y), s, ctx, leaves)
             blk = family._block(s)
             ctx = ctx.at[blk].set(eps)
         return values
@@ -264,11 +265,12 @@ class AutoFlow(base.AutoGuide):
 
 def auto_flow(model: Any, *, hidden: Sequence[int] = (32, 32), num_layers: int = 1,
               params_key: str = "guide", exclude: Sequence = (),
-              init_scale: float = 0.1) -> AutoFlow:
+              init_scale: float = 0.1, init: InitRule | None = None) -> AutoFlow:
     """An inverse autoregressive flow guide (`num_layers` IAF layers, each a flax MADE
     with `hidden` tanh layers) for `model`'s continuous latents; parameters {"made":
     flax variables} (with a leading layer axis on every leaf when `num_layers` > 1).
-    It starts as a Gaussian at the prior median with scale `init_scale` (the output
+    It starts as a Gaussian at the prior median (or by `init`, see `gv.auto_normal`)
+    with scale `init_scale` (the output
     layers start at zero; all but the last layer start as the identity). Summaries
     (`median`, `quantiles`) are Monte Carlo.
 
@@ -291,4 +293,4 @@ def auto_flow(model: Any, *, hidden: Sequence[int] = (32, 32), num_layers: int =
         (3, 1, 8)
     """
     return AutoFlow(model, hidden=hidden, num_layers=num_layers, params_key=params_key,
-                    exclude=exclude, init_scale=init_scale)
+                    exclude=exclude, init_scale=init_scale, init=init)

@@ -34,6 +34,7 @@ from jax.scipy.linalg import cho_solve, solve_triangular
 from jax.scipy.special import ndtri
 
 from genvi.guides import auto as base
+from genvi.guides.init_rules import InitRule, unconstrained
 from genvi.guides.params import constrain, lower_cholesky, positive
 
 
@@ -123,7 +124,7 @@ class _Gaussian(base.AutoGuide):
             c = chol[block, block]
             y = base.sample_site(TRIL, s, (m, c))
             values[s.name] = y
-            z = base.unconstrained(s, y)
+            z = unconstrained(s, y)
             eps.append(solve_triangular(c, (z - m)[:, None], lower=True)[:, 0])
             i += s.size
         return values
@@ -320,7 +321,7 @@ class AutoLowRank(_Gaussian):
             values[s.name] = y
             a = w[blk] / d[blk][:, None]
             cap = cap + a.T @ a
-            proj = proj + a.T @ ((base.unconstrained(s, y) - loc[blk]) / d[blk])
+            proj = proj + a.T @ ((unconstrained(s, y) - loc[blk]) / d[blk])
             i += s.size
         return values
 
@@ -331,13 +332,15 @@ class AutoLowRank(_Gaussian):
 
 
 def auto_normal(model: Any, *, params_key: str = "guide", exclude: Sequence = (),
-                init_scale: float = 0.1) -> AutoNormal:
+                init_scale: float = 0.1, init: InitRule | None = None) -> AutoNormal:
     """A mean-field Gaussian guide for `model`'s continuous latents (in the
     unconstrained space; each site mapped onto its support by a TFP bijector).
 
     Parameters: {"loc": {address: ...}, "scale": {address: gv.positive(...)}} from
     `auto.init(key, *args)`; the guide reads them from its first argument's
     `params_key` entry. `exclude` leaves sites to a hand-written guide (`inline`).
+    `init` chooses the starting locations (`gv.init_to_median()` unless given; see
+    `gv.init_to_value`, `gv.init_to_uniform`, `gv.init_to_sample`).
 
     Example:
         >>> import genvi as gv, jax, optax
@@ -351,14 +354,17 @@ def auto_normal(model: Any, *, params_key: str = "guide", exclude: Sequence = ()
         ...                 steps=200, key=jax.random.key(1), progress=False)
         >>> med = auto.median(result.params)["p"]
     """
-    return AutoNormal(model, params_key=params_key, exclude=exclude, init_scale=init_scale)
+    return AutoNormal(model, params_key=params_key, exclude=exclude, init_scale=init_scale,
+                      init=init)
 
 
 def auto_mvn(model: Any, *, params_key: str = "guide", exclude: Sequence = (),
-             init_scale: float = 0.1) -> AutoMVN:
+             init_scale: float = 0.1, init: InitRule | None = None) -> AutoMVN:
     """A full-rank Gaussian guide (unconstrained space): parameters {"loc": (D,),
     "scale_tril": gv.lower_cholesky((D, D))}, D the number of unconstrained latent
-    coordinates. O(D²) parameters, O(D³) per step.
+    coordinates, the sites' one after another as `auto.layout()` lists them. O(D²)
+    parameters, O(D³) per step. `init` chooses the starting location (see
+    `gv.auto_normal`).
 
     Example:
         >>> import genvi as gv, jax
@@ -370,13 +376,17 @@ def auto_mvn(model: Any, *, params_key: str = "guide", exclude: Sequence = (),
         >>> params["guide"]["scale_tril"].value.shape
         (1, 1)
     """
-    return AutoMVN(model, params_key=params_key, exclude=exclude, init_scale=init_scale)
+    return AutoMVN(model, params_key=params_key, exclude=exclude, init_scale=init_scale,
+                   init=init)
 
 
 def auto_low_rank(model: Any, rank: int, *, params_key: str = "guide",
-                  exclude: Sequence = (), init_scale: float = 0.1) -> AutoLowRank:
+                  exclude: Sequence = (), init_scale: float = 0.1,
+                  init: InitRule | None = None) -> AutoLowRank:
     """A Gaussian guide with covariance W Wᵀ + diag(d²), W of shape (D, rank ≥ 1):
-    parameters {"loc", "cov_factor", "scale": gv.positive}. O(D · rank) parameters
+    parameters {"loc", "cov_factor", "scale": gv.positive}, the D unconstrained
+    coordinates in the order `auto.layout()` lists; `init` chooses the starting
+    location (see `gv.auto_normal`). O(D · rank) parameters
     and O(D · rank²) per draw and density: each site's conditional given the earlier
     sites is again low rank plus diagonal, scored with the Woodbury identity and the
     matrix determinant lemma (an r × r Cholesky; no D × D matrix is formed).
@@ -392,4 +402,4 @@ def auto_low_rank(model: Any, rank: int, *, params_key: str = "guide",
         (1, 1)
     """
     return AutoLowRank(model, rank, params_key=params_key, exclude=exclude,
-                       init_scale=init_scale)
+                       init_scale=init_scale, init=init)

@@ -11,7 +11,8 @@ and emission means) with a mean-field normal guide (genvi's `gv.auto_normal`,
 NumPyro's `AutoNormal`) and Adam. Reports the warm time of one jitted gradient step,
 interleaved rounds, medians (ratios to genvi's enumeration); then, after
 `--fit-steps` steps of each, the largest error of the fitted means (posterior means
-of the guide) against the truth, components matched by sorting; and each method's
+of the guide) against the truth, components matched by sorting, every fit starting
+where NumPyro's `AutoNormal` starts (`gv.init_to_value`); and each method's
 log density at the true parameters minus the exact log marginal (a forward
 algorithm in numpy).
 
@@ -106,12 +107,13 @@ def guide_step(carry, logits):
 
 
 def genvi_methods(model, site: str, keep: list, means: str, data: jax.Array,
-                  key: jax.Array) -> dict:
+                  key: jax.Array, init=None) -> dict:
     """{name: (objective, start params, fitted means of params)} for enumeration in the
-    model and ENUM in the guide (a categorical per datapoint / step, its own logits)."""
+    model and ENUM in the guide (a categorical per datapoint / step, its own logits),
+    the automatic guides starting by `init`."""
     enumerated = gv.marginal(model, keep=keep, algorithm=gv.enumeration())
-    auto = gv.auto_normal(enumerated)
-    local = gv.auto_normal(model, exclude=[site])
+    auto = gv.auto_normal(enumerated, init=init)
+    local = gv.auto_normal(model, exclude=[site], init=init)
 
     @gv.gen
     def guide(params, y):
@@ -209,10 +211,11 @@ def numpyro_model(kind: str, states: int):
 
 
 def numpyro_methods(kind: str, data: jax.Array, lr: float, states: int, key: jax.Array
-                    ) -> dict:
-    """{name: (one step (state -> state), start state, fitted means of a state, log joint
-    at given parameters)} for NumPyro's TraceEnum_ELBO and, on the scan models, an ELBO
-    step on NumPyro's exact enumerated `log_density` (`numpyro.contrib.funsor`)."""
+                    ) -> tuple[dict, dict]:
+    """({name: (one step (state -> state), start state, fitted means of a state, log
+    joint at given parameters)}, the guide's starting point {site: constrained value})
+    for NumPyro's TraceEnum_ELBO and, on the scan models, an ELBO step on NumPyro's
+    exact enumerated `log_density` (`numpyro.contrib.funsor`)."""
     import numpyro  # noqa: PLC0415
     from numpyro import handlers  # noqa: PLC0415
     from numpyro.contrib.funsor import config_enumerate, enum  # noqa: PLC0415
@@ -233,11 +236,13 @@ def numpyro_methods(kind: str, data: jax.Array, lr: float, states: int, key: jax
                 numpyro.sample(k, dist.Delta(v, event_dim=jnp.ndim(v)))
         return -float(elbo.loss(key, {}, model, delta, data))
 
+    first = svi.init(key, data)
+    start_values = guide.median(svi.get_params(first))
     methods = {"NumPyro TraceEnum_ELBO": (
-        jax.jit(lambda st: svi.update(st, data)[0]), svi.init(key, data),
+        jax.jit(lambda st: svi.update(st, data)[0]), first,
         lambda st: guide.median(svi.get_params(st))[name], trace_enum_value)}
     if kind == "mixture":
-        return methods
+        return methods, start_values
     enumerated = enum(config_enumerate(model), -2)
 
     def exact_elbo(params, k):
@@ -263,7 +268,7 @@ def numpyro_methods(kind: str, data: jax.Array, lr: float, states: int, key: jax
     methods["NumPyro exact enumeration"] = (
         exact_step, (start, opt.init(start), key), lambda st: guide.median(st[0])[name],
         lambda values: float(enum_log_density(enumerated, (data,), {}, values)[0]))
-    return methods
+    return methods, start_values
 
 
 # -- exact log marginals at the true parameters --------------------------------------------
@@ -314,17 +319,19 @@ def run(kind: str, data: jax.Array, truth: np.ndarray, fit_steps: int, rounds: i
                     "means": jnp.asarray(truth, jnp.float32)})
     exact = log_prior(kind, true_values) + exact_log_marginal(
         kind, data, MIX_WEIGHTS, np.asarray(truth), sticky(states))
+    numpyro_rows, start = numpyro_methods(kind, data, lr, states, key)
+    init = gv.init_to_value(start)  # every fit starts where NumPyro's guide starts
     if kind == "sequences":
         summed = gv.marginal(sequences_model(states), keep=["trans", "means"],
                              algorithm=gv.enumeration())
-        auto = gv.auto_normal(summed)
+        auto = gv.auto_normal(summed, init=init)
         methods = {"enumeration in the model": (gv.elbo(summed, auto),
                                                 {"guide": auto.init(key, {}, data)},
                                                 lambda p: auto.mean(p)["means"])}
     else:
         model, site, keep = ((mixture, "data/z", ["w", "mu"]) if kind == "mixture"
                              else (hmm, "steps/z", ["trans", "means"]))
-        methods = genvi_methods(model, site, keep, keep[1], data, key)
+        methods = genvi_methods(model, site, keep, keep[1], data, key, init)
         summed = gv.marginal(model, keep=keep, algorithm=gv.enumeration())
     genvi_value = float(summed.log_density(gv.choices(true_values), {}, data))
     steps, results = {}, {}
@@ -341,8 +348,7 @@ def run(kind: str, data: jax.Array, truth: np.ndarray, fit_steps: int, rounds: i
                      key=jax.random.key(1), progress=False)
         value = genvi_value - exact if name == "enumeration in the model" else float("nan")
         results[name] = (max_error(fitted(fit.params), truth), value)
-    for name, (step, start, fitted, value) in numpyro_methods(
-            kind, data, lr, states, key).items():
+    for name, (step, start, fitted, value) in numpyro_rows.items():
         state = [start]
         jax.block_until_ready(step(start))
 

@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> dict:
               "genvi, blocks recomputed": temp_bytes(blocked_c)}
     # NumPyro's TraceEnum_ELBO (not the log marginal on a scan: see `enumeration`) and
     # its exact enumeration
-    for name, (step, start, _, _) in numpyro_methods("sequences", data, 0.05, a.states,
-                                                     jax.random.key(0)).items():
+    rows, _ = numpyro_methods("sequences", data, 0.05, a.states, jax.random.key(0))
+    for name, (step, start, _, _) in rows.items():
         compiled = step.lower(start).compile()
         jax.block_until_ready(compiled(start))
         fns[name] = (lambda c=compiled, s=start: c(s))
