@@ -37,6 +37,7 @@ from genvi.distributions.continuous import (Beta, Dirichlet, Gamma, MvNormal, Mv
                                             Normal, Uniform)
 from genvi.distributions.discrete import (Bernoulli, Binomial, Categorical, Flip, Geometric,
                                           Poisson)
+from genvi.distributions.time_series import GaussianRandomWalk
 from genvi.distributions.priors import (Exponential, HalfCauchy, HalfNormal, Laplace, LogNormal,
                                         StudentT)
 from genvi.distributions.tfp import from_tfp
@@ -89,6 +90,7 @@ exponential = Exponential()
 student_t = StudentT()
 halfcauchy = HalfCauchy()
 laplace = Laplace()
+gaussian_random_walk = GaussianRandomWalk()
 
 __version__ = "0.1.0"
 
@@ -111,6 +113,7 @@ __all__ = [
     "FitResult",
     "Flip",
     "Gamma",
+    "GaussianRandomWalk",
     "GenFn",
     "Geometric",
     "InvalidParameters",
@@ -200,6 +203,7 @@ __all__ = [
     "halfcauchy",
     "halfnormal",
     "laplace",
+    "gaussian_random_walk",
     "lognormal",
     "student_t",
     # automatic guides and constrained parameters (genvi/guides)

@@ -236,3 +236,9 @@ def test_air_compile_reads_xla_phases_from_the_profiler(tmp_path):
     if jax.default_backend() == "cpu":
         assert phases["kernels"] >= 1 and phases["ms_per_kernel"] > 0
         assert phases["hlo_passes"] > 0 and phases["codegen"] > 0
+
+
+def test_stochastic_volatility_bench_tiny():
+    from genvi_experiments.bench import stochastic_volatility
+    out = stochastic_volatility.main(["--steps", "30", "--rounds", "1"])
+    assert len(out) == 6 and all(t > 0 for t in out.values())
