@@ -273,3 +273,21 @@ def test_no_warning_where_the_model_is_sampled_or_has_no_grad_or_a_guide_is_only
     assert unused_strategy_warnings(gv.elbo(model_with_grad, sir), 0.0, 1.0) == []
     # the sleep phase scores the guide only: a guide's grad= is for its own sim
     assert unused_strategy_warnings(gv.sleep_guide(model, guide), 0.0, 1.0) == []
+
+
+@gv.gen
+def indexed_by_a_flip(p, y):
+    b = gv.flip(0.3) @ "b"
+    means = jnp.array([-1.0, 1.0])
+    gv.observe(gv.normal(means[b], 1.0), y)                # a bool index: a mask
+
+
+def test_a_flip_used_as_an_index_names_the_latent_and_the_fix():
+    from genvi.core.program_mistakes import BooleanIndexError
+    with pytest.raises(BooleanIndexError) as err:
+        indexed_by_a_flip.simulate(KEY, 0.0, 1.0)
+    text = str(err.value)
+    assert "'indexed_by_a_flip'" in text and "the latent 'b'" in text
+    assert "`gv.observe(gv.normal(means[b], 1.0), y)" in text
+    assert "b.astype(jnp.int32)" in text and "jnp.where" in text
+    assert isinstance(err.value.__cause__, jax.errors.NonConcreteBooleanIndexError)

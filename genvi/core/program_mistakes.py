@@ -175,19 +175,25 @@ def _tested_sites(code: str, frame: Any, site_values: dict) -> list[str]:
     return found
 
 
+def _where_and_latents(err: BaseException, site_values: dict, otherwise: str
+                       ) -> tuple[str, str]:
+    """(" at file:line (`code`)", "the latent 'x'") for the user's line that raised `err`,
+    the latents named by the variables on it (`otherwise` where none is)."""
+    frame, line = _innermost_user_frame(err)
+    if frame is None:
+        return "", otherwise
+    code = _code(frame.f_code.co_filename, line)
+    where = f" at {frame.f_code.co_filename}:{line}" + (f" (`{code}`)" if code else "")
+    sites = _tested_sites(code, frame, site_values) if code else []
+    return where, ("the latent " + " and ".join(repr(s) for s in sites)) if sites else otherwise
+
+
 def traced_condition_error(err: BaseException, kind: str, name: str,
                            site_values: dict) -> TracedConditionError:
     """The error for JAX's `TracerBoolConversionError` raised in the user's code while
     tracing the {kind} `name`; `site_values` maps `id(value)` to `(value, address)` of
     the sites bound so far (to name the latent that the condition tests)."""
-    frame, line = _innermost_user_frame(err)
-    where, tested = "", "a traced value"
-    if frame is not None:
-        code = _code(frame.f_code.co_filename, line)
-        where = f" at {frame.f_code.co_filename}:{line}" + (f" (`{code}`)" if code else "")
-        sites = _tested_sites(code, frame, site_values) if code else []
-        if sites:
-            tested = "the latent " + " and ".join(repr(s) for s in sites)
+    where, tested = _where_and_latents(err, site_values, "a traced value")
     discrete = ("`b = gv.flip(p, grad=gv.ENUM) @ \"b\"`" if kind == "program"
                 else "`b = gv.sample(gv.flip(p, grad=gv.ENUM))`")
     return TracedConditionError(
@@ -199,6 +205,23 @@ def traced_condition_error(err: BaseException, kind: str, name: str,
         "jax.lax.cond / jax.lax.switch (genvi samples inside their branches); or, for a "
         f"discrete choice, make it a discrete site such as {discrete} (enumerated exactly "
         "with grad=gv.ENUM) and branch on it with jax.lax.cond.")
+
+
+class BooleanIndexError(IndexError):
+    """A traced bool (a `gv.flip` value) used as an index inside a program or
+    objective: JAX reads it as a mask of data-dependent size."""
+
+
+def boolean_index_error(err: BaseException, kind: str, name: str,
+                        site_values: dict) -> BooleanIndexError:
+    """The error for JAX's `NonConcreteBooleanIndexError` raised in the user's code while
+    tracing the {kind} `name` (`p[b]` with `b` a flip's value)."""
+    where, used = _where_and_latents(err, site_values, "a traced bool")
+    return BooleanIndexError(
+        f"the {kind} {name!r} indexes an array with {used}{where}. A gv.flip value is a "
+        "bool, and JAX reads an array indexed by a bool as a mask (a result whose size "
+        "depends on the value), not as position 0 or 1. To pick an entry, index with an "
+        "integer: `p[b.astype(jnp.int32)]`; or select: `jnp.where(b, p[1], p[0])`.")
 
 
 # --------------------------------------------------------------------------- grad= where nothing samples

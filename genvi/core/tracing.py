@@ -135,6 +135,11 @@ def trace_cached(cache: dict, fn: Callable, args: tuple,
                 raise
             raise program_mistakes.traced_condition_error(
                 err, notes.kind, notes.name, notes.site_values) from err
+        except jax.errors.NonConcreteBooleanIndexError as err:
+            if notes is None:
+                raise
+            raise program_mistakes.boolean_index_error(
+                err, notes.kind, notes.name, notes.site_values) from err
         finally:
             _NOTES.reset(token)
         if notes is not None:
