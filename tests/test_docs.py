@@ -12,7 +12,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
                                  "docs/neural.md", "docs/sharp_edges.md",
                                  "docs/estimator_lab.md", "docs/dataset_scale.md",
                                  "docs/auto_guides.md", "docs/from_numpyro.md",
-                                 "docs/algebra.md", "docs/did_it_work.md"])
+                                 "docs/algebra.md", "docs/did_it_work.md",
+                                 "docs/training.md"])
 def test_python_blocks_run(doc):
     namespace: dict = {}
     for block in re.findall(r"```python\n(.*?)```", (ROOT / doc).read_text(), re.S):
@@ -34,3 +35,13 @@ def test_api_reference_documents_every_public_name():
     assert documented == set(genvi.__all__)
     # every page in docs/ is on the site: index.md's toctree takes them by a glob
     assert ":glob:\n\n*\n" in (ROOT / "docs" / "index.md").read_text()
+
+
+def test_the_readme_is_a_front_door():
+    """At most about 250 lines, and every page it links to exists (the rest of what
+    used to be in it lives in docs/)."""
+    text = (ROOT / "README.md").read_text()
+    assert text.count("\n") <= 250
+    links = re.findall(r"\]\(((?:docs/)?[\w./-]+\.(?:md|ipynb))(?:#[\w-]+)?\)", text)
+    assert links and all((ROOT / link).exists() for link in links), [
+        link for link in links if not (ROOT / link).exists()]

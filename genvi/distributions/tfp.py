@@ -2,7 +2,7 @@
 
 TFP is imported lazily, on first use: `import genvi` never loads it. The released
 `tensorflow-probability` 0.25.0 fails to import under current JAX, so genvi pins a
-dated `tfp-nightly` build (see README).
+dated `tfp-nightly` build (see docs/install.md, Dependencies).
 """
 
 from __future__ import annotations
