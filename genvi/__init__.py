@@ -62,7 +62,7 @@ from genvi.inference.importance import importance, marginal, normalize
 from genvi.inference.arviz_export import to_arviz
 from genvi.inference.diagnose import Diagnosis, diagnose
 from genvi.objectives.wake_sleep import forward_kl_sir, sleep_guide, wake_guide, wake_model
-from genvi.training.checkpoints import CheckpointError
+from genvi.training.checkpoints import CheckpointError, CheckpointWarning
 from genvi.training.fit import FitResult, fit
 from genvi.training.schedule import Schedule, schedule
 from genvi.training.stopping import Converged, converged
@@ -100,6 +100,7 @@ __all__ = [
     "Binomial",
     "Categorical",
     "CheckpointError",
+    "CheckpointWarning",
     "ChoiceMap",
     "Converged",
     "Deferred",

@@ -148,11 +148,11 @@ def resume(directory: str, params: Any, state: Any, key: jax.Array) -> tuple[int
         >>> resume.__name__
         'resume'
     """
-    step = checkpoints.latest_step(directory)
-    like = payload(params, state, step, key, {"objective": np.zeros(step, np.float32),
-                                              "skipped": np.zeros(step, bool)})
+    def like(step: int) -> dict:  # the history has one entry per step
+        return payload(params, state, step, key, {"objective": np.zeros(step, np.float32),
+                                                  "skipped": np.zeros(step, bool)})
     step, saved = checkpoints.restore(directory, like)
-    if not np.array_equal(saved["key"], like["key"]):
+    if not np.array_equal(saved["key"], like(0)["key"]):
         raise checkpoints.CheckpointError(
             f"the checkpoint in {os.path.abspath(directory)!r} was written by a run with a "
             "different key; pass the same key to resume, or use another checkpoint_dir")
