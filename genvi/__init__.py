@@ -64,6 +64,7 @@ from genvi.inference.diagnose import Diagnosis, diagnose
 from genvi.objectives.wake_sleep import forward_kl_sir, sleep_guide, wake_guide, wake_model
 from genvi.training.checkpoints import CheckpointError, CheckpointWarning
 from genvi.training.fit import FitResult, fit
+from genvi.training.step import TrainState, TrainingStep, training_step
 from genvi.training.schedule import Schedule, schedule
 from genvi.training.stopping import Converged, converged
 from genvi.training.fit_checks import NonFiniteError, NonFiniteWarning
@@ -132,6 +133,8 @@ __all__ = [
     "SD",
     "Schedule",
     "Strategy",
+    "TrainState",
+    "TrainingStep",
     "Trace",
     "TracedConditionError",
     "Uniform",
@@ -155,6 +158,7 @@ __all__ = [
     "exp",
     "expectation",
     "fit",
+    "training_step",
     "fivo",
     "flip",
     "forward_kl_sir",

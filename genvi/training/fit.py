@@ -35,10 +35,11 @@ from genvi.training.distributed import check_batch, data_parallel, local, place_
 from genvi.training.fit_checks import (NonFiniteError, as_arrays, check_float_params,
                                        check_objective, nonfinite_message, warn_if_skipped)
 from genvi.training.fit_loop import (Chunk, Setup, check_order, compiled_chunk, dataset_size,
-                                     shuffle_once, strongly_typed)
+                                     shuffle_once)
 from genvi.training.fit_state import FitResult
 from genvi.training.progress import ProgressBar
 from genvi.training.schedule import at_step, check_schedules, split_scheduled
+from genvi.training.step import strongly_typed
 from genvi.training.stopping import replay
 
 

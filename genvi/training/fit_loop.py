@@ -27,6 +27,7 @@ from genvi.adev.expectation import Expectation
 from genvi.training import minibatch
 from genvi.training.distributed import DataParallel, per_process
 from genvi.training.schedule import at_step
+from genvi.training.step import ascend
 
 
 class Chunk(NamedTuple):
@@ -165,9 +166,7 @@ def make_step(objective: Expectation, optimizer: optax.GradientTransformationExt
     def step_fn(carry, step):
         params, state = carry
         value, grads = grads_at(params, step)
-        updates, new_state = optimizer.update(jax.tree_util.tree_map(jnp.negative, grads),
-                                              state, params, value=-value)
-        return (optax.apply_updates(params, updates), new_state), value, finite(value, grads)
+        return ascend(optimizer, params, state, value, grads), value, finite(value, grads)
 
     return step_fn, grads_at
 
@@ -217,19 +216,6 @@ def shuffle_once(data: tuple, key: jax.Array, batch_size: int, n: int, processes
     """
     return per_process(lambda block, k, _, rows: minibatch.shuffle_once(block, k, batch_size, rows),
                        data, key, processes, batch_size, n)
-
-
-def strongly_typed(tree: Any) -> Any:
-    """Arrays without JAX's weak types: a step returns parameters and optimizer state
-    strongly typed, so weakly typed ones (from Python floats) would make the second
-    chunk compile the loop again.
-
-    Example:
-        >>> from genvi.training.fit_loop import strongly_typed
-        >>> strongly_typed(1.0).weak_type
-        False
-    """
-    return jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.result_type(a)), tree)
 
 
 def dataset_size(data: tuple) -> int:
