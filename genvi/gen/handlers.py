@@ -90,10 +90,11 @@ class Site:
     @staticmethod
     def of(eqn: Any, ins: list, scale: float) -> "Site":
         """The record of a site or observation equation on its operands."""
-        observed = SiteEqn.of(eqn).is_observation
+        view = SiteEqn.of(eqn)
+        observed = view.is_observation
         operands = ins[1:] if observed else ins
         dist, params, strategy, addr = site_parts(eqn, operands)
-        shape = tuple(jnp.shape(ins[0])) if observed else SiteEqn.of(eqn).value_shape
+        shape = tuple(jnp.shape(ins[0])) if observed else view.value_shape
         return Site(addr, dist, params, strategy, scale, shape,
                     ins[0] if observed else None, eqn)
 

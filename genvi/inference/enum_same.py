@@ -24,7 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,7 +33,7 @@ import numpy as np
 
 from genvi.core import jaxpr as jx
 from genvi.replays.engine import ELEMENTWISE, Local
-from genvi.replays.lane_rules import ALONG_AXIS, REDUCTIONS
+from genvi.replays.lane_rules import ALONG_AXIS, REDUCTIONS, reshaped_axes
 
 
 @dataclass
@@ -163,15 +162,9 @@ def _reshape(eqn: Any, ins: list) -> list | None:
     v = _only(ins)
     if v is None or eqn.params.get("dimensions") is not None:
         return None
-    old, new = v.shape, list(eqn.params["new_sizes"])
-    axes = []
-    for a in v.axes:
-        before = math.prod(old[:a])
-        hits = [b for b in range(len(new)) if new[b] == old[a] and math.prod(new[:b]) == before]
-        if not hits:
-            return None
-        axes.append(hits[0])
-    if list(axes) != sorted(axes) or list(v.axes) != sorted(v.axes):
+    new = list(eqn.params["new_sizes"])
+    axes = reshaped_axes(v.shape, new, v.axes)
+    if axes is None or list(axes) != sorted(axes) or list(v.axes) != sorted(v.axes):
         return None
     for b in axes:
         new[b] = 1

@@ -164,21 +164,27 @@ def _squeeze(eqn: Any, ins: list) -> list | None:
     return None if len(axes) != len(v.axes) else _same_structure(eqn, v, axes, ins)
 
 
-def _reshape(eqn: Any, ins: list) -> list | None:
-    """A reshape that keeps each lane axis as one axis of the same size, with the same
-    number of elements before it (so the flat layout of lanes is unchanged)."""
-    v = _only_local(ins)
-    if v is None or eqn.params.get("dimensions") is not None:
-        return None
-    old, new = jnp.shape(v.base), tuple(eqn.params["new_sizes"])
-    new_axes = []
-    for a in v.axes:
+def reshaped_axes(old: Sequence[int], new: Sequence[int], axes: tuple) -> tuple | None:
+    """The lane axes after reshaping `old` to `new`, where each lane axis stays one axis
+    of the same size with the same number of elements before it (so the flat layout of
+    lanes is unchanged); None where one does not."""
+    out = []
+    for a in axes:
         before = math.prod(old[:a])
         hits = [b for b in range(len(new)) if new[b] == old[a] and math.prod(new[:b]) == before]
         if not hits:
             return None
-        new_axes.append(hits[0])
-    return _same_structure(eqn, v, tuple(new_axes), ins)
+        out.append(hits[0])
+    return tuple(out)
+
+
+def _reshape(eqn: Any, ins: list) -> list | None:
+    """A reshape that keeps each lane axis in place (`reshaped_axes`)."""
+    v = _only_local(ins)
+    if v is None or eqn.params.get("dimensions") is not None:
+        return None
+    axes = reshaped_axes(jnp.shape(v.base), tuple(eqn.params["new_sizes"]), v.axes)
+    return None if axes is None else _same_structure(eqn, v, axes, ins)
 
 
 def _slice(eqn: Any, ins: list) -> list | None:
