@@ -44,7 +44,7 @@ from genvi.distributions.tfp import from_tfp
 from genvi.gen import handlers
 from genvi.gen.combinators import repeat, scan, vmap
 from genvi.gen.handlers import UnnormalizedError
-from genvi.gen.language import GenFn, Trace, factor, gen, observe
+from genvi.gen.language import GenFn, Trace, deterministic, factor, gen, observe
 from genvi.gen.plate import plate
 from genvi.gen.predictive import predictive
 from genvi.guides.auto import AutoGuide
@@ -176,6 +176,7 @@ __all__ = [
     "normalize",
     "factor",
     "observe",
+    "deterministic",
     "plate",
     "plot_history",
     "poisson",

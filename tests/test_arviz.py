@@ -1,5 +1,7 @@
-"""gv.to_arviz: guide draws and gv.predictive output as ArviZ InferenceData, whose
-summaries are the draws' own, with dims named after the model's plates."""
+"""gv.to_arviz: guide draws and gv.predictive output as ArviZ data (a DataTree on ArviZ
+1.x, InferenceData on 0.x), whose summaries are the draws' own, with dims named after the
+model's plates; arviz-plots draws it; the PSIS genvi takes from either ArviZ finds the
+Pareto shape of known weights."""
 
 import arviz as az
 import jax
@@ -8,6 +10,7 @@ import numpy as np
 import pytest
 
 import genvi as gv
+from genvi.inference.arviz_versions import require_arviz
 
 X = jnp.linspace(-1.0, 1.0, 6)
 Y = jnp.array([-1.1, -0.4, 0.1, 0.2, 0.9, 1.3])
@@ -32,6 +35,13 @@ def guide(params, x, y):
 
 
 PARAMS = {"m": jnp.array([0.1, 1.0])}
+ARVIZ = require_arviz("tests")
+
+
+def groups(data) -> list:
+    """The group names of a DataTree (ArviZ 1.x) or an InferenceData (0.x)."""
+    names = data.groups() if callable(data.groups) else data.groups
+    return sorted(n.strip("/") for n in names if n.strip("/"))
 
 
 def test_summary_means_are_the_draws_means():
@@ -49,7 +59,7 @@ def test_predictive_output_splits_into_groups_with_plate_dims(tmp_path):
     draws = gv.predictive(regression, guide, PARAMS, num_samples=300)(jax.random.key(1), X, Y)
     idata = gv.to_arviz(draws, model=regression, args=(PARAMS, X, Y),
                         observed_data={"data/y": Y})
-    assert sorted(idata.groups()) == ["observed_data", "posterior", "posterior_predictive"]
+    assert groups(idata) == ["observed_data", "posterior", "posterior_predictive"]
     assert sorted(idata.posterior.data_vars) == ["b", "w"]
     assert idata.posterior_predictive["data.y"].dims == ("chain", "draw", "data")
     assert idata.observed_data["data.y"].dims == ("data",)
@@ -64,7 +74,7 @@ def test_predictive_output_splits_into_groups_with_plate_dims(tmp_path):
 def test_prior_draws_split_into_prior_groups():
     draws = gv.predictive(regression, None, {}, num_samples=100)(jax.random.key(5), X, Y)
     idata = gv.to_arviz(prior=draws, model=regression, args=({}, X, Y))
-    assert sorted(idata.groups()) == ["prior", "prior_predictive"]
+    assert groups(idata) == ["prior", "prior_predictive"]
     assert sorted(idata.prior.data_vars) == ["b", "w"]
     assert idata.prior_predictive["data.y"].dims == ("chain", "draw", "data")
 
@@ -96,3 +106,32 @@ def test_bad_input_is_a_clear_error():
         gv.to_arviz(jnp.zeros(10))
     with pytest.raises(TypeError, match="model must be a @gv.gen program"):
         gv.to_arviz({"a": jnp.zeros(10)}, model=lambda: None)
+
+
+@pytest.mark.skipif(ARVIZ.major < 1, reason="arviz-plots comes with ArviZ 1.x")
+def test_arviz_plots_draws_the_export(tmp_path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import arviz_plots as azp
+
+    draws = gv.predictive(regression, guide, PARAMS, num_samples=200)(jax.random.key(6), X, Y)
+    idata = gv.to_arviz(draws, model=regression, args=(PARAMS, X, Y),
+                        observed_data={"data/y": Y})
+    plots = azp.plot_dist(idata, var_names=["w", "b"], backend="matplotlib")
+    plots.savefig(str(tmp_path / "dist.png"))
+    assert (tmp_path / "dist.png").stat().st_size > 1000
+    ppc = azp.plot_ppc_dist(idata, backend="matplotlib")
+    ppc.savefig(str(tmp_path / "ppc.png"))
+    assert (tmp_path / "ppc.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("shape", [0.3, 0.8])
+def test_psis_finds_the_pareto_shape_of_known_weights(shape):
+    # weights w ~ Pareto(1 / shape): log w ~ Exponential(rate 1 / shape), a tail of shape k
+    log_w = np.random.default_rng(0).exponential(shape, 40_000)
+    smoothed, khat = ARVIZ.psislw(log_w)
+    assert abs(khat - shape) < 0.1
+    assert abs(np.logaddexp.reduce(smoothed)) < 1e-9          # normalized
+    bulk = np.argsort(log_w)[:30_000]                          # below the smoothed tail
+    offsets = smoothed[bulk] - log_w[bulk]
+    assert np.ptp(offsets) < 1e-9                              # only shifted

@@ -8,7 +8,7 @@ user tools build on (see docs/extending.md):
   its gradient strategy; `g.sim`.
 * `Generate` — constrained sites scored, the others sampled; `g.generate`.
 * `Dream`    — `Sim` that also samples the observations; `g.dream`.
-* `RecordSites` — `Simulate` that also notes each site's distribution, parameters
+* `RecordSites` — `Simulate` (less `gv.deterministic` values) that also notes each site's distribution, parameters
   and plate scale (what automatic guides and `gv.enumeration` read of a program).
 
 A handler receives each site and observation as a `Site` record (address,
@@ -216,6 +216,11 @@ class Handler:
                                    site.shape, observation=True) from err
         return replace(state, log_density=state.log_density + log_p)
 
+    def deterministic(self, site: Site, state: State) -> State:
+        """The state after `gv.deterministic(name, value)` (`site.params[0]` is the
+        value): default, unchanged; the handlers that return choices record it."""
+        return state
+
     def record(self, state: State, addr: tuple, value: Any, log_p: Any, dist: Any = None,
                masked: tuple | None = None) -> State:
         """Add a choice; `masked` = (mask, branch paths) of a masked record leaving a
@@ -242,6 +247,9 @@ class Simulate(Handler):
         value = site.dist.sample(sub, *site.params)
         log_p = _log_prob(site.dist, value, site.params, site.scale)
         return value, replace(self.record(state, site.addr, value, log_p, site.dist), key=key)
+
+    def deterministic(self, site, state):
+        return self.record(state, site.addr, site.params[0], 0.0, site.dist)
 
 
 class RecordedSite(NamedTuple):
@@ -272,6 +280,8 @@ class RecordSites(Simulate):
 
     def __init__(self):
         self.found: dict = {}
+
+    deterministic = Handler.deterministic  # derived values are not sites
 
     def site(self, site, state):
         dist = site.dist

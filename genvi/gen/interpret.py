@@ -32,6 +32,7 @@ from genvi.core import jaxpr as jx
 from genvi.core.primitives import SITES, SiteEqn, observe_p, plate_marker, plate_p, site_p
 from genvi.core.mistakes import addr_name
 from genvi.core.walk import Hooks, env_of, walk
+from genvi.distributions.factor import DETERMINISTIC
 from genvi.gen.handlers import Handler, Site, State
 from genvi.gen.site_checks import branch_gate, check_read_value, check_site
 from genvi.gen.sites import site_addresses
@@ -61,7 +62,10 @@ def _plate(hooks: "_Interpret", i: int, eqn: Any, ins: list) -> list:
 
 def _observe(hooks: "_Interpret", i: int, eqn: Any, ins: list) -> list:
     check_site(eqn, ins, offset=1, value=hooks.handler.reads_observed_values, gate=hooks.gate)
-    hooks.state = hooks.handler.observe(Site.of(eqn, ins, hooks.handler.scale), hooks.state)
+    site = Site.of(eqn, ins, hooks.handler.scale)
+    meaning = (hooks.handler.deterministic if SiteEqn.of(eqn).dist is DETERMINISTIC
+               else hooks.handler.observe)
+    hooks.state = meaning(site, hooks.state)
     return []
 
 

@@ -33,7 +33,8 @@ from genvi.gen import handlers as h
 from genvi.gen import sites
 from genvi.gen.interpret import run as interpret
 # gv.observe and gv.factor, re-exported: the language's other two statements
-from genvi.gen.observations import factor as factor, observe as observe
+from genvi.gen.observations import (deterministic as deterministic, factor as factor,
+                                    observe as observe)
 
 
 class Trace(NamedTuple):
@@ -239,7 +240,9 @@ class GenFn:
         cm = to_choices(choices)
         traced, outs, state = self._run_traced(h.Assess(), args, reads=cm)
         self._note_scored(traced, state.visited)
-        unvisited = set(cm.flat()) - state.visited
+        # gv.deterministic values that simulate returned: accepted, recomputed, not read
+        derived = sites.deterministic_addresses(traced.closed)
+        unvisited = set(cm.flat()) - state.visited - derived
         if unvisited:
             names = sorted("/".join(map(str, a)) for a in unvisited)
             hint = "".join(did_you_mean(a, state.visited) for a in sorted(unvisited, key=str))

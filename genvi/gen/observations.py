@@ -1,8 +1,11 @@
-"""`gv.observe` and `gv.factor`: the statements that score a program's data.
+"""`gv.observe`, `gv.factor` and `gv.deterministic`: the statements that score a
+program's data, and the one that records a derived quantity.
 
-Both multiply the program's density (an observation by a distribution's density at a
-value, a factor by exp of a log weight) and record no choice; a program that uses
-either is unnormalized, a model rather than a guide.
+`gv.observe` and `gv.factor` multiply the program's density (an observation by a
+distribution's density at a value, a factor by exp of a log weight) and record no
+choice; a program that uses either is unnormalized, a model rather than a guide.
+`gv.deterministic` changes no density: it names a value computed from the choices so
+that `simulate` and `gv.predictive` return it.
 
 Example:
     >>> import genvi as gv
@@ -24,7 +27,7 @@ import jax.numpy as jnp
 from genvi.core.addressing import check_address, current_prefix, nesting
 from genvi.core.primitives import bind_observe
 from genvi.distributions.base import DistCall
-from genvi.distributions.factor import FACTOR
+from genvi.distributions.factor import DETERMINISTIC, FACTOR
 
 
 def observe(call: DistCall, value: Any, *, name: str | None = None) -> None:
@@ -93,3 +96,42 @@ def factor(log_weight: Any) -> None:
         log_weight = log_weight.astype(jnp.result_type(float))
     bind_observe(FACTOR, jnp.zeros(log_weight.shape, log_weight.dtype), (log_weight,),
                  nest=nesting())
+
+
+def deterministic(name: str, value: Any) -> Any:
+    """Record `value`, a quantity computed from the program's choices, at the address
+    `name` (under the enclosing prefixes, stacked by `gv.vmap` / `gv.plate` /
+    `gv.scan` like a choice); returns `value` (NumPyro's `deterministic`).
+
+    It changes neither the program's density nor any gradient, and a guide may hold
+    one (it does not make a program unnormalized). `g.simulate(...).choices` and
+    `gv.predictive` (and so `gv.to_arviz`'s posterior) hold its value; `log_density`
+    accepts choices that hold it and recomputes it rather than reading it; inside
+    objectives (`g.sim`) it is not returned, and costs nothing once compiled.
+
+    Example:
+        >>> import genvi as gv, jax
+        >>> @gv.gen
+        ... def model():
+        ...     log_s = gv.normal(0.0, 1.0) @ "log_s"
+        ...     gv.deterministic("s", jax.numpy.exp(log_s))
+        >>> tr = model.simulate(jax.random.key(0))
+        >>> bool(tr.choices["s"] == jax.numpy.exp(tr.choices["log_s"]))
+        True
+        >>> float(model.log_density(tr.choices)) == float(tr.log_density)
+        True
+    """
+    prefix = current_prefix("gv.deterministic")
+    if not isinstance(name, str):
+        raise TypeError(f"gv.deterministic(name, value): the name comes first, a string address "
+                        f"such as gv.deterministic(\"s\", value); got {name!r} "
+                        f"({type(name).__name__})")
+    check_address(name)
+    if isinstance(value, DistCall):
+        raise TypeError(f"gv.deterministic({name!r}, ...) records a value computed from the "
+                        f"choices, not a distribution call {value!r}; to sample it write "
+                        f"{value!r} @ {name!r}")
+    value = jnp.asarray(value)
+    bind_observe(DETERMINISTIC, jnp.zeros(value.shape, value.dtype), (value,),
+                 addr=prefix + (name,), nest=nesting())
+    return value

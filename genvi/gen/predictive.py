@@ -33,6 +33,7 @@ from genvi.core.program_mistakes import require_program
 from genvi.core.primitives import SiteEqn, observe_p
 from genvi.gen.handlers import Handler, MissingChoice, observation_text
 from genvi.gen.language import GenFn
+from genvi.gen.sites import deterministic_of, without
 
 
 def _draw_like(dist: Any, key: jax.Array, params: tuple, value: Any) -> jax.Array:
@@ -79,6 +80,9 @@ class Predict(Handler):
                 f"{site.shape}")
         state.visited.add(addr)
         return value, self.record(state, addr, value, 0.0, dist)
+
+    def deterministic(self, site, state):
+        return self.record(state, site.addr, site.params[0], 0.0, site.dist)
 
     def observe(self, site, state):
         if site.addr is None:  # unnamed: nothing to return
@@ -200,10 +204,12 @@ def predictive(model: GenFn, guide: GenFn | None, params: Any, num_samples: int,
     def draw(key: jax.Array, *args: Any) -> ChoiceMap:
         check_key(key, "the function gv.predictive returns")
         full = (params,) + args
+        derived = deterministic_of(guide, full)
 
         def one(k: jax.Array) -> ChoiceMap:
             k_guide, k_model = jax.random.split(k)
-            latents = None if guide is None else guide.simulate(k_guide, *full).choices
+            latents = (None if guide is None
+                       else without(guide.simulate(k_guide, *full).choices, derived))
             return _predict_one(model, k_model, latents, full)
 
         out = _draws(one, key, n, k)

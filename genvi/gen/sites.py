@@ -1,6 +1,7 @@
 """What a program's jaxpr says about its sites, and the layout of its choices.
 
-* `site_addresses`, `site_strategies`, `first_observation`: queries of a traced
+* `site_addresses`, `site_strategies`, `first_observation`, `deterministic_addresses`:
+  queries of a traced
   program (nested bodies included).
 * `site_layouts`, `to_user_layout`, `to_interpreter_layout`: the interpreter stacks
   a scan's choices first and a vmap's after; users see batch axes in the order the
@@ -23,13 +24,38 @@ from typing import Any
 import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
+from genvi.core.choices import ChoiceMap
 from genvi.core.primitives import SiteEqn, observe_p, site_p
+from genvi.distributions.factor import DETERMINISTIC
 
 
 def first_observation(jaxpr: Any) -> Any:
-    """The first `gv.observe` equation of a program's jaxpr (nested bodies
-    included), or None."""
-    return next((eqn for eqn, _ in jx.equations(jaxpr) if eqn.primitive is observe_p), None)
+    """The first `gv.observe` (or `gv.factor`) equation of a program's jaxpr (nested
+    bodies included), or None: what makes a program unnormalized (`gv.deterministic`
+    does not)."""
+    return next((eqn for eqn, _ in jx.equations(jaxpr) if eqn.primitive is observe_p
+                 and SiteEqn.of(eqn).dist is not DETERMINISTIC), None)
+
+
+def deterministic_addresses(jaxpr: Any) -> set:
+    """The addresses of a program's `gv.deterministic` values (nested bodies included)."""
+    views = (SiteEqn.of(eqn) for eqn, _ in jx.equations(jaxpr) if eqn.primitive is observe_p)
+    return {view.addr for view in views if view.dist is DETERMINISTIC}
+
+
+def deterministic_of(program: Any, args: tuple) -> set:
+    """`deterministic_addresses` of a program on `args` (none for a program that is
+    not traced to a jaxpr, such as `gv.normalize`)."""
+    jaxpr = getattr(program, "jaxpr", None)
+    return set() if jaxpr is None else deterministic_addresses(jaxpr(*args))
+
+
+def without(choices: ChoiceMap, addresses: set) -> ChoiceMap:
+    """`choices` less `addresses`: a guide's draws less its `gv.deterministic` values,
+    before the model (which does not have them) scores the draws."""
+    if not addresses:
+        return choices
+    return ChoiceMap({a: v for a, v in choices.flat().items() if a not in addresses})
 
 
 def site_addresses(jaxpr: Any) -> set:

@@ -1,10 +1,11 @@
-"""`gv.to_arviz`: guide draws and `gv.predictive` output as an ArviZ `InferenceData`.
+"""`gv.to_arviz`: guide draws and `gv.predictive` output as ArviZ data: an
+`xarray.DataTree` on ArviZ 1.x (through arviz-base), an `InferenceData` on ArviZ 0.x.
 
 ArviZ is an optional dependency (`pip install 'genvi[arviz]'`), imported only when
-called (`require_arviz`). Draws are stacked choice maps (leading axis: the draws, as
+called (`arviz_versions.require_arviz`). Draws are stacked choice maps (leading axis: the draws, as
 `gv.predictive`, `guide.simulate` under `jax.vmap` and `Diagnosis.resample` give
 them); they become one chain. A nested address `("data", "y")` becomes the variable
-`"data.y"`: ArviZ writes `InferenceData` to netCDF, whose names cannot hold a "/".
+`"data.y"`: ArviZ writes its data to netCDF, whose names cannot hold a "/".
 Given the model and its arguments, the model's named observations move to the
 `posterior_predictive` (or `prior_predictive`) group and the axes that `gv.plate` / `gv.vmap` / `gv.scan` add
 are named after the address of the combinator's call (`"data"` for a site at
@@ -19,14 +20,12 @@ Example:
     >>> y = jnp.array([0.3, -0.2, 0.9])
     >>> draws = gv.predictive(model, None, {}, num_samples=50)(jax.random.key(0), y)
     >>> idata = gv.to_arviz(draws, model=model, args=({}, y), observed_data={"y": y})
-    >>> sorted(idata.groups())
-    ['observed_data', 'posterior', 'posterior_predictive']
+    >>> idata.posterior_predictive["y"].shape     # (chain, draw, observation)
+    (1, 50, 3)
 """
 
 from __future__ import annotations
 
-import warnings
-from types import ModuleType
 from typing import Any, Mapping
 
 import numpy as np
@@ -35,34 +34,10 @@ from genvi.core.choices import ChoiceMap
 from genvi.core.program_mistakes import require_program
 from genvi.gen.combinators import Repeat, Scan, Vmap
 from genvi.gen.language import GenFn
-from genvi.gen.sites import site_layouts, site_addresses
+from genvi.gen.sites import deterministic_addresses, site_layouts, site_addresses
+from genvi.inference.arviz_versions import require_arviz
 
 SEPARATOR = "."  # joins the parts of a nested address in ArviZ names
-
-
-def require_arviz(what: str) -> ModuleType:
-    """The `arviz` module, or an `ImportError` saying how to install it; `what` names
-    the genvi function that needs it.
-
-    Example:
-        >>> from genvi.inference.arviz_export import require_arviz
-        >>> require_arviz("gv.to_arviz").__name__
-        'arviz'
-    """
-    try:
-        with warnings.catch_warnings():  # ArviZ announces its coming 1.0 once a day
-            warnings.simplefilter("ignore", FutureWarning)
-            import arviz  # noqa: PLC0415 - optional dependency
-    except ImportError as err:
-        raise ImportError(
-            f"{what} needs ArviZ, an optional dependency of genvi: install it with "
-            "pip install 'genvi[arviz]' (or pip install arviz)") from err
-    if int(arviz.__version__.split(".")[0]) >= 1:
-        raise ImportError(
-            f"{what} needs ArviZ 0.x (genvi is tested with 0.23); ArviZ {arviz.__version__} "
-            "moved its PSIS and InferenceData API into arviz-stats and arviz-base, which "
-            "genvi does not support yet: pip install 'arviz<1'")
-    return arviz
 
 
 def variable_name(path: tuple) -> str:
@@ -136,7 +111,7 @@ def plate_dims(model: GenFn, args: tuple) -> tuple[dict, set]:
         ({('data', 'y'): ['data']}, {('data', 'y')})
     """
     jaxpr = model.jaxpr(*args)
-    latents = site_addresses(jaxpr)
+    latents = site_addresses(jaxpr) | deterministic_addresses(jaxpr)
     dims, observed = {}, set()
     for path, (nest, _) in site_layouts(jaxpr).items():
         if path not in latents:
@@ -177,7 +152,8 @@ def to_arviz(posterior: Any = None, *, posterior_predictive: Any = None,
              observed_data: Any = None, prior: Any = None, prior_predictive: Any = None,
              model: GenFn | None = None, args: tuple = (), dims: Mapping | None = None,
              coords: Mapping | None = None) -> Any:
-    """An `arviz.InferenceData` of draws, with groups `posterior`, `posterior_predictive`,
+    """ArviZ data of draws (an `xarray.DataTree` on ArviZ 1.x, an `InferenceData` on
+    0.x; `arviz.summary` and ArviZ's plots take either), with groups `posterior`, `posterior_predictive`,
     `observed_data`, `prior` and `prior_predictive` where given (one chain; draws along
     the `draw` dim).
 
@@ -189,7 +165,8 @@ def to_arviz(posterior: Any = None, *, posterior_predictive: Any = None,
     with `"."` between the parts (`"data.y"`).
 
     With `model` and `args` (the model's arguments, params first, as
-    `gv.predictive` calls it) the model's named observations found in `posterior`
+    `gv.predictive` calls it) the model's named observations (not its
+    `gv.deterministic` values, which stay in the posterior) found in `posterior`
     (`prior`) go to `posterior_predictive` (`prior_predictive`), and the axes added by
     `gv.plate`, `gv.vmap`, `gv.repeat` and `gv.scan` are named after the address of
     their call (see `plate_dims`); other axes get ArviZ's default names
@@ -229,5 +206,4 @@ def to_arviz(posterior: Any = None, *, posterior_predictive: Any = None,
         if group_values:
             groups[group], named = _dataset(group_values, all_dims, group != "observed_data")
             group_dims.update(named)
-    return az.from_dict(**groups, dims=group_dims or None,
-                        coords=None if coords is None else dict(coords))
+    return az.from_groups(groups, group_dims or None, None if coords is None else dict(coords))

@@ -2,7 +2,8 @@
 
 The guide's draws z ~ q are weighted by w = p(z, y) / q(z): log w is the model's log
 density (observations included) minus the guide's. How heavy the right tail of w is says
-whether q covers the posterior: ArviZ's PSIS (`arviz.psislw`, Vehtari et al. 2024;
+whether q covers the posterior: ArviZ's PSIS (arviz-stats' `psislw` on ArviZ 1.x,
+`arviz.psislw` on 0.x; Vehtari et al. 2024;
 Yao et al. 2018 for VI) fits a generalized Pareto distribution to the largest weights
 and reports its shape k̂. The same weights give the importance-sampling effective
 sample size, an estimate of the log evidence log p(y), and importance-resampled
@@ -39,7 +40,8 @@ from genvi.core.choices import ChoiceMap
 from genvi.core.mistakes import check_key, is_count
 from genvi.core.program_mistakes import require_programs
 from genvi.gen.language import GenFn
-from genvi.inference.arviz_export import require_arviz
+from genvi.gen.sites import deterministic_of, without
+from genvi.inference.arviz_versions import require_arviz
 
 GOOD, CHECK = 0.5, 0.7  # k̂ thresholds of Vehtari et al. (2024), as ArviZ and loo use them
 
@@ -167,13 +169,16 @@ def _log_weights(model: GenFn, guide: GenFn, full: tuple, keys: jax.Array,
                  batch_size: int | None) -> tuple[ChoiceMap, jax.Array, jax.Array]:
     """The guide's draws, their log weights log p − log q, and the size of the
     rounding error of each (from the magnitudes of log p and log q)."""
+    derived = deterministic_of(guide, full)
+
     def one(k: jax.Array) -> tuple[ChoiceMap, jax.Array, jax.Array]:
         k_guide, k_model = jax.random.split(k)
         trace = guide.simulate(k_guide, *full)
+        latents = without(trace.choices, derived)
         if getattr(model, "estimated_density", False):  # gv.marginal / gv.normalize
-            log_p = model.estimate_log_density(k_model, trace.choices, *full)
+            log_p = model.estimate_log_density(k_model, latents, *full)
         else:
-            log_p = model.log_density(trace.choices, *full)
+            log_p = model.log_density(latents, *full)
         log_q = trace.log_density
         rounding = jnp.finfo(jnp.result_type(log_p)).eps * (jnp.abs(log_p) + jnp.abs(log_q))
         return trace.choices, log_p - log_q, rounding
@@ -250,7 +255,6 @@ def diagnose(model: GenFn, guide: GenFn, params: Any, *args: Any, key: jax.Array
     else:
         with np.errstate(over="ignore"):  # ArviZ's GPD fit: overflowing terms get weight 0
             smoothed, khat = az.psislw(log_w)
-        khat = float(khat)
     smoothed = np.asarray(smoothed, np.float64)
     w = np.exp(smoothed - np.max(smoothed))
     w /= np.sum(w)
