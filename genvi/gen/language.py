@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import inspect
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -345,9 +346,38 @@ class Gen(GenFn):
         self.fn = fn
         self.name = getattr(fn, "__name__", "program")
         functools.update_wrapper(self, fn, updated=())
+        try:
+            self._signature: inspect.Signature | None = inspect.signature(fn)
+        except (TypeError, ValueError):  # a callable without one: arguments pass as given
+            self._signature = None
 
     def body(self, *args):
-        return self.fn(*args)
+        return self.fn(*self.arguments(args))
+
+    def arguments(self, args: tuple) -> tuple:
+        """`args`, less the first when the function takes exactly one argument fewer:
+        a model written without `params` (`def model(y)`) is called as objectives,
+        `gv.fit` and `gv.predictive` call every program, `(params, *data)`.
+
+        Example:
+            >>> import genvi as gv
+            >>> @gv.gen
+            ... def model(y):
+            ...     gv.normal(0.0, 1.0) @ "z"
+            >>> model.arguments(({}, 1.0)), model.arguments((1.0,))
+            ((1.0,), (1.0,))
+        """
+        if self._signature is None or not args or _binds(self._signature, args):
+            return args
+        return args[1:] if _binds(self._signature, args[1:]) else args
+
+
+def _binds(signature: inspect.Signature, args: tuple) -> bool:
+    try:
+        signature.bind(*args)
+    except TypeError:
+        return False
+    return True
 
 
 def gen(fn: Callable) -> Gen:

@@ -10,8 +10,9 @@ density, with the exact log-Jacobian. Guide sites use REPARAM.
 **Parameters.** The guide has the model's signature and reads its own parameters
 from the first argument's `"guide"` entry (`params_key=`). So a model written as
 `model(params, *data)` trains with `{"guide": auto.init(key, params, *data),
-**model_params}` (the model ignores the extra entry; a model without parameters reads
-nothing from `params`):
+**model_params}` (the model ignores the extra entry). A model written without
+`params` (`def model(y)`) needs no entry: the first argument is the guide's alone,
+`gv.fit(gv.elbo(model, auto), auto.init(key, y), y, ...)`:
 
     auto = gv.auto_normal(model)
     params = {"guide": auto.init(jax.random.key(0), {}, y)}
@@ -199,13 +200,23 @@ class AutoGuide(language.GenFn):
     # -- the program -----------------------------------------------------------------
     def body(self, *args: Any) -> dict:
         sites = self._check_ready()
-        if not args or not isinstance(args[0], Mapping) or self.params_key not in args[0]:
-            got = type(args[0]).__name__ if args else "no arguments"
-            raise TypeError(
-                f"{self.name} reads its parameters from the first argument's "
-                f"{self.params_key!r} entry, as the model's first argument: pass "
-                f"{{{self.params_key!r}: auto.init(key, *args), **model_params}}; got {got}.")
-        return self.run(args[0][self.params_key], sites)
+        if args and isinstance(args[0], Mapping) and self.params_key in args[0]:
+            return self.run(args[0][self.params_key], sites)
+        if args and self._model_takes_no_params(args):  # the first argument is ours alone
+            return self.run(args[0], sites)
+        got = type(args[0]).__name__ if args else "no arguments"
+        raise TypeError(
+            f"{self.name} reads its parameters from the first argument's "
+            f"{self.params_key!r} entry, as the model's first argument: pass "
+            f"{{{self.params_key!r}: auto.init(key, *args), **model_params}}; got {got}. "
+            "(A model written without a params argument needs no entry: pass "
+            "auto.init(key, *data) itself.)")
+
+    def _model_takes_no_params(self, args: tuple) -> bool:
+        """Whether the model is written without `params` (`def model(*data)`), so the
+        first of the arguments it is given is this guide's parameters alone."""
+        arguments = getattr(self.model, "arguments", None)
+        return arguments is not None and len(arguments(args)) == len(args) - 1
 
     def inline(self, *args: Any) -> dict:
         """Sample this guide's sites inside another `@gv.gen` guide (at the caller's
