@@ -241,4 +241,4 @@ def test_air_compile_reads_xla_phases_from_the_profiler(tmp_path):
 def test_stochastic_volatility_bench_tiny():
     from genvi_experiments.bench import stochastic_volatility
     out = stochastic_volatility.main(["--steps", "30", "--rounds", "1"])
-    assert len(out) == 6 and all(t > 0 for t in out.values())
+    assert len(out) == 12 and all(t > 0 for t in out.values())   # 3 systems × 2 guides × 2

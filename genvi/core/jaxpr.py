@@ -373,7 +373,8 @@ def shaped(shape: tuple, dtype: Any) -> Any:
 
 
 def register_batching_by_broadcasting(prim: jcore.Primitive,
-                                     event_ndims: Callable[..., Sequence[int]] | None = None
+                                     event_ndims: Callable[..., Sequence[int]] | None = None,
+                                     shared: Callable[..., Sequence[int]] | None = None
                                      ) -> None:
     """Make `jax.vmap` turn `prim` into one site whose parameters gained a leading
     axis (a product of independent components): every batch axis moves to the
@@ -388,18 +389,25 @@ def register_batching_by_broadcasting(prim: jcore.Primitive,
     no operand is batched: a sampling site under `vmap` must draw one independent
     value per lane even if its parameters are shared (plain batching rules would
     silently draw a single value and broadcast it).
+
+    `shared(**params)` names operands that, when unbatched, get a leading axis of
+    size 1 instead of a copy per lane (the primitive's own rule broadcasts them: a
+    guide's covariance factor stays one matrix under a particle `vmap`, so its
+    products are matrix products rather than one matrix-vector product per lane).
     """
 
     def rule(axis_data, args, dims, **params):
         size = axis_data.size
+        keep = set(shared(**params)) if shared else set()
         moved = [jax.numpy.moveaxis(a, d, 0) if d is not None
+                 else jax.numpy.expand_dims(a, 0) if i in keep
                  else jax.numpy.broadcast_to(a, (size,) + jax.numpy.shape(a))
-                 for a, d in zip(args, dims)]
+                 for i, (a, d) in enumerate(zip(args, dims))]
         events = list(event_ndims(**params)) if event_ndims else []
         events += [0] * (len(moved) - len(events))
         batch_ranks = [a.ndim - 1 - e for a, e in zip(moved, events)]
         top = max(batch_ranks, default=0)
-        moved = [a.reshape((size,) + (1,) * (top - r) + a.shape[1:])
+        moved = [a.reshape(a.shape[:1] + (1,) * (top - r) + a.shape[1:])
                  for a, r in zip(moved, batch_ranks)]
         out = prim.bind(*moved, **params)
         if prim.multiple_results:

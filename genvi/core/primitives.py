@@ -53,8 +53,14 @@ def _observe_event_ndims(*, dist, n_params, **_):
     return (dist.value_event_ndim,) + _site_event_ndims(dist=dist, n_params=n_params)
 
 
-jx.register_batching_by_broadcasting(site_p, _site_event_ndims)
-jx.register_batching_by_broadcasting(sample_p, _site_event_ndims)
+def _site_shared(*, dist, **_):
+    # a distribution whose sample and density broadcast a leading axis of size 1
+    # themselves may keep those parameters unbatched (`Distribution.lane_shared_params`)
+    return getattr(dist, "lane_shared_params", ())
+
+
+jx.register_batching_by_broadcasting(site_p, _site_event_ndims, _site_shared)
+jx.register_batching_by_broadcasting(sample_p, _site_event_ndims, _site_shared)
 jx.register_batching_by_broadcasting(observe_p, _observe_event_ndims)
 jx.register_batching_by_broadcasting(plate_p)
 

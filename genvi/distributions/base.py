@@ -61,6 +61,10 @@ class Distribution:
     # numbers, so a draw whose parameters depend lane by lane on a batched site still
     # does: lane-local replays (`genvi.replays.lanes`) may then follow it in O(lanes)
     lanewise: bool = False
+    # Parameters (by position) that `sample` and `lane_log_prob` accept with a leading
+    # axis of size 1 where the others have one per lane: under `jax.vmap` these stay
+    # one copy when unbatched (see `genvi.core.jaxpr.register_batching_by_broadcasting`)
+    lane_shared_params: tuple[int, ...] = ()
 
     def sample(self, key: jax.Array, *params: Any) -> jax.Array:
         raise NotImplementedError

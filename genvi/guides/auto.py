@@ -52,6 +52,7 @@ class Block(Distribution):
     def __init__(self, family: Any, site: Site, event_ndims: tuple):
         self.family, self.site = family, site
         self.param_event_ndims = tuple(event_ndims)
+        self.lane_shared_params = tuple(getattr(family, "shared_params", ()))
         self.value_event_ndim = len(site.shape)
         self.name = f"{family.name}[{site.name}]"
 

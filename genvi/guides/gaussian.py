@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.linalg import cho_solve, solve_triangular
+from jax.scipy.linalg import solve_triangular
 from jax.scipy.special import ndtri
 
 from genvi.guides import auto as base
@@ -73,34 +73,47 @@ class _TriL:
 
 
 class _LowRank:
-    """A site's Gaussian conditional with covariance W Wᵀ + diag(d²): params
-    (conditional mean (n,), factor W (n, r), scale d (n,)). O(n r²) per density: the
-    Woodbury identity and the matrix determinant lemma with the r × r capacitance
-    K = I + Aᵀ A, A = diag(d)⁻¹ W, never an n × n matrix."""
+    """A site's Gaussian conditional given the earlier sites, low rank plus diagonal:
+    params (conditional mean m (n,), the site's rows W_B (n, r) of the factor, scale d
+    (n,), L⁻ᵀ and L'⁻¹ (r, r), log det K' − log det K), where L, L' are the Cholesky
+    factors of the capacitance K = I + Σ Wᵀ D⁻² W over the earlier sites and of K' =
+    K + W_Bᵀ D_B⁻² W_B. The covariance is W_B K⁻¹ W_Bᵀ + diag(d²); the Woodbury
+    identity and the determinant lemma reduce its density to an r-vector product:
+    (z − m)ᵀ C⁻¹ (z − m) = |x|² − |L'⁻¹ W_Bᵀ D_B⁻¹ x|² for x = D_B⁻¹ (z − m), and
+    log det C = 2 Σ log d + log det K' − log det K. The r × r maps depend on the
+    parameters only, so particles share them (products, not per-particle solves):
+    O(n r) per site and draw, one r × r Cholesky per site and step."""
 
     name = "auto_low_rank"
+    shared_params = (1, 3, 4, 5)   # W_B and the r × r maps: one copy for all particles
 
-    def sample_flat(self, key, site, m, w, d):
-        batch = jnp.broadcast_shapes(jnp.shape(m)[:-1], jnp.shape(w)[:-2], jnp.shape(d)[:-1])
+    def sample_flat(self, key, site, m, w, d, sample_map, score_map, log_det_ratio):
+        batch = jnp.broadcast_shapes(jnp.shape(m)[:-1], jnp.shape(w)[:-2], jnp.shape(d)[:-1],
+                                     jnp.shape(sample_map)[:-2])
         k1, k2 = jax.random.split(key)
         dtype = jnp.result_type(float, m)
         e1 = jax.random.normal(k1, batch + (w.shape[-1],), dtype)
         e2 = jax.random.normal(k2, batch + (site.size,), dtype)
-        return m + jnp.einsum("...ij,...j->...i", w, e1) + d * e2
+        c = _apply(sample_map, e1)                                  # L⁻ᵀ e1 ~ N(0, K⁻¹)
+        return m + _apply(w, c) + d * e2
 
-    def log_prob_flat(self, z, site, m, w, d):
-        x = (z - m) / d                                     # diag(d)⁻¹ (z − m)
-        a = w / d[..., :, None]
-        batch = jnp.broadcast_shapes(x.shape[:-1], a.shape[:-2])
-        r = a.shape[-1]
-        cap = jnp.eye(r, dtype=a.dtype) + jnp.einsum("...ki,...kj->...ij", a, a)
-        chol = jnp.linalg.cholesky(jnp.broadcast_to(cap, batch + (r, r)))
-        u = jnp.broadcast_to(jnp.einsum("...ki,...k->...i", a, x), batch + (r,))
-        v = solve_triangular(chol, u[..., None], lower=True)[..., 0]
-        maha = jnp.sum(x * x, -1) - jnp.sum(v * v, -1)      # Woodbury
-        logdet = (2 * jnp.sum(jnp.log(jnp.abs(d)), -1)      # determinant lemma
-                  + 2 * jnp.sum(jnp.log(jnp.diagonal(chol, axis1=-2, axis2=-1)), -1))
+    def log_prob_flat(self, z, site, m, w, d, sample_map, score_map, log_det_ratio):
+        x = (z - m) / d
+        g = _apply(w, x / d, transpose=True)                        # W_Bᵀ D_B⁻² (z − m)
+        v = _apply(score_map, g)                                    # L'⁻¹ g
+        maha = jnp.sum(x * x, -1) - jnp.sum(v * v, -1)
+        logdet = 2 * jnp.sum(jnp.log(jnp.abs(d)), -1) + log_det_ratio
         return -0.5 * (maha + logdet + site.size * math.log(2 * math.pi))
+
+
+def _apply(mat: jax.Array, vec: jax.Array, transpose: bool = False) -> jax.Array:
+    """mat @ vec (matᵀ @ vec with `transpose`) over leading axes that broadcast; one
+    matrix product when `mat` has no lanes of its own (size-1 leading axes)."""
+    if all(n == 1 for n in mat.shape[:-2]):
+        m = mat.reshape(mat.shape[-2:])
+        out = vec @ m if transpose else vec @ m.T
+        return out.reshape(jnp.broadcast_shapes(vec.shape[:-1], mat.shape[:-2]) + out.shape[-1:])
+    return jnp.einsum("...ki,...k->...i" if transpose else "...ij,...j->...i", mat, vec)
 
 
 DIAG, TRIL, LOWRANK = _Diag(), _TriL(), _LowRank()
@@ -305,24 +318,28 @@ class AutoLowRank(_Gaussian):
     def run(self, params, sites):
         # Given the earlier sites' block A, site B's conditional is Gaussian with mean
         # m_B + W_B K⁻¹ Σ_A W_Aᵀ D_A⁻² (z_A − m_A) and covariance W_B K⁻¹ W_Bᵀ + D_B²,
-        # K = I + W_Aᵀ D_A⁻² W_A (r × r): low rank again, with factor W_B L⁻ᵀ (K = L Lᵀ).
-        # K and the projection accumulate site by site: O(D r² + sites · r³) in all.
+        # K = I + W_Aᵀ D_A⁻² W_A (r × r): low rank again, with factor W_B L⁻ᵀ (K = L Lᵀ),
+        # sampled and scored with L⁻ᵀ and the next factor's inverse L'⁻¹ (`_LowRank`).
+        # K, its factors and the projection accumulate site by site: O(D r² + sites · r³).
         p = constrain(params)
         loc, w, d = p["loc"], p["cov_factor"], p["scale"]
-        cap = jnp.eye(w.shape[-1], dtype=w.dtype)
+        eye = jnp.eye(w.shape[-1], dtype=w.dtype)
+        cap, chol, inv = eye, eye, eye               # K = I, its factor and inverse factor
         proj = jnp.zeros(w.shape[-1], w.dtype)
         values, i = {}, 0
-        for s in sites:
+        for n, s in enumerate(sites):
             blk = slice(i, i + s.size)
-            chol = jnp.linalg.cholesky(cap)
-            mean = loc[blk] + w[blk] @ cho_solve((chol, True), proj)
-            factor = solve_triangular(chol, w[blk].T, lower=True).T
-            y = base.sample_site(LOWRANK, s, (mean, factor, d[blk]))
-            values[s.name] = y
+            mean = loc[blk] + w[blk] @ (inv.T @ (inv @ proj)) if n else loc[blk]
             a = w[blk] / d[blk][:, None]
             cap = cap + a.T @ a
-            proj = proj + a.T @ ((unconstrained(s, y) - loc[blk]) / d[blk])
-            i += s.size
+            chol_next = jnp.linalg.cholesky(cap)
+            inv_next = solve_triangular(chol_next, eye, lower=True)       # L'⁻¹
+            ratio = 2 * jnp.sum(jnp.log(jnp.diagonal(chol_next)) - jnp.log(jnp.diagonal(chol)))
+            y = base.sample_site(LOWRANK, s, (mean, w[blk], d[blk], inv.T, inv_next, ratio))
+            values[s.name] = y
+            if n + 1 < len(sites):
+                proj = proj + a.T @ ((unconstrained(s, y) - loc[blk]) / d[blk])
+            chol, inv, i = chol_next, inv_next, i + s.size
         return values
 
     def marginals(self, params):

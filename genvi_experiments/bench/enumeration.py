@@ -26,12 +26,16 @@ that is not the ELBO) and an ELBO step built on the exact `log_density`
 
     python -m genvi_experiments.bench.enumeration [--points 1000] [--steps-hmm 100]
         [--fit-steps 2000] [--rounds 15] [--models mixture hmm sequences]
-        [--sequences 50] [--states 5]
+        [--sequences 50] [--states 5] [--record]
+
+`--record` writes the summary table to BENCHMARKS.md through
+`genvi_experiments.bench.results`.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from contextlib import nullcontext
 
 import jax
@@ -40,6 +44,7 @@ import numpy as np
 import optax
 
 import genvi as gv
+from genvi_experiments.bench.results import record
 from genvi_experiments.common.timing import describe_machine, interleaved_medians
 
 K = 3
@@ -374,9 +379,10 @@ def main(argv: list[str] | None = None) -> dict:
                    default=["mixture", "hmm", "sequences"])
     p.add_argument("--sequences", type=int, default=50)
     p.add_argument("--states", type=int, default=5)
+    p.add_argument("--record", action="store_true", help="write the table to BENCHMARKS.md")
     a = p.parse_args(argv)
     print(describe_machine())
-    out = {}
+    out, table = {}, []
     for kind in a.models:
         if kind == "sequences":
             data = sequences_data(a.sequences, a.steps_hmm, a.states)
@@ -387,15 +393,24 @@ def main(argv: list[str] | None = None) -> dict:
         rows = run(kind, data, truth, a.fit_steps, a.rounds,
                    states=a.states if kind == "sequences" else K)
         base = rows["enumeration in the model"][0]
-        size = {"mixture": f"{a.points} points", "hmm": f"{a.steps_hmm} steps",
-                "sequences": f"{a.sequences} × {a.steps_hmm} steps, {a.states} states"}[kind]
-        print(f"\n{kind} ({size}), {a.fit_steps} fit steps")
+        size = {"mixture": f"mixture, {a.points} points", "hmm": f"HMM, {a.steps_hmm} steps",
+                "sequences": f"{a.sequences} sequences × {a.steps_hmm} steps, {a.states} "
+                             "states"}[kind]
+        print(f"\n{size}, {a.fit_steps} fit steps")
         print(f"{'method':<28} {'ms/step':>8} {'ratio':>6} {'max |mean error|':>17} "
               f"{'log p − exact':>14}")
         for name, (t, err, off) in rows.items():
             shown = "" if np.isnan(off) else f"{off:14.2f}"
             print(f"{name:<28} {1e3 * t:8.3f} {t / base:6.2f} {err:17.3f} {shown:>14}")
         out[kind] = rows
+        table += [[size if i == 0 else "", name, f"{1e3 * t:.3f}", f"{t / base:.2f}",
+                   f"{err:.3f}", "" if np.isnan(off) else f"{off:,.2f}"]
+                  for i, (name, (t, err, off)) in enumerate(rows.items())]
+    if a.record:
+        record("enumeration", "python -m genvi_experiments.bench.enumeration "
+               + " ".join(argv if argv is not None else sys.argv[1:]),
+               ["model", "method", "ms / step", "× genvi", "max error of means",
+                "log p − exact"], table)
     return out
 
 

@@ -1,11 +1,17 @@
 """Stochastic volatility (NumPyro's example model) with its latent log-volatility path
 as one `gv.gaussian_random_walk` site, as a `gv.scan` of normal steps, and in NumPyro
 (`dist.GaussianRandomWalk`): the warm time of one jitted gradient step of the ELBO
-(mean-field normal guide: `gv.auto_normal`, NumPyro's `AutoNormal`) and of a Rényi
-bound (α = 0.5) with 8 particles, interleaved rounds, medians, ratios to the walk's
-ELBO step. The returns are simulated from the model (`--steps` days, seed 0).
+and of a Rényi bound (α = 0.5) with 8 particles, under a mean-field normal guide
+(`gv.auto_normal`, NumPyro's `AutoNormal`) and a low-rank one (`gv.auto_low_rank`,
+`AutoLowRankMultivariateNormal`, rank `--rank`); interleaved rounds, medians, ratios to
+the walk's step with the same guide and objective. The returns are simulated from the
+model (`--steps` days, seed 0).
 
     python -m genvi_experiments.bench.stochastic_volatility [--steps 500] [--rounds 20]
+        [--rank 10] [--record]
+
+`--record` writes the summary table to BENCHMARKS.md through
+`genvi_experiments.bench.results`.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import genvi as gv
+from genvi_experiments.bench.results import record
 from genvi_experiments.common.timing import describe_machine, interleaved_medians
 
 
@@ -49,24 +56,30 @@ def by_scan(params, returns):
     gv.observe(gv.student_t(nu, 0.0, jnp.exp(s)), returns)
 
 
-def genvi_steps(model, data: jax.Array) -> dict:
-    auto = gv.auto_normal(model)
-    params = {"guide": auto.init(jax.random.key(0), {}, data)}
+def genvi_guides(rank: int) -> dict:
+    return {"mean-field": gv.auto_normal, "low rank": lambda m: gv.auto_low_rank(m, rank)}
+
+
+def genvi_steps(model, data: jax.Array, rank: int) -> dict:
     out = {}
-    for name, objective in (("ELBO", gv.elbo(model, auto)),
-                            ("Rényi α=0.5, 8 particles", gv.renyi(model, auto, 0.5, 8))):
-        step = jax.jit(lambda p, k, objective=objective: objective.grad_estimate(k, p, data))
-        jax.block_until_ready(step(params, jax.random.key(1)))
-        out[name] = (lambda step=step: step(params, jax.random.key(1)))
+    for guide_name, make in genvi_guides(rank).items():
+        auto = make(model)
+        params = {"guide": auto.init(jax.random.key(0), {}, data)}
+        for name, objective in (("ELBO", gv.elbo(model, auto)),
+                                ("Rényi α=0.5, 8 particles", gv.renyi(model, auto, 0.5, 8))):
+            step = jax.jit(lambda p, k, objective=objective: objective.grad_estimate(k, p, data))
+            jax.block_until_ready(step(params, jax.random.key(1)))
+            out[f"{guide_name}, {name}"] = (lambda step=step, params=params:
+                                            step(params, jax.random.key(1)))
     return out
 
 
-def numpyro_steps(data: jax.Array) -> dict:
+def numpyro_steps(data: jax.Array, rank: int) -> dict:
     import numpyro  # noqa: PLC0415
     import numpyro.distributions as dist  # noqa: PLC0415
     import optax  # noqa: PLC0415
     from numpyro.infer import SVI, RenyiELBO, Trace_ELBO  # noqa: PLC0415
-    from numpyro.infer.autoguide import AutoNormal  # noqa: PLC0415
+    from numpyro.infer.autoguide import AutoLowRankMultivariateNormal, AutoNormal  # noqa: PLC0415
 
     def model(returns):
         sigma = numpyro.sample("sigma", dist.Exponential(50.0))
@@ -74,15 +87,18 @@ def numpyro_steps(data: jax.Array) -> dict:
         nu = numpyro.sample("nu", dist.Exponential(0.1))
         numpyro.sample("r", dist.StudentT(df=nu, loc=0.0, scale=jnp.exp(s)), obs=returns)
 
-    guide = AutoNormal(model)
-    svi = SVI(model, guide, optax.adam(0.01), Trace_ELBO())
-    params = svi.get_params(svi.init(jax.random.key(0), data))
     out = {}
-    for name, loss in (("ELBO", Trace_ELBO()),
-                       ("Rényi α=0.5, 8 particles", RenyiELBO(alpha=0.5, num_particles=8))):
-        step = jax.jit(jax.grad(lambda p, k, loss=loss: loss.loss(k, p, model, guide, data)))
-        jax.block_until_ready(step(params, jax.random.key(1)))
-        out[name] = (lambda step=step: step(params, jax.random.key(1)))
+    for guide_name, guide in (("mean-field", AutoNormal(model)),
+                              ("low rank", AutoLowRankMultivariateNormal(model, rank=rank))):
+        svi = SVI(model, guide, optax.adam(0.01), Trace_ELBO())
+        params = svi.get_params(svi.init(jax.random.key(0), data))
+        for name, loss in (("ELBO", Trace_ELBO()),
+                           ("Rényi α=0.5, 8 particles", RenyiELBO(alpha=0.5, num_particles=8))):
+            step = jax.jit(jax.grad(lambda p, k, loss=loss, guide=guide:
+                                    loss.loss(k, p, model, guide, data)))
+            jax.block_until_ready(step(params, jax.random.key(1)))
+            out[f"{guide_name}, {name}"] = (lambda step=step, params=params:
+                                            step(params, jax.random.key(1)))
     return out
 
 
@@ -90,25 +106,40 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=500)
     p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--rank", type=int, default=10)
+    p.add_argument("--record", action="store_true", help="write the table to BENCHMARKS.md")
     a = p.parse_args(argv)
     print(describe_machine())
     data = returns_data(a.steps)
     fns = {}
-    for system, steps in (("genvi, gv.gaussian_random_walk", genvi_steps(by_walk, data)),
-                          ("genvi, gv.scan", genvi_steps(by_scan, data)),
-                          ("NumPyro, GaussianRandomWalk", numpyro_steps(data))):
+    for system, steps in (("genvi, gv.gaussian_random_walk", genvi_steps(by_walk, data, a.rank)),
+                          ("genvi, gv.scan", genvi_steps(by_scan, data, a.rank)),
+                          ("NumPyro, GaussianRandomWalk", numpyro_steps(data, a.rank))):
         for objective, fn in steps.items():
             fns[(system, objective)] = fn
     times = interleaved_medians({f"{s} | {o}": f for (s, o), f in fns.items()},
                                 rounds=a.rounds, reps=5)
     print(f"\nstochastic volatility, {a.steps} days: one gradient step")
-    print(f"{'system':<34} {'objective':<26} {'ms/step':>8} {'× walk':>7}")
+    print(f"{'system':<34} {'guide, objective':<38} {'ms/step':>8} {'× walk':>7}")
     out = {}
     for (system, objective) in fns:
         t = times[f"{system} | {objective}"]
         base = times[f"genvi, gv.gaussian_random_walk | {objective}"]
-        print(f"{system:<34} {objective:<26} {1e3 * t:8.3f} {t / base:7.2f}")
+        print(f"{system:<34} {objective:<38} {1e3 * t:8.3f} {t / base:7.2f}")
         out[(system, objective)] = t
+    if a.record:
+        walk, scan, numpyro = ("genvi, gv.gaussian_random_walk", "genvi, gv.scan",
+                               "NumPyro, GaussianRandomWalk")
+        rows = [[*objective.split(", ", 1), f"{1e3 * out[walk, objective]:.3f}",
+                 f"{1e3 * out[scan, objective]:.3f}", f"{1e3 * out[numpyro, objective]:.3f}",
+                 f"{out[walk, objective] / out[numpyro, objective]:.2f}"]
+                for (system, objective) in fns if system == walk]
+        record("stochastic_volatility",
+               f"python -m genvi_experiments.bench.stochastic_volatility --steps {a.steps} "
+               f"--rounds {a.rounds} --rank {a.rank} --record",
+               ["guide", "objective", "genvi, `gv.gaussian_random_walk` (ms)",
+                "genvi, `gv.scan` (ms)", "NumPyro, `GaussianRandomWalk` (ms)",
+                "walk ÷ NumPyro"], rows)
     return out
 
 
