@@ -242,3 +242,9 @@ def test_stochastic_volatility_bench_tiny():
     from genvi_experiments.bench import stochastic_volatility
     out = stochastic_volatility.main(["--steps", "30", "--rounds", "1"])
     assert len(out) == 12 and all(t > 0 for t in out.values())   # 3 systems × 2 guides × 2
+
+
+def test_guide_starts_bench_tiny():
+    from genvi_experiments.bench import guide_starts
+    out = guide_starts.main(["--days", "30", "--steps", "20", "--draws", "10", "--seeds", "2"])
+    assert len(out) == 6 and all(v.shape == (2,) for v in out.values())

@@ -38,7 +38,8 @@ def as_choices(z):
 
 def dense(params):
     p = gv.constrain(params["guide"])
-    w, d = p["cov_factor"], p["scale"]
+    d = p["scale"]
+    w = d[:, None] * p["cov_factor"]         # the factor is relative to the scale
     return p["loc"], w @ w.T + jnp.diag(d * d)
 
 

@@ -52,12 +52,12 @@ def test_given_values_for_some_sites_leave_the_others_to_the_fallback():
     assert not np.allclose(np.asarray(part["loc"]["rate"]), np.asarray(base["loc"]["rate"]))
 
 
-def test_the_default_is_the_prior_median():
+def test_the_default_is_uniform_within_radius_2_as_in_numpyro():
     default = gv.auto_normal(model).init(jax.random.key(3), {})
-    median = gv.auto_normal(model, init=gv.init_to_median()).init(jax.random.key(3), {})
+    uniform = gv.auto_normal(model, init=gv.init_to_uniform()).init(jax.random.key(3), {})
     for name in VALUES:
         np.testing.assert_array_equal(np.asarray(default["loc"][name]),
-                                      np.asarray(median["loc"][name]))
+                                      np.asarray(uniform["loc"][name]))
 
 
 def test_uniform_starts_lie_in_the_radius_and_follow_the_key():

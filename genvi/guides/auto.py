@@ -26,10 +26,12 @@ site's density is exact and the guide's choices sit at the model's addresses.
 
 from __future__ import annotations
 
+import concurrent.futures
 from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from genvi.adev.strategies import REPARAM
 from genvi.core.addressing import current_prefix, prefixed
@@ -39,7 +41,7 @@ from genvi.distributions.base import Distribution
 from genvi.gen import language
 from genvi.guides import supports
 from genvi.guides.discover import PRIOR_DRAWS, Site, discover
-from genvi.guides.init_rules import InitRule, check_values, init_to_median
+from genvi.guides.init_rules import InitRule, check_values, init_to_uniform
 
 class Block(Distribution):
     """A guide site: a family's flat unconstrained draw of `site.size` numbers,
@@ -104,7 +106,7 @@ class AutoGuide(language.GenFn):
     """Base class of the automatic guides (see the module docstring).
 
     Subclasses define `family_init(key, sites, z0)` (parameters from the
-    unconstrained prior medians `z0`), `run(params, sites)` (sample every site,
+    unconstrained starting locations `z0`), `run(params, sites)` (sample every site,
     in order, with `sample_site`) and may override the summaries.
 
     Example:
@@ -125,7 +127,7 @@ class AutoGuide(language.GenFn):
         require_program(model, "model", f"gv.{self.kind}(model)")
         self.model, self.params_key, self.exclude = model, params_key, tuple(exclude)
         self.init_scale = float(init_scale)
-        self.init_rule = init if init is not None else init_to_median()
+        self.init_rule = init if init is not None else init_to_uniform()
         self.name = f"{self.kind}({model.name})"
         self.sites: list[Site] | None = None
 
@@ -133,7 +135,7 @@ class AutoGuide(language.GenFn):
     def init(self, key: jax.Array, *args: Any) -> Any:
         """Discover the model's latent sites on `args` (the model's arguments) and
         return this guide's initial parameters (locations by the guide's `init=` rule:
-        the prior median unless given, `genvi.guides.init_rules`).
+        uniform in (−2, 2), unconstrained, unless given; `genvi.guides.init_rules`).
 
         Example:
             >>> import genvi as gv, jax
@@ -157,6 +159,59 @@ class AutoGuide(language.GenFn):
         z0 = locations({s.name: draws[s.addr] for s in sites})
         check_values(rule, sites, z0, self.kind)
         return self.family_init(k_init, sites, z0)
+
+    def discover(self, *args: Any) -> "AutoGuide":
+        """Find the model's latent sites from the shapes of its arguments, without
+        initial parameters: for a guide whose parameters come from elsewhere (a
+        checkpoint, a saved fit). `args` are the model's arguments as `init` takes
+        them; arrays may be given as `jax.ShapeDtypeStruct`, since only their shapes
+        and dtypes are read. A site whose support depends on the data's values is
+        refused (pass the data itself). Returns the guide.
+
+        A guide that was neither initialized nor discovered discovers its sites the
+        first time it runs, from the shapes of the arguments it is called with
+        (`gv.predictive`, objectives); the summaries (`median`, `quantiles`,
+        `sample`) need one of the two calls first.
+
+        Example:
+            >>> import genvi as gv, jax, jax.numpy as jnp
+            >>> @gv.gen
+            ... def model(params, y):
+            ...     gv.normal(jnp.zeros(3), 1.0) @ "mu"
+            ...     gv.observe(gv.normal(0.0, 1.0), y)
+            >>> auto = gv.auto_normal(model).discover({}, jax.ShapeDtypeStruct((5,), jnp.float32))
+            >>> auto.layout()
+            {'mu': (0, 3, (3,))}
+        """
+        def placeholders(fill: int) -> tuple:
+            def leaf(a: Any) -> Any:
+                if isinstance(a, (jax.ShapeDtypeStruct, jax.core.Tracer)):
+                    return np.full(a.shape, fill, a.dtype)
+                return a
+            return jax.tree_util.tree_map(leaf, args)
+
+        def sites_of(values: tuple) -> list[Site]:
+            def run() -> list[Site]:
+                return discover(self.model, jax.random.key(0), values, self.exclude,
+                                who=self.kind, draws=2, call_args=self.call_args())[0]
+            # JAX's tracing state is per thread: a thread of its own runs the model
+            # eagerly even while a caller (gv.fit, jit) is tracing this guide
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                return pool.submit(run).result()
+
+        shapes_only = any(isinstance(a, (jax.ShapeDtypeStruct, jax.core.Tracer))
+                          for a in jax.tree_util.tree_leaves(args))
+        sites = sites_of(placeholders(0))
+        if shapes_only:
+            for site, other in zip(sites, sites_of(placeholders(1))):
+                if not all(np.array_equal(a, b) for a, b in zip(site.bounds, other.bounds)):
+                    raise ValueError(
+                        f"{self.name}: the support of site {site.name!r} (gv.{site.dist.name}) "
+                        "depends on the values of the model's arguments, so their shapes are "
+                        "not enough to build the guide: call auto.init(key, *args) or "
+                        "auto.discover(*args) with the data itself")
+        self.sites, self._sampler = sites, None
+        return self
 
     def layout(self) -> dict:
         """Where each site sits in the guide's flat unconstrained vector (the `loc` of
@@ -195,16 +250,20 @@ class AutoGuide(language.GenFn):
     def _check_ready(self) -> list[Site]:
         if self.sites is None:
             raise RuntimeError(f"{self.name}: call .init(key, *args) with the model's "
-                               "arguments first; it traces the model to find its latent sites.")
+                               "arguments first (or .discover(*args) for parameters restored "
+                               "from elsewhere: only the arguments' shapes are read); it "
+                               "traces the model to find its latent sites.")
         return self.sites
 
     # -- the program -----------------------------------------------------------------
     def body(self, *args: Any) -> dict:
+        if self.sites is None:  # parameters from elsewhere (a checkpoint): sites from shapes
+            self.discover(*args)
         sites = self._check_ready()
         if args and isinstance(args[0], Mapping) and self.params_key in args[0]:
-            return self.run(args[0][self.params_key], sites)
+            return self.run(self._started(args[0][self.params_key]), sites)
         if args and self._model_takes_no_params(args):  # the first argument is ours alone
-            return self.run(args[0], sites)
+            return self.run(self._started(args[0]), sites)
         got = type(args[0]).__name__ if args else "no arguments"
         raise TypeError(
             f"{self.name} reads its parameters from the first argument's "
@@ -212,6 +271,13 @@ class AutoGuide(language.GenFn):
             f"{{{self.params_key!r}: auto.init(key, *args), **model_params}}; got {got}. "
             "(A model written without a params argument needs no entry: pass "
             "auto.init(key, *data) itself.)")
+
+    def _started(self, params: Any) -> Any:
+        if isinstance(params, Mapping) and not params:
+            raise RuntimeError(f"{self.name} was given no parameters: call .init(key, *args) "
+                               "with the model's arguments for its initial ones, or pass "
+                               "parameters saved from a fit")
+        return params
 
     def _model_takes_no_params(self, args: tuple) -> bool:
         """Whether the model is written without `params` (`def model(*data)`), so the

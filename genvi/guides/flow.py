@@ -269,7 +269,7 @@ def auto_flow(model: Any, *, hidden: Sequence[int] = (32, 32), num_layers: int =
     """An inverse autoregressive flow guide (`num_layers` IAF layers, each a flax MADE
     with `hidden` tanh layers) for `model`'s continuous latents; parameters {"made":
     flax variables} (with a leading layer axis on every leaf when `num_layers` > 1).
-    It starts as a Gaussian at the prior median (or by `init`, see `gv.auto_normal`)
+    It starts as a Gaussian at the `init` rule's locations (see `gv.auto_normal`)
     with scale `init_scale` (the output
     layers start at zero; all but the last layer start as the identity). Summaries
     (`median`, `quantiles`) are Monte Carlo.

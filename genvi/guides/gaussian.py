@@ -303,17 +303,24 @@ class AutoLowRank(_Gaussian):
         return f", rank={self.rank}"
 
     def family_init(self, key, sites, z0):
+        # NumPyro's start: no correlation, and a factor relative to the scale
         loc = _flat_loc(sites, z0)
-        w = self.init_scale / math.sqrt(self.rank) * jax.random.normal(key, (loc.size, self.rank))
-        return {"loc": loc, "cov_factor": w,
+        return {"loc": loc, "cov_factor": jnp.zeros((loc.size, self.rank), loc.dtype),
                 "scale": positive(jnp.full(loc.shape, self.init_scale))}
+
+    @staticmethod
+    def factors(params: Any) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """(loc, W, d) of constrained parameters: `cov_factor` F is relative to the
+        scale, W = diag(d) F, so the covariance is diag(d) (F Fᵀ + I) diag(d)."""
+        p = constrain(params)
+        d = p["scale"]
+        return p["loc"], p["cov_factor"] * d[:, None], d
 
     def loc_scale_tril(self, params):
         """(loc, Cholesky factor of the D × D covariance): O(D³), for checks only;
         sampling, densities and summaries never form it."""
-        p = constrain(params)
-        w, d = p["cov_factor"], p["scale"]
-        return p["loc"], jnp.linalg.cholesky(w @ w.T + jnp.diag(d * d))
+        loc, w, d = self.factors(params)
+        return loc, jnp.linalg.cholesky(w @ w.T + jnp.diag(d * d))
 
     def run(self, params, sites):
         # Given the earlier sites' block A, site B's conditional is Gaussian with mean
@@ -321,8 +328,7 @@ class AutoLowRank(_Gaussian):
         # K = I + W_Aᵀ D_A⁻² W_A (r × r): low rank again, with factor W_B L⁻ᵀ (K = L Lᵀ),
         # sampled and scored with L⁻ᵀ and the next factor's inverse L'⁻¹ (`_LowRank`).
         # K, its factors and the projection accumulate site by site: O(D r² + sites · r³).
-        p = constrain(params)
-        loc, w, d = p["loc"], p["cov_factor"], p["scale"]
+        loc, w, d = self.factors(params)
         eye = jnp.eye(w.shape[-1], dtype=w.dtype)
         cap, chol, inv = eye, eye, eye               # K = I, its factor and inverse factor
         proj = jnp.zeros(w.shape[-1], w.dtype)
@@ -343,9 +349,8 @@ class AutoLowRank(_Gaussian):
         return values
 
     def marginals(self, params):
-        p = constrain(self.guide_params(params))
-        w, d = p["cov_factor"], p["scale"]
-        return p["loc"], jnp.sqrt(jnp.sum(w * w, -1) + d * d)
+        loc, w, d = self.factors(self.guide_params(params))
+        return loc, jnp.sqrt(jnp.sum(w * w, -1) + d * d)
 
 
 def auto_normal(model: Any, *, params_key: str = "guide", exclude: Sequence = (),
@@ -356,8 +361,8 @@ def auto_normal(model: Any, *, params_key: str = "guide", exclude: Sequence = ()
     Parameters: {"loc": {address: ...}, "scale": {address: gv.positive(...)}} from
     `auto.init(key, *args)`; the guide reads them from its first argument's
     `params_key` entry. `exclude` leaves sites to a hand-written guide (`inline`).
-    `init` chooses the starting locations (`gv.init_to_median()` unless given; see
-    `gv.init_to_value`, `gv.init_to_uniform`, `gv.init_to_sample`).
+    `init` chooses the starting locations (`gv.init_to_uniform()` unless given; see
+    `gv.init_to_value`, `gv.init_to_median`, `gv.init_to_sample`).
 
     Example:
         >>> import genvi as gv, jax, optax
@@ -400,10 +405,12 @@ def auto_mvn(model: Any, *, params_key: str = "guide", exclude: Sequence = (),
 def auto_low_rank(model: Any, rank: int, *, params_key: str = "guide",
                   exclude: Sequence = (), init_scale: float = 0.1,
                   init: InitRule | None = None) -> AutoLowRank:
-    """A Gaussian guide with covariance W Wᵀ + diag(d²), W of shape (D, rank ≥ 1):
-    parameters {"loc", "cov_factor", "scale": gv.positive}, the D unconstrained
-    coordinates in the order `auto.layout()` lists; `init` chooses the starting
-    location (see `gv.auto_normal`). O(D · rank) parameters
+    """A Gaussian guide with covariance W Wᵀ + diag(d²), W = diag(d) F of shape (D, rank
+    ≥ 1): parameters {"loc", "cov_factor": F, "scale": gv.positive d}, the D
+    unconstrained coordinates in the order `auto.layout()` lists, so the covariance is
+    diag(d) (F Fᵀ + I) diag(d) and F starts at zero (as NumPyro's
+    `AutoLowRankMultivariateNormal`); `init` chooses the starting location (see
+    `gv.auto_normal`). O(D · rank) parameters
     and O(D · rank²) per draw and density: each site's conditional given the earlier
     sites is again low rank plus diagonal, scored with the Woodbury identity and the
     matrix determinant lemma (an r × r Cholesky; no D × D matrix is formed).

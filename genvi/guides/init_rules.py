@@ -8,11 +8,14 @@ automatic guide takes one as `init=` (NumPyro's `init_loc_fn`):
 
     auto = gv.auto_normal(model, init=gv.init_to_uniform())
 
-- `init_to_median()` (the default): the median of the prior draws.
+- `init_to_uniform(radius=2)` (the default, as NumPyro's automatic guides): uniform
+  in (−radius, radius) in the unconstrained space. On stochastic volatility the prior
+  median starts the random walk's scale so small that the path cannot move, and a
+  mean-field fit stops about 11,000 nats below the one from this start
+  (BENCHMARKS.md, "Where the automatic guides start").
+- `init_to_median()`: the median of the prior draws (Pyro's default).
 - `init_to_sample()`: one prior draw.
-- `init_to_uniform(radius=2)`: uniform in (−radius, radius) in the unconstrained
-  space (NumPyro's default for its automatic guides).
-- `init_to_value(values, fallback=init_to_median())`: the given constrained values
+- `init_to_value(values, fallback=init_to_uniform())`: the given constrained values
   at their addresses, `fallback` elsewhere.
 
 A joint family's flat location (`auto_mvn`, `auto_low_rank`) puts the sites'
@@ -95,7 +98,8 @@ def init_to_uniform(radius: float = 2.0) -> InitRule:
 
 def init_to_value(values: Mapping[Any, Any], fallback: InitRule | None = None) -> InitRule:
     """Start the sites named in `values` (address → constrained value; an address is
-    "a/b" or a tuple) at those values, the others by `fallback` (the prior median).
+    "a/b" or a tuple) at those values, the others by `fallback` (the default rule,
+    `init_to_uniform()`).
     A value outside its site's support, or of another shape, is an error naming the
     site.
 
@@ -104,7 +108,7 @@ def init_to_value(values: Mapping[Any, Any], fallback: InitRule | None = None) -
         >>> rule = gv.init_to_value({"trans": [[0.9, 0.1], [0.2, 0.8]]})
     """
     given = {_name(k): v for k, v in values.items()}
-    other = fallback if fallback is not None else init_to_median()
+    other = fallback if fallback is not None else init_to_uniform()
 
     def rule(site: Site, draws: jax.Array, key: jax.Array) -> jax.Array:
         if site.name not in given:
