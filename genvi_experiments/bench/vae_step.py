@@ -8,16 +8,22 @@ per-round ratio (robust to the machine's drift). Pyro runs on CPU torch and is
 skipped with a note when it is not installed (`pip install -e ".[pyro]"`).
 
     python -m genvi_experiments.bench.vae_step [--batches 64 256 1024] [--systems hand numpyro pyro]
+        [--pixels 784] [--hidden 400] [--rounds 60] [--record]
+
+`--record` writes the table (as `vae_step_<pixels>`) to BENCHMARKS.md through
+`genvi_experiments.bench.results`.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 
 import optax
 
 from genvi_experiments.bench import systems
+from genvi_experiments.bench.results import record
 from genvi_experiments.common.nets import VAENets
 from genvi_experiments.common.timing import (compile_time, describe_machine, interleaved_samples,
                                             median, paired_ratio)
@@ -67,6 +73,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--hidden", type=int, default=400)
     ap.add_argument("--latent", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=60)
+    ap.add_argument("--record", action="store_true", help="write the table to BENCHMARKS.md")
     args = ap.parse_args(argv)
     nets = VAENets(args.pixels, args.hidden, args.latent)
     print(f"# VAE step {args.pixels}-{args.hidden}-{args.latent}, {describe_machine()}")
@@ -84,6 +91,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
             print(f"| {other} | {b} | {r['other'] * 1e3:.3f} | {r['genvi'] * 1e3:.3f} | "
                   f"{r['ratio']:.3f} | {1 / r['ratio']:.2f} | {r['compile_other']:.2f} | "
                   f"{r['compile_genvi']:.2f} |", flush=True)
+    if args.record:
+        names = {"hand": "hand-written JAX", "numpyro": "NumPyro", "pyro": "Pyro (CPU torch)"}
+        record(f"vae_step_{args.pixels}", "python -m genvi_experiments.bench.vae_step "
+               + " ".join(argv if argv is not None else sys.argv[1:]),
+               ["other system", "batch", "other (ms)", "genvi (ms)", "genvi / other"],
+               [[names[r["system"]], r["batch"], f"{r['other'] * 1e3:.3f}",
+                 f"{r['genvi'] * 1e3:.3f}", f"{r['ratio']:.3f}"] for r in rows])
     return rows
 
 

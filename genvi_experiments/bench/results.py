@@ -1,0 +1,150 @@
+"""Benchmark results as files: a bench script run with `--record` writes its summary
+table to `genvi_experiments/bench/results/<name>.json`, with the command that made it
+and where, when and at which commit it ran, and rewrites that table in BENCHMARKS.md
+(between the markers `<!-- results: name -->` and `<!-- /results: name -->`), so a
+rerun updates the numbers there and nobody copies them by hand.
+
+    python -m genvi_experiments.bench.results           # rewrite every marked table
+    python -m genvi_experiments.bench.results --check   # exit 1 if one is out of date
+
+Example:
+    >>> from genvi_experiments.bench.results import render
+    >>> print(render({"command": "python -m x", "columns": ["a", "b"], "rows": [[1, 2.5]],
+    ...               "note": "", "provenance": {"date": "2026-11-26", "commit": "abc1234",
+    ...                                         "machine": "x86_64, 2 cores"}}))
+    | a | b |
+    |---|---|
+    | 1 | 2.5 |
+    <BLANKLINE>
+    `python -m x` (2026-11-26, commit abc1234; x86_64, 2 cores)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import pathlib
+import re
+import subprocess
+import sys
+from typing import Any, Sequence
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+BENCHMARKS = ROOT / "BENCHMARKS.md"
+VERSIONED = ("jax", "numpyro", "funsor", "pyro", "torch", "flax")
+
+
+def _commit() -> str:
+    """The checkout's short commit, marked where files differ from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=ROOT, text=True, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + (" with uncommitted changes" if dirty.strip() else "")
+
+
+_COMMIT = _commit()  # when the bench started: the code it runs is what was checked out then
+
+
+def provenance() -> dict:
+    """Where, when and at which commit a result is recorded: the UTC date, the commit,
+    the machine and the versions of the libraries the bench imported.
+
+    Example:
+        >>> from genvi_experiments.bench.results import provenance
+        >>> sorted(provenance())
+        ['commit', 'date', 'machine']
+    """
+    from genvi_experiments.common.timing import describe_machine  # noqa: PLC0415 - imports JAX
+
+    versions = [f"{name} {sys.modules[name].__version__}" for name in VERSIONED[1:]
+                if name in sys.modules and hasattr(sys.modules[name], "__version__")]
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+            "commit": _COMMIT,
+            "machine": ", ".join([describe_machine()] + versions)}
+
+
+def render(result: dict) -> str:
+    """The markdown of a recorded result: its table, its note, and one line with the
+    command and its provenance."""
+    lines = ["| " + " | ".join(result["columns"]) + " |",
+             "|" + "---|" * len(result["columns"])]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in result["rows"]]
+    p = result["provenance"]
+    lines += [""] + ([result["note"], ""] if result["note"] else [])
+    lines.append(f"`{result['command']}` ({p['date']}, commit {p['commit']}; {p['machine']})")
+    return "\n".join(lines)
+
+
+def _block(name: str) -> re.Pattern:
+    return re.compile(rf"(<!-- results: {re.escape(name)} -->\n).*?(\n<!-- /results: "
+                      rf"{re.escape(name)} -->)", re.S)
+
+
+def update(markdown: str, results: dict) -> str:
+    """`markdown` with each marked block replaced by its result's rendering."""
+    for name, result in results.items():
+        markdown = _block(name).sub(lambda m, r=result: m.group(1) + render(r) + m.group(2),
+                                    markdown)
+    return markdown
+
+
+def load(directory: pathlib.Path = RESULTS) -> dict:
+    """{name: result} of every recorded result."""
+    return {path.stem: json.loads(path.read_text())
+            for path in sorted(directory.glob("*.json"))}
+
+
+def record(name: str, command: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
+           note: str = "", directory: pathlib.Path = RESULTS,
+           benchmarks: pathlib.Path = BENCHMARKS) -> dict:
+    """Write a bench's summary table to `directory/<name>.json` and rewrite its block in
+    `benchmarks` (if the file marks one); cells are written as given (format numbers
+    before). Returns the result.
+
+    Example:
+        >>> # record("stochastic_volatility", "python -m ...", ["guide", "ms"], [["x", "0.3"]])
+    """
+    result = {"command": command, "columns": list(columns),
+              "rows": [[str(cell) for cell in row] for row in rows], "note": note,
+              "provenance": provenance()}
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.json").write_text(json.dumps(result, indent=1, ensure_ascii=False)
+                                            + "\n")
+    if benchmarks.exists():
+        text = benchmarks.read_text()
+        new = update(text, {name: result})
+        if new != text:
+            benchmarks.write_text(new)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true",
+                   help="exit 1 if BENCHMARKS.md differs from the recorded results")
+    a = p.parse_args(argv)
+    text = BENCHMARKS.read_text()
+    results = load()
+    missing = [name for name in results if not _block(name).search(text)]
+    if missing:
+        print(f"BENCHMARKS.md has no block for {missing}", file=sys.stderr)
+        return 1
+    new = update(text, results)
+    if a.check:
+        if new != text:
+            print("BENCHMARKS.md is out of date: python -m genvi_experiments.bench.results",
+                  file=sys.stderr)
+            return 1
+        return 0
+    BENCHMARKS.write_text(new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
