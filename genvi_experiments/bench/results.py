@@ -37,11 +37,13 @@ VERSIONED = ("jax", "numpyro", "funsor", "pyro", "torch", "flax")
 
 
 def _commit() -> str:
-    """The checkout's short commit, marked where files differ from it."""
+    """The checkout's short commit, marked where the code that runs (the library, the
+    experiments) differs from it."""
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
                               capture_output=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
+                                "genvi", "genvi_experiments", "pyproject.toml"],
                                cwd=ROOT, text=True, capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
