@@ -248,3 +248,10 @@ def test_guide_starts_bench_tiny():
     from genvi_experiments.bench import guide_starts
     out = guide_starts.main(["--days", "30", "--steps", "20", "--draws", "10", "--seeds", "2"])
     assert len(out) == 6 and all(v.shape == (2,) for v in out.values())
+
+
+def test_horseshoe_bench_tiny():
+    from genvi_experiments.bench import horseshoe
+    out = horseshoe.main(["--points", "40", "--dims", "6", "--rounds", "1", "--steps", "20",
+                          "--seeds", "2"])
+    assert out["ratio"] > 0 and all(v.shape == (2,) for v in out["fits"].values())
