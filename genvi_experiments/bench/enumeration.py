@@ -35,7 +35,6 @@ that is not the ELBO) and an ELBO step built on the exact `log_density`
 from __future__ import annotations
 
 import argparse
-import sys
 from contextlib import nullcontext
 
 import jax
@@ -44,7 +43,7 @@ import numpy as np
 import optax
 
 import genvi as gv
-from genvi_experiments.bench.results import record
+from genvi_experiments.bench.results import command, record
 from genvi_experiments.common.timing import describe_machine, interleaved_medians
 
 K = 3
@@ -407,8 +406,7 @@ def main(argv: list[str] | None = None) -> dict:
                    f"{err:.3f}", "" if np.isnan(off) else f"{off:,.2f}"]
                   for i, (name, (t, err, off)) in enumerate(rows.items())]
     if a.record:
-        record("enumeration", "python -m genvi_experiments.bench.enumeration "
-               + " ".join(argv if argv is not None else sys.argv[1:]),
+        record("enumeration", command("enumeration", argv),
                ["model", "method", "ms / step", "× genvi", "max error of means",
                 "log p − exact"], table)
     return out

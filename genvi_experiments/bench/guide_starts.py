@@ -18,17 +18,15 @@ with its start by more than the estimates' standard errors.
 from __future__ import annotations
 
 import argparse
-import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
 import genvi as gv
 from genvi.guides.init_rules import InitRule
-from genvi_experiments.bench.results import record
-from genvi_experiments.bench.stochastic_volatility import by_walk, returns_data
+from genvi_experiments.bench.results import command, record
+from genvi_experiments.bench.stochastic_volatility import by_walk, numpyro_model, returns_data
 from genvi_experiments.common.timing import describe_machine
 
 RANK = 10
@@ -52,17 +50,10 @@ def genvi_fit(family: str, init: InitRule | None, data: jax.Array,
 
 
 def numpyro_fit(family: str, data: jax.Array, steps: int, draws: int, seed: int) -> float:
-    import numpyro  # noqa: PLC0415 - the bench's optional comparison
-    import numpyro.distributions as dist  # noqa: PLC0415
     from numpyro.infer import SVI, RenyiELBO, Trace_ELBO  # noqa: PLC0415
     from numpyro.infer.autoguide import AutoLowRankMultivariateNormal, AutoNormal  # noqa: PLC0415
 
-    def model(returns):
-        sigma = numpyro.sample("sigma", dist.Exponential(50.0))
-        s = numpyro.sample("s", dist.GaussianRandomWalk(scale=sigma, num_steps=returns.shape[0]))
-        nu = numpyro.sample("nu", dist.Exponential(0.1))
-        numpyro.sample("r", dist.StudentT(df=nu, loc=0.0, scale=jnp.exp(s)), obs=returns)
-
+    model = numpyro_model
     guide, loss = ((AutoNormal(model), Trace_ELBO()) if family.startswith("mean-field")
                    else (AutoLowRankMultivariateNormal(model, rank=RANK),
                          RenyiELBO(alpha=0.5, num_particles=8)))
@@ -98,8 +89,7 @@ def main(argv: list[str] | None = None) -> dict:
     for row in rows:
         print(f"{row[0]:<44} {row[1]:<36} {row[2]:>16} {row[3]:>20}")
     if a.record:
-        record("guide_starts", "python -m genvi_experiments.bench.guide_starts "
-               + " ".join(argv if argv is not None else sys.argv[1:]),
+        record("guide_starts", command("guide_starts", argv),
                ["guide, objective", "start", "ELBO, mean ± sd over starts", "range"], rows)
     return out
 

@@ -13,7 +13,6 @@ Synthetic data: `--points` rows, `--dims` features of which 3 have non-zero weig
 from __future__ import annotations
 
 import argparse
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +20,7 @@ import numpy as np
 import optax
 
 import genvi as gv
-from genvi_experiments.bench.results import record
+from genvi_experiments.bench.results import command, record
 from genvi_experiments.common.timing import describe_machine, interleaved_samples, median, \
     paired_ratio
 
@@ -133,8 +132,7 @@ def main(argv: list[str] | None = None) -> dict:
     for row in rows:
         print(f"{row[0]:<8} {row[1]:>8} ms  ×{row[2]:>5}  ELBO {row[3]}")
     if a.record:
-        record("horseshoe", "python -m genvi_experiments.bench.horseshoe "
-               + " ".join(argv if argv is not None else sys.argv[1:]),
+        record("horseshoe", command("horseshoe", argv),
                ["system", "ms / step", "÷ NumPyro (median paired ratio)",
                 f"ELBO after {a.steps} steps, mean ± sd over {a.seeds} starts"], rows)
     return {"ratio": ratio, "fits": fits}

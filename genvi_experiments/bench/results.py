@@ -71,6 +71,19 @@ def provenance() -> dict:
             "machine": ", ".join([describe_machine()] + versions)}
 
 
+def command(bench: str, argv: Sequence[str] | None) -> str:
+    """The command line that ran a bench: its module and its arguments (`argv`, or the
+    process's own when None), as the results record it.
+
+    Example:
+        >>> from genvi_experiments.bench.results import command
+        >>> command("horseshoe", ["--seeds", "8", "--record"])
+        'python -m genvi_experiments.bench.horseshoe --seeds 8 --record'
+    """
+    args = list(sys.argv[1:] if argv is None else argv)
+    return " ".join([f"python -m genvi_experiments.bench.{bench}", *args])
+
+
 def render(result: dict) -> str:
     """The markdown of a recorded result: its table, its note, and one line with the
     command and its provenance."""

@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import genvi as gv
-from genvi_experiments.bench.results import record
+from genvi_experiments.bench.results import command, record
 from genvi_experiments.common.timing import describe_machine, interleaved_medians
 
 
@@ -74,19 +74,23 @@ def genvi_steps(model, data: jax.Array, rank: int) -> dict:
     return out
 
 
-def numpyro_steps(data: jax.Array, rank: int) -> dict:
-    import numpyro  # noqa: PLC0415
+def numpyro_model(returns: jax.Array) -> None:
+    """The same model in NumPyro (`dist.GaussianRandomWalk`)."""
+    import numpyro  # noqa: PLC0415 - the bench's optional comparison
     import numpyro.distributions as dist  # noqa: PLC0415
+
+    sigma = numpyro.sample("sigma", dist.Exponential(50.0))
+    s = numpyro.sample("s", dist.GaussianRandomWalk(scale=sigma, num_steps=returns.shape[0]))
+    nu = numpyro.sample("nu", dist.Exponential(0.1))
+    numpyro.sample("r", dist.StudentT(df=nu, loc=0.0, scale=jnp.exp(s)), obs=returns)
+
+
+def numpyro_steps(data: jax.Array, rank: int) -> dict:
     import optax  # noqa: PLC0415
     from numpyro.infer import SVI, RenyiELBO, Trace_ELBO  # noqa: PLC0415
     from numpyro.infer.autoguide import AutoLowRankMultivariateNormal, AutoNormal  # noqa: PLC0415
 
-    def model(returns):
-        sigma = numpyro.sample("sigma", dist.Exponential(50.0))
-        s = numpyro.sample("s", dist.GaussianRandomWalk(scale=sigma, num_steps=returns.shape[0]))
-        nu = numpyro.sample("nu", dist.Exponential(0.1))
-        numpyro.sample("r", dist.StudentT(df=nu, loc=0.0, scale=jnp.exp(s)), obs=returns)
-
+    model = numpyro_model
     out = {}
     for guide_name, guide in (("mean-field", AutoNormal(model)),
                               ("low rank", AutoLowRankMultivariateNormal(model, rank=rank))):
@@ -135,8 +139,7 @@ def main(argv: list[str] | None = None) -> dict:
                  f"{out[walk, objective] / out[numpyro, objective]:.2f}"]
                 for (system, objective) in fns if system == walk]
         record("stochastic_volatility",
-               f"python -m genvi_experiments.bench.stochastic_volatility --steps {a.steps} "
-               f"--rounds {a.rounds} --rank {a.rank} --record",
+               command("stochastic_volatility", argv),
                ["guide", "objective", "genvi, `gv.gaussian_random_walk` (ms)",
                 "genvi, `gv.scan` (ms)", "NumPyro, `GaussianRandomWalk` (ms)",
                 "walk ÷ NumPyro"], rows)

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import sys
 
 import optax
 
 from genvi_experiments.bench import systems
-from genvi_experiments.bench.results import record
+from genvi_experiments.bench.results import command, record
 from genvi_experiments.common.nets import VAENets
 from genvi_experiments.common.timing import (compile_time, describe_machine, interleaved_samples,
                                             median, paired_ratio)
@@ -93,8 +92,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                   f"{r['compile_genvi']:.2f} |", flush=True)
     if args.record:
         names = {"hand": "hand-written JAX", "numpyro": "NumPyro", "pyro": "Pyro (CPU torch)"}
-        record(f"vae_step_{args.pixels}", "python -m genvi_experiments.bench.vae_step "
-               + " ".join(argv if argv is not None else sys.argv[1:]),
+        record(f"vae_step_{args.pixels}", command("vae_step", argv),
                ["other system", "batch", "other (ms)", "genvi (ms)", "genvi / other"],
                [[names[r["system"]], r["batch"], f"{r['other'] * 1e3:.3f}",
                  f"{r['genvi'] * 1e3:.3f}", f"{r['ratio']:.3f}"] for r in rows])
