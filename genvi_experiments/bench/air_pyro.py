@@ -194,16 +194,18 @@ class PyroAIR(nn.Module):
         return out
 
 
-def pyro_air_step(cfg: AIRConfig, estimator: str, seed: int = 0,
-                  hoist: bool = True) -> Callable[[np.ndarray], float]:
-    """A fresh `PyroAIR` (seeded) and `step(batch) -> loss`: one SVI step on a batch
-    [B, canvas, canvas] (numpy or torch), returning the negative ELBO estimate summed
-    over the batch. The AIR is at `step.air`, the SVI at `step.svi`. Estimators:
-    "tracegraph", "tracegraph_baselines", "traceenum" (z_pres enumerated in the guide)."""
+def pyro_air_step(cfg: AIRConfig, estimator: str, seed: int = 0, hoist: bool = True,
+                  device: str = "cpu") -> Callable[[np.ndarray], float]:
+    """A fresh `PyroAIR` (seeded, on torch's `device`) and `step(batch) -> loss`: one
+    SVI step on a batch [B, canvas, canvas] (numpy or torch), returning the negative
+    ELBO estimate summed over the batch. The AIR is at `step.air`, the SVI at
+    `step.svi`. Estimators: "tracegraph", "tracegraph_baselines", "traceenum" (z_pres
+    enumerated in the guide)."""
     if estimator not in ESTIMATORS:
         raise ValueError(f"estimator {estimator!r} is not one of {ESTIMATORS}")
     pyro.set_rng_seed(seed)
-    air = PyroAIR(cfg, use_baselines=estimator == "tracegraph_baselines", hoist=hoist)
+    air = PyroAIR(cfg, use_baselines=estimator == "tracegraph_baselines",
+                  hoist=hoist).to(device)
     guide = air.guide
     if estimator == "traceenum":
         guide = config_enumerate(air.guide, default="parallel")  # only z_pres is discrete
@@ -217,7 +219,7 @@ def pyro_air_step(cfg: AIRConfig, estimator: str, seed: int = 0,
     svi = SVI(air.model, guide, pyro.optim.Adam(lr), elbo)
 
     def step(batch: np.ndarray | Tensor) -> float:
-        return svi.step(torch.as_tensor(batch, dtype=torch.float32))
+        return svi.step(torch.as_tensor(batch, dtype=torch.float32, device=device))
 
     step.air, step.svi = air, svi  # type: ignore[attr-defined]
     return step
@@ -226,8 +228,8 @@ def pyro_air_step(cfg: AIRConfig, estimator: str, seed: int = 0,
 def pyro_air_counts(air: PyroAIR, data: np.ndarray | Tensor) -> np.ndarray:
     """The inferred object count of each canvas: the sum of the guide's sampled z_pres."""
     with torch.no_grad():
-        pres = air.guide(torch.as_tensor(data, dtype=torch.float32))
-    return torch.stack(pres).sum(0).round().to(torch.int32).numpy()
+        pres = air.guide(torch.as_tensor(data, dtype=torch.float32, device=air.where_loc.device))
+    return torch.stack(pres).sum(0).round().to(torch.int32).cpu().numpy()
 
 
 if __name__ == "__main__":

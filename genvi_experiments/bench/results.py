@@ -7,6 +7,12 @@ rerun updates the numbers there and nobody copies them by hand.
     python -m genvi_experiments.bench.results           # rewrite every marked table
     python -m genvi_experiments.bench.results --check   # exit 1 if one is out of date
 
+A table measured on an accelerator is its own result (`vae_step_784_gpu` beside
+`vae_step_784`: see `on_platform`). Where the checkout is a copy without git (a bench
+sent to a GPU machine), `GENVI_BENCH_COMMIT` names the commit it was copied from, and
+`GENVI_RESULTS_DIR` where the files go (BENCHMARKS.md is then left alone: render
+it with this module where the files land).
+
 Example:
     >>> from genvi_experiments.bench.results import render
     >>> print(render({"command": "python -m x", "columns": ["a", "b"], "rows": [[1, 2.5]],
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import pathlib
 import re
 import subprocess
@@ -33,12 +40,16 @@ from typing import Any, Sequence
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 BENCHMARKS = ROOT / "BENCHMARKS.md"
+# a copy of the checkout sent to another machine: where its results go instead
+_RESULTS_ELSEWHERE = os.environ.get("GENVI_RESULTS_DIR")
 VERSIONED = ("jax", "numpyro", "funsor", "pyro", "torch", "flax")
 
 
 def _commit() -> str:
     """The checkout's short commit, marked where the code that runs (the library, the
-    experiments) differs from it."""
+    experiments) differs from it; `GENVI_BENCH_COMMIT` where the checkout is a copy."""
+    if os.environ.get("GENVI_BENCH_COMMIT"):
+        return os.environ["GENVI_BENCH_COMMIT"]
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
                               capture_output=True, check=True).stdout.strip()
@@ -84,6 +95,21 @@ def command(bench: str, argv: Sequence[str] | None) -> str:
     return " ".join([f"python -m genvi_experiments.bench.{bench}", *args])
 
 
+def on_platform(name: str) -> str:
+    """A result's name on the machine JAX computes on: `name` on a CPU, with the
+    platform appended on an accelerator, so a GPU table never overwrites a CPU one.
+
+    Example:
+        >>> from genvi_experiments.bench.results import on_platform
+        >>> on_platform("vae_step_784")  # on a CPU
+        'vae_step_784'
+    """
+    import jax  # noqa: PLC0415 - the results files and BENCHMARKS.md need no JAX
+
+    platform = jax.default_backend()
+    return name if platform == "cpu" else f"{name}_{platform}"
+
+
 def render(result: dict) -> str:
     """The markdown of a recorded result: its table, its note, and one line with the
     command and its provenance."""
@@ -116,11 +142,13 @@ def load(directory: pathlib.Path = RESULTS) -> dict:
 
 
 def record(name: str, command: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
-           note: str = "", directory: pathlib.Path = RESULTS,
-           benchmarks: pathlib.Path = BENCHMARKS) -> dict:
+           note: str = "", directory: pathlib.Path | None = None,
+           benchmarks: pathlib.Path | None = BENCHMARKS) -> dict:
     """Write a bench's summary table to `directory/<name>.json` and rewrite its block in
     `benchmarks` (if the file marks one); cells are written as given (format numbers
-    before). Returns the result.
+    before). `directory` defaults to `results/` beside this module, or to
+    `GENVI_RESULTS_DIR` when set (and then BENCHMARKS.md is not touched). Returns the
+    result.
 
     Example:
         >>> # record("stochastic_volatility", "python -m ...", ["guide", "ms"], [["x", "0.3"]])
@@ -128,10 +156,14 @@ def record(name: str, command: str, columns: Sequence[str], rows: Sequence[Seque
     result = {"command": command, "columns": list(columns),
               "rows": [[str(cell) for cell in row] for row in rows], "note": note,
               "provenance": provenance()}
+    if directory is None:
+        directory = pathlib.Path(_RESULTS_ELSEWHERE) if _RESULTS_ELSEWHERE else RESULTS
+        if _RESULTS_ELSEWHERE and benchmarks == BENCHMARKS:
+            benchmarks = None
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"{name}.json").write_text(json.dumps(result, indent=1, ensure_ascii=False)
                                             + "\n")
-    if benchmarks.exists():
+    if benchmarks is not None and benchmarks.exists():
         text = benchmarks.read_text()
         new = update(text, {name: result})
         if new != text:

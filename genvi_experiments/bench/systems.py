@@ -1,6 +1,6 @@
 """The same VAE training step in four systems, for side-by-side timing and quality
 comparisons: genvi, hand-written JAX, NumPyro (`SVI`, `Trace_ELBO`, `flax_module`)
-and Pyro (CPU torch, `pip install -e ".[pyro]"`).
+and Pyro (torch on the GPU where torch sees one, else on the CPU; `pip install -e ".[pyro]"`).
 
 Every JAX side uses the Flax networks of `genvi_experiments.common.nets`, the same
 initial parameters and `optax.adam`; each step maps `(state, key, x) -> (state,
@@ -115,22 +115,30 @@ def torch_mlp(sizes: list[int]):
     return tnn.Sequential(*layers)
 
 
-def pyro_vae(nets: VAENets, lr: float) -> Callable[[Any], float]:
-    """Pyro's SVI step on the same model (torch networks of the same shapes), as
-    `step(x) -> ELBO estimate` for a float32 torch tensor `x`."""
+def torch_device() -> str:
+    """Where the torch side of a comparison runs: "cuda" where torch sees a GPU, else
+    "cpu" (the JAX side runs on JAX's default device)."""
+    import torch
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def pyro_vae(nets: VAENets, lr: float, device: str = "cpu") -> Callable[[Any], float]:
+    """Pyro's SVI step on the same model (torch networks of the same shapes, on
+    `device`), as `step(x) -> ELBO estimate` for a float32 torch tensor `x` there."""
     import pyro
     import pyro.distributions as pdist
     import torch
     from pyro.infer import SVI, Trace_ELBO
     from pyro.optim import Adam
 
-    encoder = torch_mlp([nets.pixels, nets.hidden, 2 * nets.latent])
-    decoder = torch_mlp([nets.latent, nets.hidden, nets.pixels])
+    encoder = torch_mlp([nets.pixels, nets.hidden, 2 * nets.latent]).to(device)
+    decoder = torch_mlp([nets.latent, nets.hidden, nets.pixels]).to(device)
+    prior_loc = torch.zeros(nets.latent, device=device)
 
     def model(x):
         pyro.module("decoder", decoder)
         with pyro.plate("batch", x.shape[0]), pyro.poutine.scale(scale=1.0 / x.shape[0]):
-            z = pyro.sample("z", pdist.Normal(torch.zeros(nets.latent), 1.0).to_event(1))
+            z = pyro.sample("z", pdist.Normal(prior_loc, 1.0).to_event(1))
             pyro.sample("x", pdist.Bernoulli(logits=decoder(z)).to_event(1), obs=x)
 
     def guide(x):

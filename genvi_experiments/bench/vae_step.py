@@ -4,14 +4,15 @@ Bernoulli pixels, 10-dimensional Gaussian latent, one-hidden-layer MLPs (784-400
 default, `--pixels 64 --hidden 200` for the digits size), Adam, batch mean of
 single-sample ELBOs. Each pair (genvi, other) is timed in this one process,
 interleaved round by round, warm; the ratio is the median over rounds of the paired
-per-round ratio (robust to the machine's drift). Pyro runs on CPU torch and is
-skipped with a note when it is not installed (`pip install -e ".[pyro]"`).
+per-round ratio (robust to the machine's drift). Pyro runs on torch's GPU where
+torch sees one, else on the CPU, and is skipped with a note when it is not installed
+(`pip install -e ".[pyro]"`).
 
     python -m genvi_experiments.bench.vae_step [--batches 64 256 1024] [--systems hand numpyro pyro]
         [--pixels 784] [--hidden 400] [--rounds 60] [--record]
 
-`--record` writes the table (as `vae_step_<pixels>`) to BENCHMARKS.md through
-`genvi_experiments.bench.results`.
+`--record` writes the table (as `vae_step_<pixels>`, with `_gpu` appended on a GPU)
+to BENCHMARKS.md through `genvi_experiments.bench.results`.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import importlib.util
 import optax
 
 from genvi_experiments.bench import systems
-from genvi_experiments.bench.results import command, record
+from genvi_experiments.bench.results import command, on_platform, record
 from genvi_experiments.common.nets import VAENets
 from genvi_experiments.common.timing import (compile_time, describe_machine, interleaved_samples,
                                             median, paired_ratio)
@@ -45,8 +46,9 @@ def time_pair(other: str, nets: VAENets, batch: int, rounds: int) -> dict:
                                            key, x)
     else:
         import torch
-        step = systems.pyro_vae(nets, systems.VAE_LR)
-        tx = torch.from_numpy(x)
+        device = systems.torch_device()
+        step = systems.pyro_vae(nets, systems.VAE_LR, device)
+        tx = torch.from_numpy(x).to(device)
         other_fn, other_compile = (lambda: step(tx)), compile_time(lambda: step(tx))
     # Beside Pyro, untimed warm-up calls let torch's and XLA's thread pools hand the
     # cores over before each timed block (see `interleaved_samples`).
@@ -91,8 +93,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                   f"{r['ratio']:.3f} | {1 / r['ratio']:.2f} | {r['compile_other']:.2f} | "
                   f"{r['compile_genvi']:.2f} |", flush=True)
     if args.record:
-        names = {"hand": "hand-written JAX", "numpyro": "NumPyro", "pyro": "Pyro (CPU torch)"}
-        record(f"vae_step_{args.pixels}", command("vae_step", argv),
+        names = {"hand": "hand-written JAX", "numpyro": "NumPyro"}
+        if any(r["system"] == "pyro" for r in rows):
+            names["pyro"] = f"Pyro (torch on {systems.torch_device()})"
+        record(on_platform(f"vae_step_{args.pixels}"), command("vae_step", argv),
                ["other system", "batch", "other (ms)", "genvi (ms)", "genvi / other"],
                [[names[r["system"]], r["batch"], f"{r['other'] * 1e3:.3f}",
                  f"{r['genvi'] * 1e3:.3f}", f"{r['ratio']:.3f}"] for r in rows])
