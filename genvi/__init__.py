@@ -64,6 +64,7 @@ from genvi.inference.diagnose import Diagnosis, diagnose
 from genvi.objectives.wake_sleep import forward_kl_sir, sleep_guide, wake_guide, wake_model
 from genvi.training.checkpoints import CheckpointError, CheckpointWarning
 from genvi.training.fit import FitResult, fit
+from genvi.training.fit_options import Checkpoints, Evaluation, SkipNonfinite
 from genvi.training.step import TrainState, TrainingStep, training_step
 from genvi.training.schedule import Schedule, schedule
 from genvi.training.stopping import Converged, converged
@@ -102,6 +103,7 @@ __all__ = [
     "Categorical",
     "CheckpointError",
     "CheckpointWarning",
+    "Checkpoints",
     "ChoiceMap",
     "Converged",
     "Deferred",
@@ -111,6 +113,7 @@ __all__ = [
     "Distribution",
     "ENUM",
     "EstimatorComparison",
+    "Evaluation",
     "Expectation",
     "FitResult",
     "Flip",
@@ -131,6 +134,7 @@ __all__ = [
     "RLOO",
     "RunState",
     "SD",
+    "SkipNonfinite",
     "Schedule",
     "Strategy",
     "TrainState",

@@ -47,13 +47,18 @@ def main(pid: int, nproc: int, port: int, specs: list, out: str) -> None:
         return jax.scipy.stats.norm.logpdf(y, x @ w, 0.3) + (log_prior - log_q) / N
 
     objectives = {"plate": gv.elbo(model, guide), "batch_mean": gv.batch_mean(per_point, (None, 0, 0))}
+    def checkpoints_of(spec):
+        if spec.get("checkpoint_dir") is None:
+            return None
+        return gv.Checkpoints(spec["checkpoint_dir"], every=spec.get("checkpoint_every"),
+                              resume=spec.get("resume"))
+
     results = []
     for spec in specs:
         result = gv.fit(objectives[spec.get("objective", "plate")], {"loc": jnp.zeros(2), "log_scale": jnp.full(2, -1.0)},
                         x[mine], y[mine], optimizer=optax.adam(0.05), steps=spec["steps"],
                         key=jax.random.key(0), batch_size=spec.get("batch_size"), shard=True,
-                        progress=False, checkpoint_dir=spec.get("checkpoint_dir"),
-                        checkpoint_every=spec.get("checkpoint_every"), resume=spec.get("resume"))
+                        progress=False, checkpoints=checkpoints_of(spec))
         results.append({k: np.asarray(v).tolist() for k, v in result.params.items()}
                        | {"steps_done": len(result.history["objective"])})
     with open(out, "w") as f:

@@ -55,10 +55,10 @@ def test_resume_with_constrained_leaves_is_bit_for_bit(tmp_path):
     full = run()
     directory = str(tmp_path / "ckpt")
     with pytest.raises(Crash):
-        run(checkpoint_dir=directory, checkpoint_every=STEPS // 2,
+        run(checkpoints=gv.Checkpoints(directory, every=STEPS // 2),
             callbacks=[crash_after(STEPS // 2)])
     assert gv.training.checkpoints.latest_step(directory) == STEPS // 2
-    resumed = run(checkpoint_dir=directory, checkpoint_every=STEPS // 2)
+    resumed = run(checkpoints=gv.Checkpoints(directory, every=STEPS // 2))
     assert_same_constrained_tree(full.params, resumed.params)
     np.testing.assert_array_equal(full.history["objective"], resumed.history["objective"])
     w = gv.constrain(resumed.params)["w"]

@@ -44,7 +44,7 @@ FIT = textwrap.dedent("""
     directory, out = sys.argv[1], sys.argv[2]
     steps = 20_000
     print("fitting", flush=True)
-    kw = {} if directory == "-" else dict(checkpoint_dir=directory, checkpoint_every=1_000)
+    kw = {} if directory == "-" else dict(checkpoints=gv.Checkpoints(directory, every=1_000))
     result = gv.fit(gv.elbo(model, guide), {"m": jnp.zeros(D), "s": jnp.zeros(D)},
                     jnp.linspace(-1.0, 1.0, D),
                     optimizer=optax.adam(optax.cosine_decay_schedule(0.01, steps)),
@@ -94,14 +94,14 @@ def _newest_files(directory: pathlib.Path) -> list[pathlib.Path]:
 def test_a_damaged_newest_checkpoint_is_skipped_for_the_previous_one(tmp_path, damage):
     directory = tmp_path / "ckpt"
     with pytest.raises(Crash):
-        run(steps=600, checkpoint_dir=str(directory), checkpoint_every=100,
+        run(steps=600, checkpoints=gv.Checkpoints(str(directory), every=100),
             callbacks=[crash_after(400)])
     assert gv.training.checkpoints.latest_step(str(directory)) == 400
     for f in _newest_files(directory):
         data = f.read_bytes()
         f.write_bytes(data[:len(data) // 2] if damage == "truncated" else b"\\0" * len(data))
     with pytest.warns(gv.CheckpointWarning, match=r"step_000000400.*resuming from .*step_000000300"):
-        resumed = run(steps=600, checkpoint_dir=str(directory), checkpoint_every=100)
+        resumed = run(steps=600, checkpoints=gv.Checkpoints(str(directory), every=100))
     full = run(steps=600)
     for name in ("m", "s"):
         assert np.array_equal(np.asarray(full.params[name]), np.asarray(resumed.params[name]))
@@ -110,10 +110,10 @@ def test_a_damaged_newest_checkpoint_is_skipped_for_the_previous_one(tmp_path, d
 
 def test_when_no_checkpoint_can_be_read_the_error_names_each(tmp_path):
     directory = tmp_path / "ckpt"
-    run(steps=200, checkpoint_dir=str(directory), checkpoint_every=100)
+    run(steps=200, checkpoints=gv.Checkpoints(str(directory), every=100))
     for f in directory.rglob("*"):
         if f.is_file():
             f.write_bytes(b"")
     with pytest.raises(gv.CheckpointError, match="step_000000200.*step_000000100"):
-        run(steps=300, checkpoint_dir=str(directory), checkpoint_every=100)
+        run(steps=300, checkpoints=gv.Checkpoints(str(directory), every=100))
     assert jax.devices()  # the process is still usable

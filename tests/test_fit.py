@@ -49,7 +49,7 @@ def test_minibatches_eval_and_callbacks():
     seen = []
     obj = gv.batch_mean(ELBO, in_axes=(None, 0))
     res = gv.fit(obj, START, data, optimizer=ADAM, steps=1500, key=jax.random.key(1),
-                 batch_size=8, eval_objective=obj, eval_data=(data,), eval_every=500,
+                 batch_size=8, evaluate=gv.Evaluation(obj, data, every=500),
                  callbacks=[lambda step, params, history: seen.append(step)], progress=False)
     # Each datapoint's ELBO is maximized by its own posterior; the average over the data
     # is maximized at m = mean(y) / 2.
@@ -76,9 +76,9 @@ def test_resume_from_checkpoint_is_bit_for_bit(tmp_path):
     full = run(steps=600)
     directory = str(tmp_path / "ckpt")
     with pytest.raises(Crash):
-        run(steps=600, checkpoint_dir=directory, checkpoint_every=200, callbacks=[crash_after(400)])
+        run(steps=600, checkpoints=gv.Checkpoints(directory, every=200), callbacks=[crash_after(400)])
     assert gv.training.checkpoints.latest_step(directory) == 400
-    resumed = run(steps=600, checkpoint_dir=directory, checkpoint_every=200)
+    resumed = run(steps=600, checkpoints=gv.Checkpoints(directory, every=200))
     for name in ("m", "s"):
         assert np.array_equal(np.asarray(full.params[name]), np.asarray(resumed.params[name]))
     np.testing.assert_array_equal(full.history["objective"], resumed.history["objective"])
@@ -95,8 +95,8 @@ def test_resume_with_once_shuffled_minibatches_is_bit_for_bit(tmp_path):
     full = fit()
     directory = str(tmp_path / "ckpt")
     with pytest.raises(Crash):
-        fit(checkpoint_dir=directory, checkpoint_every=100, callbacks=[crash_after(200)])
-    resumed = fit(checkpoint_dir=directory, checkpoint_every=100)
+        fit(checkpoints=gv.Checkpoints(directory, every=100), callbacks=[crash_after(200)])
+    resumed = fit(checkpoints=gv.Checkpoints(directory, every=100))
     for name in ("m", "s"):
         assert np.array_equal(np.asarray(full.params[name]), np.asarray(resumed.params[name]))
     assert abs(float(full.params["m"]) - 0.5) < 0.1
@@ -113,22 +113,22 @@ def test_unknown_shuffle_is_refused():
 
 def test_bad_checkpoints_give_clear_errors(tmp_path):
     directory = tmp_path / "ckpt"
-    run(steps=100, checkpoint_dir=str(directory), checkpoint_every=100)
+    run(steps=100, checkpoints=gv.Checkpoints(str(directory), every=100))
     # a different parameter structure
     with pytest.raises(gv.CheckpointError, match="step_000000100"):
         gv.fit(ELBO, {"m": 0.0, "s": 0.0, "extra": jnp.zeros(3)}, 1.0, optimizer=ADAM,
-               steps=200, key=jax.random.key(0), checkpoint_dir=str(directory),
-               checkpoint_every=100, progress=False)
+               steps=200, key=jax.random.key(0),
+               checkpoints=gv.Checkpoints(str(directory), every=100), progress=False)
     # a different key
     with pytest.raises(gv.CheckpointError, match="different key"):
         gv.fit(ELBO, START, 1.0, optimizer=ADAM, steps=200, key=jax.random.key(9),
-               checkpoint_dir=str(directory), checkpoint_every=100, progress=False)
+               checkpoints=gv.Checkpoints(str(directory), every=100), progress=False)
     # corrupt files
     for f in pathlib.Path(directory).rglob("*"):
         if f.is_file():
             f.write_bytes(b"not a checkpoint")
     with pytest.raises(gv.CheckpointError, match="step_000000100"):
-        run(steps=200, checkpoint_dir=str(directory), checkpoint_every=100)
+        run(steps=200, checkpoints=gv.Checkpoints(str(directory), every=100))
 
 
 def test_four_devices_match_one(tmp_path):
@@ -160,15 +160,15 @@ def test_four_devices_match_one(tmp_path):
 def test_missing_checkpoint_and_interrupted_write(tmp_path):
     directory = tmp_path / "ckpt"
     with pytest.raises(gv.CheckpointError, match="no checkpoint"):
-        run(steps=100, checkpoint_dir=str(directory), checkpoint_every=100, resume=True)
-    run(steps=200, checkpoint_dir=str(directory), checkpoint_every=100)
+        run(steps=100, checkpoints=gv.Checkpoints(str(directory), every=100, resume=True))
+    run(steps=200, checkpoints=gv.Checkpoints(str(directory), every=100))
     # A crash in the middle of writing step 300 leaves only orbax's temporary folder:
     # it is not a checkpoint, and the run resumes from step 200.
     partial = directory / "step_000000300.orbax-checkpoint-tmp-1234"
     partial.mkdir()
     (partial / "garbage").write_bytes(b"half written")
     assert gv.training.checkpoints.latest_step(str(directory)) == 200
-    resumed = run(steps=300, checkpoint_dir=str(directory), checkpoint_every=100, resume=True)
+    resumed = run(steps=300, checkpoints=gv.Checkpoints(str(directory), every=100, resume=True))
     full = run(steps=300)
     assert np.array_equal(np.asarray(full.params["m"]), np.asarray(resumed.params["m"]))
 
@@ -184,7 +184,7 @@ def test_chunks_of_every_length_share_one_compiled_program(caplog):
         fit(20, chunk_size=10)
         # chunks of 10, 10, 3 and, with evaluations every 4 steps, of 4, 4, 2, 4, 4, 2, 3
         odd = fit(23, chunk_size=10)
-        fit(23, chunk_size=10, eval_every=4, eval_objective=objective, eval_data=(1.0,))
+        fit(23, chunk_size=10, evaluate=gv.Evaluation(objective, 1.0, every=4))
     compiles = [r for r in caplog.records if r.getMessage().startswith("Compiling jit(run_chunk)")]
     assert len(compiles) == 1
     whole = fit(23, chunk_size=23)

@@ -79,11 +79,11 @@ def test_a_continued_or_resumed_run_stops_where_one_run_stops(tmp_path):
     same(rest.params, whole.params)
     # a checkpointed run saves where it stops; run again, it resumes there and stops
     directory = str(tmp_path / "ckpt")
-    first = fit(START, 50_000, key=jax.random.key(0), checkpoint_dir=directory,
-                checkpoint_every=1000)
+    first = fit(START, 50_000, key=jax.random.key(0),
+                checkpoints=gv.Checkpoints(directory, every=1000))
     assert gv.training.checkpoints.latest_step(directory) == whole.steps
-    again = fit(START, 50_000, key=jax.random.key(0), checkpoint_dir=directory,
-                checkpoint_every=1000)
+    again = fit(START, 50_000, key=jax.random.key(0),
+                checkpoints=gv.Checkpoints(directory, every=1000))
     assert first.steps == again.steps == whole.steps and again.stopped == whole.stopped
     same(again.params, whole.params)
 
@@ -162,8 +162,8 @@ def test_a_scheduled_argument_takes_its_value_at_each_step():
     beta = gv.schedule(lambda step: jnp.minimum(1.0, step / 100.0))
     ys = jnp.arange(8.0)    # minibatched; beta is not
     res = gv.fit(kl_term, 1.0, ys, beta, optimizer=optax.sgd(0.0), steps=150,
-                 key=jax.random.key(6), batch_size=4, eval_objective=kl_term,
-                 eval_data=(ys, beta), eval_every=50, eval_estimates=2, chunk_size=40,
+                 key=jax.random.key(6), batch_size=4, chunk_size=40,
+                 evaluate=gv.Evaluation(kl_term, ys, beta, every=50, estimates=2),
                  progress=False)
     steps = np.arange(150)
     np.testing.assert_allclose(res.history["objective"], -0.5 * np.minimum(1.0, steps / 100.0),

@@ -83,9 +83,9 @@ def mostly_nan(p):
     return jnp.log(x - 1.28)
 
 
-def fit_mostly_nan(**kw):
+def fit_mostly_nan(skip_nonfinite=True):
     return gv.fit(mostly_nan, {"m": 0.0}, optimizer=ADAM, steps=200, key=jax.random.key(2),
-                  skip_nonfinite=True, progress=False, **kw)
+                  skip_nonfinite=skip_nonfinite, progress=False)
 
 
 def test_skip_nonfinite_counts_and_warns():
@@ -97,8 +97,9 @@ def test_skip_nonfinite_counts_and_warns():
     assert np.isfinite(float(res.params["m"]))
     with warnings.catch_warnings():
         warnings.simplefilter("error", gv.NonFiniteWarning)
-        assert fit_mostly_nan(skip_warn_fraction=0.95).history["num_skipped"] == n
-        fit_mostly_nan(skip_warn_fraction=None)
+        skip = gv.SkipNonfinite(warn_fraction=0.95)
+        assert fit_mostly_nan(skip_nonfinite=skip).history["num_skipped"] == n
+        fit_mostly_nan(skip_nonfinite=gv.SkipNonfinite(warn_fraction=None))
     with pytest.raises(gv.NonFiniteError, match="step 0"):
         gv.fit(mostly_nan, {"m": 0.0}, optimizer=ADAM, steps=200, key=jax.random.key(2),
                progress=False)
@@ -110,8 +111,8 @@ def test_a_program_is_not_an_objective():
         gv.fit(model, START, 1.0, optimizer=ADAM, steps=10, key=jax.random.key(0))
     with pytest.raises(TypeError, match=r"gv\.Expectation.*got <function"):
         gv.fit(lambda p: p, START, optimizer=ADAM, steps=10, key=jax.random.key(0))
-    with pytest.raises(TypeError, match="eval_objective.*program 'guide'"):
-        fit_mean(jnp.zeros(4), eval_objective=guide, eval_every=10)
+    with pytest.raises(TypeError, match="gv.Evaluation's objective.*program 'guide'"):
+        gv.Evaluation(guide, jnp.zeros(4), every=10)
 
 
 def test_integer_parameters_name_the_leaf():

@@ -30,10 +30,13 @@ import optax
 from genvi.adev.expectation import Expectation
 from genvi.core.compile_cache import use_compilation_cache
 from genvi.core.validation import entry_point
-from genvi.training import checkpoints, fit_state
+from genvi.training import checkpoints as checkpoint_files
+from genvi.training import fit_state
 from genvi.training.distributed import check_batch, data_parallel, local, place_data, reports
 from genvi.training.fit_checks import (NonFiniteError, as_arrays, check_float_params,
                                        check_objective, nonfinite_message, warn_if_skipped)
+from genvi.training.fit_options import (Checkpoints, Evaluation, SkipNonfinite,
+                                        from_flat_keywords)
 from genvi.training.fit_loop import (Chunk, Setup, check_order, compiled_chunk, dataset_size,
                                      shuffle_once)
 from genvi.training.fit_state import FitResult
@@ -46,14 +49,11 @@ from genvi.training.stopping import replay
 @entry_point
 def fit(objective: Expectation, params: Any, *data: Any,
         optimizer: optax.GradientTransformation, steps: int, key: jax.Array | None = None,
-        progress: bool = True, batch_size: int | None = None, shuffle: str = "epoch",
-        skip_nonfinite: bool = False, stop: Any = None,
-        eval_objective: Expectation | None = None, eval_data: Sequence | None = None,
-        eval_every: int | None = None, eval_estimates: int = 64,
-        callbacks: Sequence[Callable] = (), chunk_size: int = 1000,
-        checkpoint_dir: str | None = None, checkpoint_every: int | None = None,
-        resume: bool | None = None, shard: bool = False,
-        skip_warn_fraction: float | None = 0.1) -> FitResult:
+        batch_size: int | None = None, shuffle: str = "epoch", stop: Any = None,
+        evaluate: Evaluation | None = None, checkpoints: Checkpoints | None = None,
+        skip_nonfinite: bool | SkipNonfinite = False, callbacks: Sequence[Callable] = (),
+        chunk_size: int = 1000, shard: bool = False, progress: bool = True,
+        **deprecated: Any) -> FitResult:
     """Maximize `objective(params, *data)`; returns a `FitResult` (`params`, `state`,
     `history`, `steps`, `stopped`, `key`).
 
@@ -89,21 +89,21 @@ def fit(objective: Expectation, params: Any, *data: Any,
       naming the step and the parameter leaves whose gradient is not finite; its
       `result` holds the parameters from before that step. Run the objective under
       `with gv.validation():` to find the site that produced it.
-    * `skip_nonfinite=True`: skip such steps instead (the parameters and optimizer
-      state stay as they were), flagged in `history["skipped"]` and counted in
-      `history["num_skipped"]`; a `gv.NonFiniteWarning` is issued when more than
-      `skip_warn_fraction` of the steps were skipped (`None`: never).
-    * `eval_objective` / `eval_data` / `eval_every`: a held-out objective estimated
-      (mean of `eval_estimates` estimates) every `eval_every` steps.
+    * `skip_nonfinite=True` (or `gv.SkipNonfinite(warn_fraction=...)`): skip such
+      steps instead (the parameters and optimizer state stay as they were), flagged in
+      `history["skipped"]` and counted in `history["num_skipped"]`, with a warning
+      past a fraction of skipped steps.
+    * `evaluate=gv.Evaluation(objective, *data, every=500)`: a held-out objective
+      estimated (mean of `estimates` estimates) every `every` steps, in
+      `history["eval"]`.
     * `callbacks`: functions `(step, params, history)` called between chunks.
     * `chunk_size`: steps per jitted call (the progress bar, callbacks, evaluations
       and checkpoints run between calls). Chunks of every length share one compiled
       program, and a later `gv.fit` given the same `objective` and `optimizer`
       objects reuses it (a freshly built `optax.adam(...)` compiles anew).
-    * `checkpoint_dir` / `checkpoint_every`: atomic orbax checkpoints; a run finding a
-      checkpoint there resumes from it and ends bit-for-bit where an uninterrupted
-      run would. `resume=True` requires a checkpoint (a clear error if there is
-      none); `resume=False` ignores existing ones.
+    * `checkpoints=gv.Checkpoints(directory, every=1000)`: atomic orbax checkpoints;
+      a run finding a checkpoint there resumes from it and ends bit-for-bit where an
+      uninterrupted run would (`resume=True` requires one, `resume=False` ignores them).
     * `shard`: split each batch over all devices (`jax.sharding`), parameters
       replicated. Under `jax.distributed` (several processes) every process calls
       `gv.fit` alike with its own rows of each data argument, and `batch_size` is the
@@ -111,6 +111,9 @@ def fit(objective: Expectation, params: Any, *data: Any,
     * Compiled steps are kept in a persistent XLA cache (`~/.cache/genvi/xla`, or
       `$GENVI_CACHE`; `GENVI_CACHE=off` turns it off), so a second run of a script
       loads them instead of compiling again.
+    * The flat keywords of earlier releases (`eval_objective`, `eval_data`, `eval_every`,
+      `eval_estimates`, `checkpoint_dir`, `checkpoint_every`, `resume`,
+      `skip_warn_fraction`) still work, with a `DeprecationWarning` naming the record.
 
     Example:
         >>> import genvi as gv, jax, jax.numpy as jnp, optax
@@ -129,8 +132,12 @@ def fit(objective: Expectation, params: Any, *data: Any,
     """
     use_compilation_cache()
     check_objective(objective, "objective")
-    if eval_objective is not None:
-        check_objective(eval_objective, "eval_objective")
+    evaluate, checkpoints, skip_nonfinite = from_flat_keywords(deprecated, evaluate, checkpoints,
+                                                               skip_nonfinite)
+    checkpoint_dir, checkpoint_every, resume = (
+        (None, None, None) if checkpoints is None
+        else (checkpoints.directory, checkpoints.every, checkpoints.resume))
+    eval_every = evaluate.every if evaluate is not None else None
     _check_stop(stop)
     if isinstance(params, FitResult):
         params, state, history, key = fit_state.continued(params, optimizer, key)
@@ -158,23 +165,24 @@ def fit(objective: Expectation, params: Any, *data: Any,
     if order == "once":
         data = shuffle_once(data, data_key, batch_size, n, sharding.processes)
     chunk = compiled_chunk(objective, optimizer,
-                           Setup((batch_size, order), n, skip_nonfinite, stop, scheduled),
+                           Setup((batch_size, order), n, skip_nonfinite is not None, stop,
+                                 scheduled),
                            sharding)
     capacity = max(1, min(chunk_size, steps))
     start = base
-    latest = checkpoints.latest_step(checkpoint_dir) if checkpoint_dir is not None else None
+    latest = checkpoint_files.latest_step(checkpoint_dir) if checkpoint_dir is not None else None
     found = latest is not None and latest > base
     if resume and not found:
-        where = (repr(checkpoint_dir) if checkpoint_dir else "(no checkpoint_dir given)")
+        where = repr(str(checkpoint_dir))
         after = f" past step {base}, where the continued FitResult ends" if base else ""
-        raise checkpoints.CheckpointError(f"resume=True but there is no checkpoint in {where}{after}")
+        raise checkpoint_files.CheckpointError(f"resume=True but there is no checkpoint in {where}{after}")
     if found and resume is not False:
         start, params, state, history = fit_state.resume(checkpoint_dir, params, state, key)
     # a resumed or continued run replays its history, so it stops where one run would
     rule_state = () if stop is None else replay(stop, history["objective"], ~history["skipped"])
     if shard:
         params, state, rule_state = jax.device_put((params, state, rule_state), sharding.replicated)
-    evaluate = _make_eval(eval_objective, eval_data, eval_estimates, key)
+    estimate_held_out = _make_eval(evaluate, key)
     bar = ProgressBar(end - base, enabled=progress and reports(sharding))
     bar.advance(start - base)
     reason = _converged(stop, rule_state, sharding)
@@ -200,12 +208,12 @@ def fit(objective: Expectation, params: Any, *data: Any,
             reason = _converged(stop, rule_state, sharding)
             if reason is not None:
                 converged, stopped = True, reason
-            if evaluate and eval_every and reached % eval_every == 0:
+            if estimate_held_out and reached % eval_every == 0:
                 history["eval_step"].append(reached)
-                history["eval"].append(float(evaluate(params, reached)))
+                history["eval"].append(float(estimate_held_out(params, reached)))
             if checkpoint_dir and checkpoint_every and (
                     reached % checkpoint_every == 0 or reached == end or converged):
-                checkpoints.save(checkpoint_dir, reached,
+                checkpoint_files.save(checkpoint_dir, reached,
                                  fit_state.payload(*local((params, state), sharding), reached,
                                                    key, history),
                                  primary=reports(sharding))
@@ -217,7 +225,8 @@ def fit(objective: Expectation, params: Any, *data: Any,
     finally:
         bar.close(stopped if converged else None)
     result = fit_state.finish(*local((params, state), sharding), history, key, stopped)
-    warn_if_skipped(result.history, skip_warn_fraction)
+    if skip_nonfinite is not None:
+        warn_if_skipped(result.history, skip_nonfinite.warn_fraction)
     return result
 
 
@@ -276,14 +285,14 @@ def _boundaries(start: int, end: int, chunk: int, *every: int | None) -> list[tu
     return list(zip(points[:-1], points[1:]))
 
 
-def _make_eval(objective: Expectation | None, data: Sequence | None, n: int,
-               key: jax.Array) -> Callable | None:
-    """`evaluate(params, step)`: the mean of `n` held-out estimates, with scheduled
-    arguments at `step`."""
-    if objective is None:
+def _make_eval(evaluation: Evaluation | None, key: jax.Array) -> Callable | None:
+    """`estimate(params, step)`: the mean of the evaluation's held-out estimates, with
+    scheduled arguments at `step`."""
+    if evaluation is None:
         return None
+    objective, data, n = evaluation.objective, evaluation.data, evaluation.estimates
     fixed, scheduled = split_scheduled(tuple(data or ()))
-    check_schedules(scheduled, "eval_data")
+    check_schedules(scheduled, "gv.Evaluation's data")
     eval_key = jax.random.fold_in(key, 2 ** 31 - 1)
 
     @jax.jit

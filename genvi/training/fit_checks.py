@@ -48,7 +48,7 @@ class NonFiniteError(FloatingPointError):
 
 
 class NonFiniteWarning(RuntimeWarning):
-    """`gv.fit(..., skip_nonfinite=True)` skipped more than `skip_warn_fraction` of its
+    """`gv.fit(..., skip_nonfinite=True)` skipped more than `SkipNonfinite.warn_fraction` of its
     steps because their objective estimate or gradient was not finite.
 
     Example:
@@ -179,6 +179,7 @@ def warn_if_skipped(history: dict, fraction: float | None) -> None:
         f"step {first}) because their objective estimate or gradient was not finite; the "
         "parameters moved only on the other steps. Find the site that produces it by "
         "running the objective inside `with gv.validation():`, or raise "
-        f"skip_warn_fraction (now {fraction}) to silence this.",
+        f"the fraction (skip_nonfinite=gv.SkipNonfinite(warn_fraction=...), now {fraction}) "
+        "to silence this.",
         NonFiniteWarning, stacklevel=user_stacklevel())
 
