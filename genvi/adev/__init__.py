@@ -1,7 +1,6 @@
 """ADEV: automatic differentiation of expected values.
 
-`strategies` holds one rule per gradient strategy (`switch`, `stochastic_derivatives`
-more); `interpreter` turns an objective's jaxpr into a forward-mode estimator
+`strategies` holds one module per gradient strategy (`switch` chooses among them); `interpreter` turns an objective's jaxpr into a forward-mode estimator
 (continuations resolved at trace time, `continuation`), replaying the objective where
 a rule asks (`replay`, `pending`; lane by lane in `lanes`, `lane_rules`, `lane_scan`);
 `expectation` wraps it as an `Expectation` whose reverse mode JAX derives by

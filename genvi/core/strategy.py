@@ -90,7 +90,7 @@ class RunState:
       tangent, with `replay(overrides)` the objective's value with some sites
       overridden and `final` its value on this run.
 
-    Every hook defaults to doing nothing (see `genvi.adev.stochastic_derivatives` for
+    Every hook defaults to doing nothing (see `genvi.adev.strategies.sd` for
     `gv.SD`'s pruning pool, the built-in one).
 
     Example:
@@ -154,7 +154,7 @@ def supported_kinds(dist: Any) -> tuple[str, ...]:
     Example:
         >>> import genvi as gv
         >>> supported_kinds(gv.normal), supported_kinds(gv.flip)
-        (('REPARAM', 'REINFORCE', 'MVD'), ('ENUM', 'REINFORCE', 'MVD', 'SD'))
+        (('REPARAM', 'REINFORCE', 'MVD'), ('ENUM', 'REINFORCE', 'MVD', 'SD', 'DisARM'))
     """
     ranked = sorted((rank, kind) for kind, (rank, needs) in _BUILT_IN.items()
                     if all(_has(dist, name) for name in needs))

@@ -13,6 +13,8 @@ follow (`strategies`, for messages):
 * `support(*params)`: the finite support of one lane (ENUM).
 * `mvd_terms(key, value, params, tangents)`: measure-valued derivative terms (MVD).
 * `sd_terms(value, params, tangents)`: stochastic derivative terms (SD).
+* `binary = True`: each lane takes the values 0 and 1 (or False and True), with
+  `lane_log_prob` defined at both (DisARM).
 * `lanewise = True`: `sample` draws each lane from that lane's parameters alone
   (ENUM/MVD replays in a plate stay O(lanes) through such a draw).
 * `domain`: where a continuous value lies ("real", "positive", "unit_interval",
@@ -61,6 +63,8 @@ class Distribution:
     # numbers, so a draw whose parameters depend lane by lane on a batched site still
     # does: lane-local replays (`genvi.replays.lanes`) may then follow it in O(lanes)
     lanewise: bool = False
+    # each lane takes the values 0 and 1 only (gv.DisARM)
+    binary: bool = False
     # Parameters (by position) that `sample` and `lane_log_prob` accept with a leading
     # axis of size 1 where the others have one per lane: under `jax.vmap` these stay
     # one copy when unbatched (see `genvi.core.jaxpr.register_batching_by_broadcasting`)

@@ -99,6 +99,7 @@ class Flip(Distribution):
 
     name = "flip"
     lanewise = True
+    binary = True
     param_names = ("p",)
 
     def sample(self, key, p):
@@ -152,6 +153,7 @@ class Bernoulli(Distribution):
 
     name = "bernoulli"
     lanewise = True
+    binary = True
     param_names = ("logits",)
 
     def sample(self, key, logits):

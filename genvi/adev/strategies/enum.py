@@ -1,0 +1,76 @@
+"""ENUM: exact enumeration over a finite support (lane by lane when batched)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from genvi.adev import dual as d
+from genvi.core.strategy import Strategy, register_built_in
+
+
+class Enum(Strategy):
+    """Enumeration over a finite support.
+
+    A single-lane site whose continuation can branch is enumerated exactly: the
+    primal and tangent are Σ_v p(v) k(v) and Σ_v [p(v) ∂k(v) + ∂p(v) k(v)]. A
+    batched site (or one inside `scan`/`cond`) enumerates lane by lane: the score
+    term of each lane is summed exactly over its support while the other lanes keep
+    their sampled values — unbiased, with O(lanes × support) continuation
+    evaluations, never support^lanes.
+    """
+
+    kind = "ENUM"
+    needs = ("sample", "support", "lane_prob")
+
+    def jvp(self, dist, key, primals, tangents, k):
+        x = dist.sample(key, *primals)
+        support = dist.support(*primals)
+        if x.size == 1 and k.can_branch and not getattr(dist, "is_masked", False):
+            values = support.reshape((-1,) + x.shape).astype(x.dtype)
+            p, dp = d.jvp(lambda *q: jax.vmap(lambda v: jnp.prod(dist.lane_prob(v, *q)))(values),
+                          primals, tangents)
+            live = p > 0  # values of probability 0 contribute nothing (k may be −inf there)
+            # ... and are run at the most probable value instead: their own continuation
+            # can be NaN (log p − log q = −inf + inf), and reverse mode would multiply
+            # the masked branch's zero cotangent by its non-finite derivatives.
+            alive = live.reshape((-1,) + (1,) * x.ndim)
+            branches = k.dual_map(jnp.where(alive, values, values[jnp.argmax(p)]))
+            k_p = jnp.where(live, branches.primal, 0.0)
+            primal = jnp.sum(p * k_p)
+            tangent = d.add(
+                None if branches.tangent is None else jnp.sum(jnp.where(live, p * branches.tangent, 0.0)),
+                None if dp is None else jnp.sum(dp * k_p))
+            return d.Dual(primal, tangent)
+        if all(t is None for t in tangents):
+            return k.dual(x)
+
+        def lane_probs(*p):
+            return jax.vmap(lambda v: dist.lane_prob(jnp.full(x.shape, v, x.dtype), *p))(support)
+
+        probs, dp = d.jvp(lane_probs, primals, tangents)  # [V, lanes...]
+        if dp is None:
+            return k.dual(x)
+        # Σ_v ∂p(v) k(v): the term at the sampled value is the final result (a score
+        # term); only the V − 1 other values of each lane are replayed.
+        # index of x in the (sorted) support; by comparisons, not a loop of bisections
+        at = jnp.searchsorted(support, x, method="compare_all")
+        index = jnp.arange(support.shape[0]).reshape((-1,) + (1,) * x.ndim)
+        # the V − 1 other values of each lane, by selects rather than gathers: inside a
+        # scan a gather's transpose is a scatter, which XLA:CPU does not compile into
+        # the loop's kernel (HMM bench, 2 states, T = 400: 17% faster step)
+        skip = index[:-1] >= at  # [V − 1, lanes...]: past x, the next value
+
+        def others(a):
+            a = jnp.broadcast_to(a, (support.shape[0],) + jnp.shape(a)[1:])
+            return jnp.where(skip, a[1:], a[:-1])
+
+        dp_here = jnp.sum(jnp.where(index == at, dp, 0.0))
+        alts = others(support.reshape(index.shape)).astype(x.dtype)
+        # values of probability 0 (a boundary, e.g. p forced to 0) contribute nothing
+        live = others(probs) > 0
+        return k.dual(x).plus(score=dp_here).plus_replays(alts, others(dp), live)
+
+
+ENUM = Enum()
+register_built_in(ENUM, rank=1)  # after REPARAM: exact before the unbiased others
