@@ -255,3 +255,10 @@ def test_horseshoe_bench_tiny():
     out = horseshoe.main(["--points", "40", "--dims", "6", "--rounds", "1", "--steps", "20",
                           "--seeds", "2"])
     assert out["ratio"] > 0 and all(v.shape == (2,) for v in out["fits"].values())
+
+
+def test_binary_vae_bench_tiny():
+    from genvi_experiments.bench import binary_vae
+    lab = binary_vae.main(["--batch", "4", "--samples", "40", "--rounds", "1",
+                           "--strategies", "REINFORCE", "DisARM", "MVD"])
+    assert tuple(lab.labels) == ("REINFORCE", "DisARM", "MVD") and not lab.flagged
