@@ -26,7 +26,8 @@ from genvi_experiments.common.nets import MLP, apply, init_params
 from genvi_experiments.common.timing import describe_machine
 
 STRATEGIES = {"REINFORCE": gv.REINFORCE, "RLOO(2)": gv.RLOO(2), "DisARM": gv.DisARM,
-              "MVD": gv.MVD, "ENUM": gv.ENUM, "SD": gv.SD}
+              "DisARM-whole-site": gv.DisARM.whole_site(), "MVD": gv.MVD, "ENUM": gv.ENUM,
+              "SD": gv.SD}
 
 
 class BinaryVAE:

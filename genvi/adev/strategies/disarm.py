@@ -38,9 +38,10 @@ from genvi.core.strategy import Strategy, register_built_in
 
 
 class DisARM(Strategy):
-    """The DisARM estimator at a binary site (see the module docstring): needs a
-    distribution whose lanes take the values 0 and 1 (`binary`), its sampler and its
-    per-lane log density.
+    """The DisARM estimator at a binary site, lane by lane (see the module docstring):
+    needs a distribution whose lanes take the values 0 and 1 (`binary`), its sampler
+    and its per-lane log density. `gv.DisARM.whole_site()` flips every lane with its
+    partner at once: two evaluations of the rest of the objective in all.
 
     Example:
         >>> import genvi as gv
@@ -52,30 +53,72 @@ class DisARM(Strategy):
     needs = ("sample", "lane_log_prob", "binary")
 
     def jvp(self, dist, key, primals, tangents, k):
-        b = dist.sample(key, *primals)
-        if all(t is None for t in tangents):
+        b, pair = _antithetic(dist, key, primals, tangents)
+        if pair is None:
             return k.dual(b)
-        one, zero = jnp.ones(b.shape, b.dtype), jnp.zeros(b.shape, b.dtype)
-
-        def logit(*params):  # per lane: log p(1) − log p(0)
-            return dist.lane_log_prob(one, *params) - dist.lane_log_prob(zero, *params)
-
-        alpha, dalpha = d.jvp(logit, primals, tangents)
-        if dalpha is None:
-            return k.dual(b)
-        alpha = jnp.broadcast_to(alpha, b.shape)
-        on = b.astype(bool)
-        sigma = jax.nn.sigmoid(alpha)
-        v = jax.random.uniform(jax.random.fold_in(key, 1), b.shape, sigma.dtype)
-        u = jnp.where(on, sigma * v, sigma + (1 - sigma) * v)  # u given b
-        partner_on = 1 - u < sigma
-        differ = on != partner_on
-        sign = jnp.where(partner_on, -1.0, 1.0).astype(sigma.dtype)
-        weight = jnp.where(differ, 0.5 * sign * jax.nn.sigmoid(jnp.abs(alpha)) * dalpha, 0.0)
-        partner = partner_on.astype(b.dtype)
+        partner, differ, weight = pair
         return k.dual(b).plus(score=jnp.sum(weight)).plus_replays(partner[None], -weight[None],
                                                                    differ[None])
 
+    def whole_site(self) -> "WholeSiteDisARM":
+        """DisARM with one antithetic partner for the whole site: the weights of every
+        lane multiply f(b) − f(b̃) with all lanes at their partners, so the rest of the
+        objective is evaluated twice whatever the number of lanes (the multivariate
+        estimator of the DisARM paper). The cheap form where a site is one datapoint's
+        latent vector (a model under `gv.batch_mean`); across a plate's datapoints
+        each datapoint's difference adds to every other's variance, so there keep
+        `gv.DisARM`, whose replays are lane-local.
+
+        Example:
+            >>> import genvi as gv
+            >>> gv.DisARM.whole_site()
+            gv.DisARM.whole_site()
+        """
+        return WHOLE_SITE
+
+
+class WholeSiteDisARM(DisARM):
+    """`gv.DisARM.whole_site()`: see `DisARM.whole_site`."""
+
+    def jvp(self, dist, key, primals, tangents, k):
+        b, pair = _antithetic(dist, key, primals, tangents)
+        if pair is None:
+            return k.dual(b)
+        partner, _, weight = pair
+        total = jnp.sum(weight)  # linear in the tangents; f(b̃) is a primal value
+        k.note("1 replay of the rest of the objective, every lane at its antithetic partner")
+        return k.dual(b).plus(score=total, tangent=-total * k.pure(partner))
+
+    def __repr__(self) -> str:
+        return "gv.DisARM.whole_site()"
+
+
+def _antithetic(dist, key, primals, tangents):
+    """The site's value b (the sampler's own draw with `key`) and, where a tangent
+    reaches the logits, (partner b̃, lanes where b ≠ b̃, per-lane weight on f(b))."""
+    b = dist.sample(key, *primals)
+    if all(t is None for t in tangents):
+        return b, None
+    one, zero = jnp.ones(b.shape, b.dtype), jnp.zeros(b.shape, b.dtype)
+
+    def logit(*params):  # per lane: log p(1) − log p(0)
+        return dist.lane_log_prob(one, *params) - dist.lane_log_prob(zero, *params)
+
+    alpha, dalpha = d.jvp(logit, primals, tangents)
+    if dalpha is None:
+        return b, None
+    alpha = jnp.broadcast_to(alpha, b.shape)
+    on = b.astype(bool)
+    sigma = jax.nn.sigmoid(alpha)
+    v = jax.random.uniform(jax.random.fold_in(key, 1), b.shape, sigma.dtype)
+    u = jnp.where(on, sigma * v, sigma + (1 - sigma) * v)  # u given b
+    partner_on = 1 - u < sigma
+    differ = on != partner_on
+    sign = jnp.where(partner_on, -1.0, 1.0).astype(sigma.dtype)
+    weight = jnp.where(differ, 0.5 * sign * jax.nn.sigmoid(jnp.abs(alpha)) * dalpha, 0.0)
+    return b, (partner_on.astype(b.dtype), differ, weight)
+
 
 DISARM = DisARM()
+WHOLE_SITE = WholeSiteDisARM()
 register_built_in(DISARM, rank=5)  # after REPARAM, ENUM, REINFORCE, MVD and SD
