@@ -37,7 +37,8 @@ from genvi.adev.strategies.mvd import MVD, MVD_
 from genvi.adev.strategies.rloo import RLOO
 from genvi.adev.strategies.sd import SD, SD_
 from genvi.adev.strategies.disarm import DISARM, DisARM
+from genvi.adev.strategies.swor import SWOR
 
 __all__ = ["DISARM", "DisARM", "ENUM", "Enum", "MVD", "MVD_", "REINFORCE", "REPARAM", "RLOO",
-           "Reinforce", "ReinforceBaseline", "Reparam", "SD", "SD_",
+           "Reinforce", "ReinforceBaseline", "Reparam", "SD", "SD_", "SWOR",
            "decaying_average"]

@@ -1,0 +1,146 @@
+"""SWOR: the unordered-set estimator with its built-in baseline (Kool, van Hoof and
+Welling 2020), `gv.SWOR(k)`, for sites with a finite support (`gv.categorical`, and
+`gv.flip` / `gv.bernoulli` with k ≤ 2).
+
+Each lane draws k distinct values S = {s₁, …, s_k} without replacement: s₁ is the
+distribution's own draw with the site's key, the others the top k − 1 of Gumbel-
+perturbed log-probabilities over the rest of the support (together: sampling without
+replacement). With p(T | A) the probability of drawing the set T, in any order,
+without replacement from the support less A,
+
+    R(S, s)    = p(S \\ {s} | {s}) / p(S | ∅)
+    B(S, s)    = p(s) f(s) + Σ_{s' ≠ s} p(s') · p(S \\ {s, s'} | {s, s'}) / p(S \\ {s} | {s}) · f(s')
+    ∇ E f  ≈  Σ_{s ∈ S} ∇p(s) R(S, s) (f(s) − B(S, s))
+
+B(S, s) estimates E f without bias given that s was drawn (the same estimator over the
+rest of the set), so the baseline adds no bias; with k equal to the number of values
+R = 1 and B = E f: the gradient is exact. Expanded, the gradient is linear in the f(sⱼ):
+a weight on f(s₁) (the final result, a score term) and on each other value a lane-
+local replay, as MVD's. At a single-lane site whose continuation can branch, the k
+values are evaluated as duals and the value is the unordered-set estimate
+Σ p(s) R(S, s) f(s) (exact too at k = number of values). Set probabilities sum over
+the k! orders of a set, so k is at most 6.
+
+Example:
+    >>> import genvi as gv, jax, jax.numpy as jnp
+    >>> @gv.expectation
+    ... def e(logits):
+    ...     return gv.sample(gv.categorical(logits, grad=gv.SWOR(3))) * 1.0
+    >>> # exact at k = 3 categories: E x = Σ x softmax(logits)_x
+    >>> round(float(e.estimate(jax.random.key(0), jnp.zeros(3))), 5)
+    1.0
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+from genvi.adev import dual as d
+from genvi.core.strategy import Strategy
+
+MAX_K = 6  # set probabilities sum over k! orders
+
+
+@dataclass(frozen=True)
+class SWOR(Strategy):
+    """The unordered-set estimator with k values drawn without replacement (see the
+    module docstring).
+
+    Example:
+        >>> import genvi as gv
+        >>> gv.SWOR(4)
+        gv.SWOR(4)
+    """
+
+    k: int = 2
+    kind = "SWOR"
+    needs = ("sample", "support", "lane_prob")
+
+    def __post_init__(self):
+        k = self.k
+        if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= MAX_K:
+            raise ValueError(f"gv.SWOR(k) needs an int k with 2 <= k <= {MAX_K} (its set "
+                             f"probabilities sum over the k! orders of a set); got {k!r}")
+
+    def __repr__(self) -> str:
+        return f"gv.SWOR({self.k})"
+
+    def jvp(self, dist, key, primals, tangents, k):
+        x = dist.sample(key, *primals)
+        support = dist.support(*primals)
+        size = support.shape[0]
+        if self.k > size:
+            raise ValueError(f"gv.SWOR({self.k}) at a gv.{dist.name} site with {size} values: "
+                             f"k can be at most the number of values (gv.SWOR({size}) is exact)")
+        if all(t is None for t in tangents):
+            return k.dual(x)
+
+        def probs(*params):  # [values, lanes...], normalized (a masked lane: uniform)
+            p = jax.vmap(lambda v: jnp.broadcast_to(
+                dist.lane_prob(jnp.full(x.shape, v, x.dtype), *params), x.shape))(support)
+            return p / jnp.sum(p, axis=0)
+
+        p_all, dp_all = d.jvp(probs, primals, tangents)
+        if dp_all is None:
+            return k.dual(x)
+        at = jnp.searchsorted(support, x, method="compare_all")          # index of x
+        index = jnp.arange(size).reshape((-1,) + (1,) * x.ndim)
+        gumbel = jax.random.gumbel(jax.random.fold_in(key, 1), p_all.shape, p_all.dtype)
+        keyed = jnp.where(index == at, -jnp.inf, jnp.log(p_all) + gumbel)
+        rest = jax.lax.top_k(jnp.moveaxis(keyed, 0, -1), self.k - 1)[1]   # [lanes..., k − 1]
+        chosen = jnp.concatenate([at[None], jnp.moveaxis(rest, -1, 0)])   # [k, lanes...]
+        p = jnp.take_along_axis(p_all, chosen, axis=0)
+        dp = jnp.take_along_axis(dp_all, chosen, axis=0)
+        ratio, coeff = _unordered_set_weights(p)
+        # ∇ ≈ Σ_i dp_i R_i (f_i − Σ_j c_ij f_j): the weight of f_j
+        weights = dp * ratio - jnp.einsum("i...,ij...->j...", dp * ratio, coeff)
+        values = support[chosen].astype(x.dtype)
+        if x.size == 1 and k.can_branch and not getattr(dist, "is_masked", False):
+            branches = k.dual_map(values.reshape((self.k,) + x.shape))
+            w = (p * ratio).reshape(self.k)
+            tangent = d.add(None if branches.tangent is None else jnp.sum(w * branches.tangent),
+                            jnp.sum(weights.reshape(self.k) * branches.primal))
+            return d.Dual(jnp.sum(w * branches.primal), tangent)
+        return k.dual(x).plus(score=jnp.sum(weights[0])).plus_replays(values[1:], weights[1:])
+
+
+def _orders(m: int) -> jax.Array:
+    return jnp.array(list(itertools.permutations(range(m))), jnp.int32).reshape(-1, m)
+
+
+def _set_prob(p: jax.Array, removed: jax.Array) -> jax.Array:
+    """The probability of drawing the values whose probabilities are `p` [m, lanes...]
+    as a set, in any order, without replacement from a support of which mass
+    `removed` [lanes...] was taken out first."""
+    m = p.shape[0]
+    if m == 0:
+        return jnp.ones_like(removed)
+    ordered = p[_orders(m)]                                   # [m!, m, lanes...]
+    before = jnp.cumsum(ordered, axis=1) - ordered
+    return jnp.sum(jnp.prod(ordered / (1 - removed - before), axis=1), axis=0)
+
+
+def _unordered_set_weights(p: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """For the k values of a set with probabilities `p` [k, lanes...]: R(S, s_i) [k, ...]
+    and the baseline's coefficients c[i, j] [k, k, ...] (B_i = Σ_j c_ij f_j)."""
+    kk = p.shape[0]
+    zero = jnp.zeros(p.shape[1:], p.dtype)
+    p_set = _set_prob(p, zero)
+    without = [[j for j in range(kk) if j != i] for i in range(kk)]
+    given_i = jnp.stack([_set_prob(p[jnp.array(without[i])], p[i]) for i in range(kk)])
+    ratio = given_i / p_set
+    rows = []
+    for i in range(kk):
+        row = []
+        for j in range(kk):
+            if i == j:
+                row.append(p[i])
+                continue
+            rest = jnp.array([m for m in range(kk) if m not in (i, j)], jnp.int32)
+            row.append(p[j] * _set_prob(p[rest], p[i] + p[j]) / given_i[i])
+        rows.append(jnp.stack(row))
+    return ratio, jnp.stack(rows)
