@@ -157,6 +157,13 @@ def test_the_sample_size_fails_a_baseline_without_its_correction(monkeypatch):
     assert not within(g, g_se, grad), "the test is too weak to see the missing correction"
 
 
+def test_explain_says_how_many_values_it_evaluates():
+    assert "at 2 of 4 values, drawn without replacement" in str(single(gv.SWOR(2)).explain(THETA))
+    assert "at 4 of 4 values, drawn without replacement (all: exact)" in str(
+        single(gv.SWOR(4)).explain(THETA))
+    assert "3 × 4 lanes: lane-local" in str(lanes_objective(gv.SWOR(4)).explain(THETA))
+
+
 def test_refusals():
     for bad in (1, 7, 2.5, True):
         with pytest.raises(ValueError, match="gv.SWOR\\(k\\) needs an int k with 2 <= k <= 6"):

@@ -101,6 +101,8 @@ class SWOR(Strategy):
         values = support[chosen].astype(x.dtype)
         if x.size == 1 and k.can_branch and not getattr(dist, "is_masked", False):
             branches = k.dual_map(values.reshape((self.k,) + x.shape))
+            k.note(f"rest of the program at {self.k} of {size} values, drawn without replacement"
+                   + (" (all: exact)" if self.k == size else ""))
             w = (p * ratio).reshape(self.k)
             tangent = d.add(None if branches.tangent is None else jnp.sum(w * branches.tangent),
                             jnp.sum(weights.reshape(self.k) * branches.primal))
