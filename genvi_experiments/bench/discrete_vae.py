@@ -1,0 +1,131 @@
+"""Gradient estimators of discrete-latent VAEs at their initial parameters: the DisARM
+and RELAX papers' binary-latent VAE and a categorical-latent one, at digits size.
+
+* binary: 20 binary latents with a Bernoulli(½) prior;
+* categorical: 10 latents of 10 categories each with a uniform prior, one-hot into
+  the decoder.
+
+8×8 digits (binarized once), one-hidden-layer MLPs (hidden 200), batch-mean ELBO over
+a batch; one strategy at the guide's latent site per row. `gv.compare_estimators`
+measures each strategy's gradient variance on the encoder (the only parameters the
+site's strategy changes), seconds per gradient estimate and their product, and
+checks that the means agree.
+
+    python -m genvi_experiments.bench.discrete_vae [--latents binary categorical]
+        [--batch 64] [--samples 2000] [--record]
+
+`--record` writes each table (as `binary_vae` and `categorical_vae`, `_gpu` appended
+on a GPU) to BENCHMARKS.md through `genvi_experiments.bench.results`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import jax
+import jax.numpy as jnp
+
+import genvi as gv
+from genvi_experiments.bench.results import command, on_platform, record
+from genvi_experiments.common.data import binarize, load_images
+from genvi_experiments.common.nets import MLP, apply, init_params
+from genvi_experiments.common.timing import describe_machine
+
+STRATEGIES = {
+    "binary": {"REINFORCE": gv.REINFORCE, "RLOO(2)": gv.RLOO(2), "DisARM": gv.DisARM,
+               "DisARM-whole-site": gv.DisARM.whole_site(), "MVD": gv.MVD, "ENUM": gv.ENUM,
+               "SD": gv.SD},
+    "categorical": {"REINFORCE": gv.REINFORCE, "RLOO(2)": gv.RLOO(2), "SWOR(2)": gv.SWOR(2),
+                    "SWOR(4)": gv.SWOR(4), "MVD": gv.MVD, "ENUM": gv.ENUM, "SD": gv.SD},
+}
+
+
+class DiscreteVAE:
+    """Encoder pixels→hidden→latent logits and decoder latent→hidden→pixel logits;
+    `categories` None: binary latents, else that many categories per latent."""
+
+    def __init__(self, pixels: int = 64, hidden: int = 200, latent: int = 20,
+                 categories: int | None = None):
+        self.pixels, self.latent, self.categories = pixels, latent, categories
+        self.width = latent * (categories or 1)   # logits out of the encoder, into the decoder
+        self.encoder, self.decoder = MLP((hidden, self.width)), MLP((hidden, pixels))
+
+    def init(self, key: jax.Array) -> dict:
+        k1, k2 = jax.random.split(key)
+        return {"enc": init_params(self.encoder, k1, self.pixels),
+                "dec": init_params(self.decoder, k2, self.width)}
+
+    def _latent(self, logits: jax.Array, strategy=None) -> gv.DistCall:
+        if self.categories is None:
+            return gv.bernoulli(logits, grad=strategy)
+        return gv.categorical(logits.reshape(self.latent, self.categories), grad=strategy)
+
+    def _code(self, z: jax.Array) -> jax.Array:
+        if self.categories is None:
+            return z * 1.0
+        return jax.nn.one_hot(z, self.categories).reshape(-1)
+
+    def objective(self, strategy) -> gv.Expectation:
+        """The batch-mean ELBO with `strategy` at the guide's latent site."""
+        @gv.gen
+        def model(params, x):
+            z = self._latent(jnp.zeros(self.width)) @ "z"
+            gv.observe(gv.bernoulli(apply(self.decoder, params["dec"], self._code(z))), x)
+
+        @gv.gen
+        def guide(params, x):
+            self._latent(apply(self.encoder, params["enc"], x), strategy) @ "z"
+
+        return gv.batch_mean(gv.elbo(model, guide))
+
+
+def measure(latents: str, x: jax.Array, samples: int, rounds: int,
+            strategies: list[str] | None = None) -> gv.EstimatorComparison:
+    """The estimator lab on one VAE at its initial parameters (seed 0)."""
+    vae = (DiscreteVAE(x.shape[-1]) if latents == "binary"
+           else DiscreteVAE(x.shape[-1], latent=10, categories=10))
+    chosen = STRATEGIES[latents] if strategies is None else \
+        {name: STRATEGIES[latents][name] for name in strategies}
+    return gv.compare_estimators(chosen, jax.random.key(2), vae.init(jax.random.key(0)), x,
+                                 make=vae.objective, samples=samples, rounds=rounds,
+                                 leaves=["enc"])
+
+
+def _record(name: str, lab: gv.EstimatorComparison, argv, samples: int, batch: int) -> None:
+    names = [f for f in lab.leaves if f.startswith("enc")]
+    variance = {a: sum(lab.variance[a][f] for f in names) for a in lab.labels}
+    rows = [[a, f"{variance[a]:.3g}", f"{lab.seconds[a] * 1e3:.2f}",
+             f"{lab.seconds[a] / lab.seconds['REINFORCE']:.2f}" if "REINFORCE" in lab.labels
+             else "–", f"{variance[a] * lab.seconds[a]:.3g}",
+             "yes" if any(lab.biased[a][f] for f in names) else "no"] for a in lab.labels]
+    record(on_platform(name), command("discrete_vae", argv),
+           ["strategy", "encoder gradient variance", "ms / estimate", "÷ REINFORCE's time",
+            "variance × seconds", "mean flagged?"], rows,
+           note=f"{samples} gradient estimates per strategy at the initial parameters, "
+                f"batch {batch}; variance summed over the encoder's entries.")
+
+
+def main(argv: list[str] | None = None) -> dict[str, gv.EstimatorComparison]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--latents", nargs="+", default=list(STRATEGIES), choices=list(STRATEGIES))
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--samples", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--strategies", nargs="+", default=None,
+                    help="a subset of the strategies (the same names for every VAE)")
+    ap.add_argument("--record", action="store_true", help="write the tables to BENCHMARKS.md")
+    args = ap.parse_args(argv)
+    images = load_images()
+    x = jnp.asarray(binarize(jax.random.key(1), images.train[:args.batch]))
+    labs = {}
+    for latents in args.latents:
+        labs[latents] = lab = measure(latents, x, args.samples, args.rounds, args.strategies)
+        print(f"# {latents}-latent VAE, batch {args.batch}, {describe_machine()}")
+        print(lab.table(leaves=["enc"]))
+        if args.record:
+            _record(f"{latents}_vae", lab, argv, args.samples, args.batch)
+    return labs
+
+
+if __name__ == "__main__":
+    main()
