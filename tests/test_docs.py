@@ -13,7 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
                                  "docs/estimator_lab.md", "docs/dataset_scale.md",
                                  "docs/auto_guides.md", "docs/from_numpyro.md",
                                  "docs/algebra.md", "docs/did_it_work.md",
-                                 "docs/training.md"])
+                                 "docs/training.md", "docs/which_estimator.md"])
 def test_python_blocks_run(doc):
     namespace: dict = {}
     for block in re.findall(r"```python\n(.*?)```", (ROOT / doc).read_text(), re.S):
