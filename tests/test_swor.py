@@ -157,6 +157,39 @@ def test_the_sample_size_fails_a_baseline_without_its_correction(monkeypatch):
     assert not within(g, g_se, grad), "the test is too weak to see the missing correction"
 
 
+@pytest.mark.parametrize("k", [2, 3, 4])
+def test_values_of_probability_zero_are_drawn_last_and_add_nothing(k):
+    # two of four values impossible: with k > 2 the set holds every possible value
+    masked = jnp.array([0.0, -jnp.inf, 0.0, -jnp.inf])
+
+    @gv.expectation
+    def one(theta):
+        x = gv.sample(gv.categorical(theta * jnp.asarray(A) + masked, grad=gv.SWOR(k)))
+        return jnp.log(jnp.where(x % 2 == 0, 1.0, 0.0)) + jnp.asarray(VALUES)[x] ** 2
+
+    @gv.expectation
+    def lanes(theta):
+        x = gv.sample(gv.categorical(theta * jnp.asarray(A) + jnp.stack([masked, masked[::-1]]),
+                                     grad=gv.SWOR(k)))
+        return jnp.sum(jnp.asarray(VALUES)[x]) + 0.3 * jnp.prod(x * 1.0)
+
+    def exact_one(th):
+        q = softmax(th * A + np.array([0.0, -np.inf, 0.0, -np.inf]))
+        return float(np.sum(np.where(q > 0, q * VALUES ** 2, 0.0)))
+
+    def exact_lanes(th):
+        q1 = softmax(th * A + np.array([0.0, -np.inf, 0.0, -np.inf]))
+        q2 = softmax(th * A + np.array([-np.inf, 0.0, -np.inf, 0.0]))
+        f = VALUES[:, None] + VALUES[None, :] + 0.3 * np.outer(np.arange(4.0), np.arange(4.0))
+        return float(np.sum(np.outer(q1, q2) * f))
+    eps = 1e-5
+    for objective, exact in ((one, exact_one), (lanes, exact_lanes)):
+        v, v_se, g, g_se, _ = moments(objective, THETA)
+        grad = (exact(THETA + eps) - exact(THETA - eps)) / (2 * eps)
+        assert np.isfinite(v) and np.isfinite(g)
+        assert within(v, v_se, exact(THETA)) and within(g, g_se, grad), (k, v, g)
+
+
 def test_explain_says_how_many_values_it_evaluates():
     assert "at 2 of 4 values, drawn without replacement" in str(single(gv.SWOR(2)).explain(THETA))
     assert "at 4 of 4 values, drawn without replacement (all: exact)" in str(

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+from jax.scipy.special import gammaln
 
 from genvi.adev import dual as d
 from genvi.core.strategy import Strategy
@@ -90,7 +91,10 @@ class SWOR(Strategy):
         at = jnp.searchsorted(support, x, method="compare_all")          # index of x
         index = jnp.arange(size).reshape((-1,) + (1,) * x.ndim)
         gumbel = jax.random.gumbel(jax.random.fold_in(key, 1), p_all.shape, p_all.dtype)
-        keyed = jnp.where(index == at, -jnp.inf, jnp.log(p_all) + gumbel)
+        # values of probability 0 rank below every other value but above x itself, so
+        # they are drawn only once the others are exhausted, and x never twice
+        keyed = jnp.where(index == at, -jnp.inf,
+                          jnp.where(p_all > 0, jnp.log(p_all) + gumbel, jnp.finfo(p_all.dtype).min))
         rest = jax.lax.top_k(jnp.moveaxis(keyed, 0, -1), self.k - 1)[1]   # [lanes..., k − 1]
         chosen = jnp.concatenate([at[None], jnp.moveaxis(rest, -1, 0)])   # [k, lanes...]
         p = jnp.take_along_axis(p_all, chosen, axis=0)
@@ -99,15 +103,21 @@ class SWOR(Strategy):
         # ∇ ≈ Σ_i dp_i R_i (f_i − Σ_j c_ij f_j): the weight of f_j
         weights = dp * ratio - jnp.einsum("i...,ij...->j...", dp * ratio, coeff)
         values = support[chosen].astype(x.dtype)
+        live = p > 0  # a value of probability 0 adds nothing (its f may be ±inf)
         if x.size == 1 and k.can_branch and not getattr(dist, "is_masked", False):
             branches = k.dual_map(values.reshape((self.k,) + x.shape))
             k.note(f"rest of the program at {self.k} of {size} values, drawn without replacement"
                    + (" (all: exact)" if self.k == size else ""))
+            alive = live.reshape(self.k)
+
+            def total(w, f):
+                return jnp.sum(jnp.where(alive, w * jnp.where(alive, f, 0.0), 0.0))
             w = (p * ratio).reshape(self.k)
-            tangent = d.add(None if branches.tangent is None else jnp.sum(w * branches.tangent),
-                            jnp.sum(weights.reshape(self.k) * branches.primal))
-            return d.Dual(jnp.sum(w * branches.primal), tangent)
-        return k.dual(x).plus(score=jnp.sum(weights[0])).plus_replays(values[1:], weights[1:])
+            tangent = d.add(None if branches.tangent is None else total(w, branches.tangent),
+                            total(weights.reshape(self.k), branches.primal))
+            return d.Dual(total(w, branches.primal), tangent)
+        return k.dual(x).plus(score=jnp.sum(weights[0])).plus_replays(values[1:], weights[1:],
+                                                                     live[1:])
 
 
 def _orders(m: int) -> jax.Array:
@@ -117,13 +127,20 @@ def _orders(m: int) -> jax.Array:
 def _set_prob(p: jax.Array, removed: jax.Array) -> jax.Array:
     """The probability of drawing the values whose probabilities are `p` [m, lanes...]
     as a set, in any order, without replacement from a support of which mass
-    `removed` [lanes...] was taken out first."""
+    `removed` [lanes...] was taken out first. Values of probability 0 (drawn only
+    once the others were exhausted) are left out: the set's probability is its other
+    values'."""
     m = p.shape[0]
     if m == 0:
         return jnp.ones_like(removed)
     ordered = p[_orders(m)]                                   # [m!, m, lanes...]
     before = jnp.cumsum(ordered, axis=1) - ordered
-    return jnp.sum(jnp.prod(ordered / (1 - removed - before), axis=1), axis=0)
+    rest = 1 - removed - before
+    factor = jnp.where(ordered > 0, ordered / jnp.where(ordered > 0, rest, 1.0), 1.0)
+    # each order of the positive values appears m! / (m − dead)! times among the m! orders
+    dead = jnp.sum(p <= 0, axis=0)
+    repeats = jnp.exp(gammaln(m + 1.0) - gammaln(m - dead + 1.0))
+    return jnp.sum(jnp.prod(factor, axis=1), axis=0) / repeats
 
 
 def _unordered_set_weights(p: jax.Array) -> tuple[jax.Array, jax.Array]:
