@@ -260,7 +260,8 @@ def test_horseshoe_bench_tiny():
 def test_discrete_vae_bench_tiny():
     from genvi_experiments.bench import discrete_vae
     labs = discrete_vae.main(["--batch", "4", "--samples", "40", "--rounds", "1",
-                              "--strategies", "REINFORCE", "MVD"])
+                              "--strategies", "REINFORCE", "MVD", "--train-seconds", "0.01",
+                              "--seeds", "1"])
     assert set(labs) == {"binary", "categorical"}
     # (40 estimates are too few for the bias check on REINFORCE's heavy tails)
     assert all(tuple(lab.labels) == ("REINFORCE", "MVD") and

@@ -12,7 +12,11 @@ site's strategy changes), seconds per gradient estimate and their product, and
 checks that the means agree.
 
     python -m genvi_experiments.bench.discrete_vae [--latents binary categorical]
-        [--batch 64] [--samples 2000] [--record]
+        [--batch 64] [--samples 2000] [--train-seconds 10 --seeds 5] [--record]
+
+With `--train-seconds S`, each strategy also trains for S seconds from each of
+`--seeds` starts (as many steps as S holds at its measured time per estimate), and
+the table gains the test ELBO reached.
 
 `--record` writes each table (as `binary_vae` and `categorical_vae`, `_gpu` appended
 on a GPU) to BENCHMARKS.md through `genvi_experiments.bench.results`.
@@ -24,6 +28,8 @@ import argparse
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import optax
 
 import genvi as gv
 from genvi_experiments.bench.results import command, on_platform, record
@@ -79,11 +85,16 @@ class DiscreteVAE:
         return gv.batch_mean(gv.elbo(model, guide))
 
 
+def make_vae(latents: str, pixels: int) -> DiscreteVAE:
+    """The binary (20 latents) or categorical (10 × 10) VAE of the tables."""
+    return (DiscreteVAE(pixels) if latents == "binary"
+            else DiscreteVAE(pixels, latent=10, categories=10))
+
+
 def measure(latents: str, x: jax.Array, samples: int, rounds: int,
             strategies: list[str] | None = None) -> gv.EstimatorComparison:
     """The estimator lab on one VAE at its initial parameters (seed 0)."""
-    vae = (DiscreteVAE(x.shape[-1]) if latents == "binary"
-           else DiscreteVAE(x.shape[-1], latent=10, categories=10))
+    vae = make_vae(latents, x.shape[-1])
     chosen = STRATEGIES[latents] if strategies is None else \
         {name: STRATEGIES[latents][name] for name in strategies}
     return gv.compare_estimators(chosen, jax.random.key(2), vae.init(jax.random.key(0)), x,
@@ -91,18 +102,54 @@ def measure(latents: str, x: jax.Array, samples: int, rounds: int,
                                  leaves=["enc"])
 
 
-def _record(name: str, lab: gv.EstimatorComparison, argv, samples: int, batch: int) -> None:
+def train_in_budget(latents: str, strategies: dict, seconds: dict[str, float], budget: float,
+                    train: jax.Array, test: jax.Array, seeds: int, batch: int) -> dict:
+    """The test ELBO (per image, mean of 20 estimates over the test set) that each
+    strategy reaches in `budget` seconds of training from each of `seeds` starts:
+    Adam(1e-3) on minibatches of `batch`, for as many steps as `budget` holds at the
+    strategy's measured seconds per gradient estimate (`seconds`). Returns
+    {label: (steps, [ELBO per seed])}."""
+    vae = make_vae(latents, train.shape[-1])
+    score = vae.objective(gv.REINFORCE)  # the value does not depend on the strategy
+    optimizer = optax.adam(1e-3)
+    out = {}
+    for label, strategy in strategies.items():
+        objective, steps = vae.objective(strategy), max(1, int(budget / seconds[label]))
+        elbos = []
+        for seed in range(seeds):
+            result = gv.fit(objective, vae.init(jax.random.key(10 + seed)), train,
+                            optimizer=optimizer, steps=steps, key=jax.random.key(100 + seed),
+                            batch_size=batch, progress=False)
+            keys = jax.random.split(jax.random.key(1000 + seed), 20)
+            elbos.append(float(jnp.mean(jax.vmap(
+                lambda k, p=result.params: score.estimate(k, p, test))(keys))))
+        out[label] = (steps, elbos)
+    return out
+
+
+def _record(name: str, lab: gv.EstimatorComparison, trained: dict | None, budget: float,
+            argv, samples: int, batch: int) -> None:
     names = [f for f in lab.leaves if f.startswith("enc")]
     variance = {a: sum(lab.variance[a][f] for f in names) for a in lab.labels}
+    columns = ["strategy", "encoder gradient variance", "ms / estimate", "÷ REINFORCE's time",
+               "variance × seconds", "mean flagged?"]
     rows = [[a, f"{variance[a]:.3g}", f"{lab.seconds[a] * 1e3:.2f}",
              f"{lab.seconds[a] / lab.seconds['REINFORCE']:.2f}" if "REINFORCE" in lab.labels
              else "–", f"{variance[a] * lab.seconds[a]:.3g}",
              "yes" if any(lab.biased[a][f] for f in names) else "no"] for a in lab.labels]
-    record(on_platform(name), command("discrete_vae", argv),
-           ["strategy", "encoder gradient variance", "ms / estimate", "÷ REINFORCE's time",
-            "variance × seconds", "mean flagged?"], rows,
-           note=f"{samples} gradient estimates per strategy at the initial parameters, "
-                f"batch {batch}; variance summed over the encoder's entries.")
+    note = (f"{samples} gradient estimates per strategy at the initial parameters, batch "
+            f"{batch}; variance summed over the encoder's entries.")
+    if trained:
+        columns += [f"test ELBO after {budget:g} s (steps)"]
+        for row, a in zip(rows, lab.labels):
+            steps, elbos = trained[a]
+            row.append(f"{np.mean(elbos):.2f} ± {np.std(elbos):.2f} ({steps:,})")
+        seeds = len(next(iter(trained.values()))[1])
+        note += (f" Training: Adam(1e-3) on minibatches of {batch} of the binarized training "
+                 f"digits, for as many steps as {budget:g} s hold at the strategy's time per "
+                 f"estimate, from {seeds} starts (mean ± sd); the test ELBO per image is the "
+                 "mean of 20 estimates over the test digits.")
+    record(on_platform(name), command("discrete_vae", argv), columns, rows, note=note)
 
 
 def main(argv: list[str] | None = None) -> dict[str, gv.EstimatorComparison]:
@@ -113,6 +160,9 @@ def main(argv: list[str] | None = None) -> dict[str, gv.EstimatorComparison]:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--strategies", nargs="+", default=None,
                     help="a subset of the strategies (the same names for every VAE)")
+    ap.add_argument("--train-seconds", type=float, default=0.0,
+                    help="also train each strategy for this many seconds (0: do not)")
+    ap.add_argument("--seeds", type=int, default=5, help="training starts per strategy")
     ap.add_argument("--record", action="store_true", help="write the tables to BENCHMARKS.md")
     args = ap.parse_args(argv)
     images = load_images()
@@ -122,8 +172,19 @@ def main(argv: list[str] | None = None) -> dict[str, gv.EstimatorComparison]:
         labs[latents] = lab = measure(latents, x, args.samples, args.rounds, args.strategies)
         print(f"# {latents}-latent VAE, batch {args.batch}, {describe_machine()}")
         print(lab.table(leaves=["enc"]))
+        trained = None
+        if args.train_seconds > 0:
+            chosen = {a: STRATEGIES[latents][a] for a in lab.labels}
+            trained = train_in_budget(
+                latents, chosen, lab.seconds, args.train_seconds,
+                jnp.asarray(binarize(jax.random.key(3), images.train)),
+                jnp.asarray(binarize(jax.random.key(4), images.test)), args.seeds, args.batch)
+            for a, (steps, elbos) in trained.items():
+                print(f"{a}: test ELBO {np.mean(elbos):.2f} ± {np.std(elbos):.2f} after "
+                      f"{steps} steps")
         if args.record:
-            _record(f"{latents}_vae", lab, argv, args.samples, args.batch)
+            _record(f"{latents}_vae", lab, trained, args.train_seconds, argv, args.samples,
+                    args.batch)
     return labs
 
 
