@@ -147,8 +147,8 @@ def test_in_a_scan_markov_chain():
 def test_the_sample_size_fails_a_baseline_without_its_correction(monkeypatch):
     right = swor._unordered_set_weights
 
-    def uncorrected(p):  # B_i = Σ_j p_j R_j f_j: the set's own estimate, s_i included
-        ratio, _ = right(p)
+    def uncorrected(p, outside):  # B_i = Σ_j p_j R_j f_j: the set's own estimate, s_i included
+        ratio, _ = right(p, outside)
         return ratio, jnp.broadcast_to((p * ratio)[None], (p.shape[0],) + p.shape)
     monkeypatch.setattr(swor, "_unordered_set_weights", uncorrected)
     # at θ = 2 the probabilities are far from uniform, where the correction matters
@@ -188,6 +188,29 @@ def test_values_of_probability_zero_are_drawn_last_and_add_nothing(k):
         grad = (exact(THETA + eps) - exact(THETA - eps)) / (2 * eps)
         assert np.isfinite(v) and np.isfinite(g)
         assert within(v, v_se, exact(THETA)) and within(g, g_se, grad), (k, v, g)
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_a_value_of_probability_near_one_stays_finite(k):
+    # 1 − p rounds to 0 in float32: set probabilities sum the mass still to come
+    peak = jnp.array([18.0, 0.0, -2.0, 1.0])
+
+    @gv.expectation
+    def f(theta):
+        x = gv.sample(gv.categorical(theta * jnp.asarray(A) + jnp.stack([peak, peak[::-1]]),
+                                     grad=gv.SWOR(k)))
+        return jnp.sum(jnp.asarray(VALUES)[x] ** 2) + 0.3 * jnp.prod(x * 1.0)
+
+    def exact(th):
+        q1 = softmax(th * A + np.array([18.0, 0.0, -2.0, 1.0]))
+        q2 = softmax(th * A + np.array([1.0, -2.0, 0.0, 18.0]))
+        fv = VALUES[:, None] ** 2 + VALUES[None, :] ** 2 + 0.3 * np.outer(np.arange(4.0), np.arange(4.0))
+        return float(np.sum(np.outer(q1, q2) * fv))
+    v, v_se, g, g_se, _ = moments(f, THETA)
+    eps = 1e-5
+    grad = (exact(THETA + eps) - exact(THETA - eps)) / (2 * eps)
+    assert np.isfinite(v) and np.isfinite(g)
+    assert within(v, v_se, exact(THETA)) and within(g, g_se, grad), (k, v, g, exact(THETA), grad)
 
 
 def test_explain_says_how_many_values_it_evaluates():

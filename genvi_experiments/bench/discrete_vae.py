@@ -107,23 +107,30 @@ def train_in_budget(latents: str, strategies: dict, seconds: dict[str, float], b
     """The test ELBO (per image, mean of 20 estimates over the test set) that each
     strategy reaches in `budget` seconds of training from each of `seeds` starts:
     Adam(1e-3) on minibatches of `batch`, for as many steps as `budget` holds at the
-    strategy's measured seconds per gradient estimate (`seconds`). Returns
-    {label: (steps, [ELBO per seed])}."""
+    strategy's measured seconds per gradient estimate (`seconds`). A start that stops
+    at a non-finite gradient (`gv.NonFiniteError`) is scored at the parameters from
+    before that step and counted. Returns {label: (steps, [ELBO per seed], [step of
+    each non-finite stop])}."""
     vae = make_vae(latents, train.shape[-1])
     score = vae.objective(gv.REINFORCE)  # the value does not depend on the strategy
     optimizer = optax.adam(1e-3)
     out = {}
     for label, strategy in strategies.items():
         objective, steps = vae.objective(strategy), max(1, int(budget / seconds[label]))
-        elbos = []
+        elbos, stops = [], []
         for seed in range(seeds):
-            result = gv.fit(objective, vae.init(jax.random.key(10 + seed)), train,
-                            optimizer=optimizer, steps=steps, key=jax.random.key(100 + seed),
-                            batch_size=batch, progress=False)
+            try:
+                result = gv.fit(objective, vae.init(jax.random.key(10 + seed)), train,
+                                optimizer=optimizer, steps=steps,
+                                key=jax.random.key(100 + seed), batch_size=batch,
+                                progress=False)
+            except gv.NonFiniteError as stopped:
+                result = stopped.result
+                stops.append(stopped.step)
             keys = jax.random.split(jax.random.key(1000 + seed), 20)
             elbos.append(float(jnp.mean(jax.vmap(
                 lambda k, p=result.params: score.estimate(k, p, test))(keys))))
-        out[label] = (steps, elbos)
+        out[label] = (steps, elbos, stops)
     return out
 
 
@@ -142,9 +149,11 @@ def _record(name: str, lab: gv.EstimatorComparison, trained: dict | None, budget
     if trained:
         columns += [f"test ELBO after {budget:g} s (steps)"]
         for row, a in zip(rows, lab.labels):
-            steps, elbos = trained[a]
-            row.append(f"{np.mean(elbos):.2f} ± {np.std(elbos):.2f} ({steps:,})")
-        seeds = len(next(iter(trained.values()))[1])
+            steps, elbos, stops = trained[a]
+            row.append(f"{np.mean(elbos):.2f} ± {np.std(elbos):.2f} ({steps:,})"
+                       + (f"; {len(stops)} stopped at a non-finite gradient (steps "
+                          f"{', '.join(map(str, stops))})" if stops else ""))
+        seeds = len(next(iter(trained.values()))[1])  # (steps, elbos, stops)
         note += (f" Training: Adam(1e-3) on minibatches of {batch} of the binarized training "
                  f"digits, for as many steps as {budget:g} s hold at the strategy's time per "
                  f"estimate, from {seeds} starts (mean ± sd); the test ELBO per image is the "
@@ -179,9 +188,9 @@ def main(argv: list[str] | None = None) -> dict[str, gv.EstimatorComparison]:
                 latents, chosen, lab.seconds, args.train_seconds,
                 jnp.asarray(binarize(jax.random.key(3), images.train)),
                 jnp.asarray(binarize(jax.random.key(4), images.test)), args.seeds, args.batch)
-            for a, (steps, elbos) in trained.items():
+            for a, (steps, elbos, stops) in trained.items():
                 print(f"{a}: test ELBO {np.mean(elbos):.2f} ± {np.std(elbos):.2f} after "
-                      f"{steps} steps")
+                      f"{steps} steps; non-finite stops at {stops}")
         if args.record:
             _record(f"{latents}_vae", lab, trained, args.train_seconds, argv, args.samples,
                     args.batch)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import gammaln
+from jax.scipy.special import gammaln, logsumexp
 
 from genvi.adev import dual as d
 from genvi.core.strategy import Strategy
@@ -99,7 +99,10 @@ class SWOR(Strategy):
         chosen = jnp.concatenate([at[None], jnp.moveaxis(rest, -1, 0)])   # [k, lanes...]
         p = jnp.take_along_axis(p_all, chosen, axis=0)
         dp = jnp.take_along_axis(dp_all, chosen, axis=0)
-        ratio, coeff = _unordered_set_weights(p)
+        # the mass of the values not in the set, summed (not 1 minus the set's mass)
+        in_set = jnp.any(index[None] == chosen[:, None], axis=0)         # [values, lanes...]
+        outside = jnp.sum(jnp.where(in_set, 0.0, p_all), axis=0)
+        ratio, coeff = _unordered_set_weights(p, outside)
         # ∇ ≈ Σ_i dp_i R_i (f_i − Σ_j c_ij f_j): the weight of f_j
         weights = dp * ratio - jnp.einsum("i...,ij...->j...", dp * ratio, coeff)
         values = support[chosen].astype(x.dtype)
@@ -124,34 +127,42 @@ def _orders(m: int) -> jax.Array:
     return jnp.array(list(itertools.permutations(range(m))), jnp.int32).reshape(-1, m)
 
 
-def _set_prob(p: jax.Array, removed: jax.Array) -> jax.Array:
-    """The probability of drawing the values whose probabilities are `p` [m, lanes...]
-    as a set, in any order, without replacement from a support of which mass
-    `removed` [lanes...] was taken out first. Values of probability 0 (drawn only
-    once the others were exhausted) are left out: the set's probability is its other
-    values'."""
+def _log_set_prob(p: jax.Array, outside: jax.Array) -> jax.Array:
+    """The log probability of drawing the values whose probabilities are `p`
+    [m, lanes...] as a set, in any order, without replacement from what is left of the
+    support once the set's other values were taken out, where `outside` [lanes...] is
+    the mass of the values not in the whole set. Each draw's denominator is `outside`
+    plus the mass of the values still to come (summed directly, not 1 minus a sum, so
+    a value of probability near 1 loses nothing to cancellation), in log space.
+    Values of probability 0 (drawn only once the others were exhausted) are left out:
+    the set's probability is its other values'."""
     m = p.shape[0]
     if m == 0:
-        return jnp.ones_like(removed)
-    ordered = p[_orders(m)]                                   # [m!, m, lanes...]
-    before = jnp.cumsum(ordered, axis=1) - ordered
-    rest = 1 - removed - before
-    factor = jnp.where(ordered > 0, ordered / jnp.where(ordered > 0, rest, 1.0), 1.0)
+        return jnp.zeros_like(outside)
+    ordered = p[_orders(m)]                                       # [m!, m, lanes...]
+    still = jnp.cumsum(ordered[:, ::-1], axis=1)[:, ::-1]        # this draw's and later
+    live = ordered > 0
+    log_factor = jnp.where(live, jnp.log(jnp.where(live, ordered, 1.0))
+                           - jnp.log(jnp.where(live, outside + still, 1.0)), 0.0)
     # each order of the positive values appears m! / (m − dead)! times among the m! orders
     dead = jnp.sum(p <= 0, axis=0)
-    repeats = jnp.exp(gammaln(m + 1.0) - gammaln(m - dead + 1.0))
-    return jnp.sum(jnp.prod(factor, axis=1), axis=0) / repeats
+    repeats = gammaln(m + 1.0) - gammaln(m - dead + 1.0)
+    return logsumexp(jnp.sum(log_factor, axis=1), axis=0) - repeats
 
 
-def _unordered_set_weights(p: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """For the k values of a set with probabilities `p` [k, lanes...]: R(S, s_i) [k, ...]
-    and the baseline's coefficients c[i, j] [k, k, ...] (B_i = Σ_j c_ij f_j)."""
+def _unordered_set_weights(p: jax.Array, outside: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """For the k values of a set with probabilities `p` [k, lanes...] and the mass
+    `outside` of the values not in it: R(S, s_i) [k, ...] and the baseline's
+    coefficients c[i, j] [k, k, ...] (B_i = Σ_j c_ij f_j)."""
     kk = p.shape[0]
-    zero = jnp.zeros(p.shape[1:], p.dtype)
-    p_set = _set_prob(p, zero)
-    without = [[j for j in range(kk) if j != i] for i in range(kk)]
-    given_i = jnp.stack([_set_prob(p[jnp.array(without[i])], p[i]) for i in range(kk)])
-    ratio = given_i / p_set
+
+    def log_set(members):
+        taken = jnp.array(members, jnp.int32)
+        return _log_set_prob(p[taken], outside)
+
+    log_p_set = log_set(range(kk))
+    log_given = [log_set([j for j in range(kk) if j != i]) for i in range(kk)]
+    ratio = jnp.exp(jnp.stack(log_given) - log_p_set)
     rows = []
     for i in range(kk):
         row = []
@@ -159,7 +170,7 @@ def _unordered_set_weights(p: jax.Array) -> tuple[jax.Array, jax.Array]:
             if i == j:
                 row.append(p[i])
                 continue
-            rest = jnp.array([m for m in range(kk) if m not in (i, j)], jnp.int32)
-            row.append(p[j] * _set_prob(p[rest], p[i] + p[j]) / given_i[i])
+            rest = log_set([m for m in range(kk) if m not in (i, j)])
+            row.append(p[j] * jnp.exp(rest - log_given[i]))
         rows.append(jnp.stack(row))
     return ratio, jnp.stack(rows)
