@@ -15,31 +15,10 @@ import numpy as np
 import pytest
 
 import genvi as gv
+from estimates import N, exact_by_enumeration, moments, within
 from genvi.adev import dual as d
 
-N = 20_000
 THETA = 0.4
-
-
-def moments(e: gv.Expectation, arg, seed: int = 0, n: int = N):
-    keys = jax.random.split(jax.random.key(seed), n)
-    v, g = jax.jit(jax.vmap(lambda k: e.value_and_grad_estimate(k, arg)))(keys)
-    v, g = np.asarray(v, np.float64), np.asarray(g, np.float64)
-    return v.mean(0), v.std(0) / math.sqrt(n), g.mean(0), g.std(0) / math.sqrt(n), g.var(0)
-
-
-def within(mean, se, exact, sigmas=5.0):
-    return bool(np.all(np.abs(mean - exact) <= sigmas * se + 1e-5))
-
-
-def exact_by_enumeration(value_of, theta, sites):
-    """E f and its θ-derivative (central differences) over every joint value of
-    `sites` binary sites; `value_of(theta, z)` -> (probability of z, f(z))."""
-    def expectation(th):
-        return sum(np.prod(p) * f for p, f in
-                   (value_of(th, np.array(z)) for z in itertools.product([0, 1], repeat=sites)))
-    eps = 1e-5
-    return expectation(theta), (expectation(theta + eps) - expectation(theta - eps)) / (2 * eps)
 
 
 def sig(x):

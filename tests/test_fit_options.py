@@ -12,19 +12,9 @@ import optax
 import pytest
 
 import genvi as gv
+from programs import guide, model
 
 ADAM = optax.adam(0.05)
-
-
-@gv.gen
-def model(p, y):
-    z = gv.normal(0.0, 1.0) @ "z"
-    gv.observe(gv.normal(z, 1.0), y)
-
-
-@gv.gen
-def guide(p, y):
-    gv.normal(p["m"], jnp.exp(p["s"]), grad=gv.REPARAM) @ "z"
 
 
 ELBO = gv.elbo(model, guide)

@@ -12,17 +12,10 @@ import numpy as np
 import pytest
 
 import genvi as gv
+from estimates import N, moments
 
-N = 20_000
 THETA = 0.4
 C = np.array([1.0, -2.0, 0.5, 3.0, -1.0])  # per-lane weights of the plate objective
-
-
-def moments(e: gv.Expectation, arg, seed: int = 0):
-    keys = jax.random.split(jax.random.key(seed), N)
-    v, g = jax.jit(jax.vmap(lambda k: e.value_and_grad_estimate(k, arg)))(keys)
-    v, g = np.asarray(v, np.float64), np.asarray(g, np.float64)
-    return v.mean(0), v.std(0) / math.sqrt(N), g.mean(0), g.std(0) / math.sqrt(N), g.var(0)
 
 
 def assert_close(mean, se, exact):

@@ -6,8 +6,6 @@ values; the same sample size fails the variant whose baseline lacks its correcti
 (the plain unordered-set estimate, which includes the value it is a baseline for);
 refusals."""
 
-import itertools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -15,36 +13,17 @@ import numpy as np
 import pytest
 
 import genvi as gv
+from estimates import exact_by_enumeration, moments, within
 from genvi.adev.strategies import swor
 
-N = 20_000
 THETA = 0.4
 A = np.array([1.0, -1.0, 0.5, 0.2])
 VALUES = np.array([0.5, -1.0, 2.0, 0.3])  # f's value per category
 
 
-def moments(e, arg, seed=0, n=N):
-    keys = jax.random.split(jax.random.key(seed), n)
-    v, g = jax.jit(jax.vmap(lambda k: e.value_and_grad_estimate(k, arg)))(keys)
-    v, g = np.asarray(v, np.float64), np.asarray(g, np.float64)
-    return v.mean(0), v.std(0) / math.sqrt(n), g.mean(0), g.std(0) / math.sqrt(n), g.var(0)
-
-
-def within(mean, se, exact, sigmas=5.0):
-    return bool(np.all(np.abs(mean - exact) <= sigmas * se + 1e-5))
-
-
 def softmax(x):
     e = np.exp(x - np.max(x, -1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
-
-
-def exact_by_enumeration(value_of, theta, sites, size):
-    def expectation(th):
-        return sum(np.prod(p) * f for p, f in
-                   (value_of(th, np.array(z)) for z in itertools.product(range(size), repeat=sites)))
-    eps = 1e-5
-    return expectation(theta), (expectation(theta + eps) - expectation(theta - eps)) / (2 * eps)
 
 
 def single(strategy):
