@@ -214,9 +214,9 @@ def fit(objective: Expectation, params: Any, *data: Any,
             if checkpoint_dir and checkpoint_every and (
                     reached % checkpoint_every == 0 or reached == end or converged):
                 checkpoint_files.save(checkpoint_dir, reached,
-                                 fit_state.payload(*local((params, state), sharding), reached,
-                                                   key, history),
-                                 primary=reports(sharding))
+                                      fit_state.payload(*local((params, state), sharding),
+                                                        reached, key, history),
+                                      primary=reports(sharding))
             for callback in callbacks:
                 callback(reached, params, history)
             bar.advance(done, float(np.mean(values[:done])) if done else None)
