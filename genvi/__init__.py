@@ -23,7 +23,7 @@ from genvi.adev.expectation import Expectation, average, exp
 from genvi.adev.program import expectation
 from genvi.adev.sample import sample
 from genvi.adev.smoothness import DiscontinuityError
-from genvi.adev.strategies import DISARM as DisARM, SD_ as SD, SWOR
+from genvi.adev.strategies import DISARM as DisARM, RELAX, SD_ as SD, SWOR
 from genvi.adev.strategies import (ENUM, MVD_ as MVD, REINFORCE, REPARAM, RLOO,
                                    decaying_average)
 from genvi.adev.switch import switch
@@ -132,6 +132,7 @@ __all__ = [
     "Poisson",
     "REINFORCE",
     "REPARAM",
+    "RELAX",
     "RLOO",
     "RunState",
     "SD",

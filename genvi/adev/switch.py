@@ -35,6 +35,13 @@ class SwitchStrategy(Strategy):
         static = SwitchStrategy(tuple(p[0] for p in parts), None, tuple(len(p[1]) for p in parts))
         return static, (self.index,) + tuple(x for _, ops in parts for x in ops)
 
+    def operand_event_ndims(self):
+        events = [0]  # the index
+        for s, n in zip(self.strategies, self.operands):
+            own = tuple(s.operand_event_ndims())
+            events += list(own) + [0] * (n - len(own))
+        return tuple(events)
+
     def join(self, operands, tangents=None):
         index, rest = operands[0], list(operands[1:])
         rest_t = None if tangents is None else list(tangents[1:])

@@ -45,8 +45,9 @@ observe_p = jx.make_primitive("genvi_observe", _observe_aval, multiple_results=T
 sample_p = jx.make_primitive("genvi_sample", _sample_aval)
 # `gv.plate` markers (see `bind_plate`): no operands, no results
 plate_p = jx.make_primitive("genvi_plate", _observe_aval, multiple_results=True)
-def _site_event_ndims(*, dist, n_params, **_):
-    return tuple(dist.param_event_ndims) + (0,) * (n_params - len(dist.param_event_ndims))
+def _site_event_ndims(*, dist, n_params, strategy=None, **_):
+    params = tuple(dist.param_event_ndims) + (0,) * (n_params - len(dist.param_event_ndims))
+    return params + (() if strategy is None else tuple(strategy.operand_event_ndims()))
 
 
 def _observe_event_ndims(*, dist, n_params, **_):

@@ -67,6 +67,13 @@ class Strategy:
         parameter, the operands are traced."""
         return self, ()
 
+    def operand_event_ndims(self) -> tuple[int, ...]:
+        """Of the static part: how many trailing axes of each operand are its own
+        rather than lanes (default: none, an operand is lane-shaped like the site's
+        value, as a per-lane baseline). Under `vmap` an operand gains the lane axes in
+        front of these; missing entries count as 0."""
+        return ()
+
     def join(self, operands: tuple, tangents: tuple | None = None) -> "Strategy":
         """The inverse of `split`, with the operands' tangents (None: none)."""
         return self

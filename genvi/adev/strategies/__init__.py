@@ -38,7 +38,8 @@ from genvi.adev.strategies.rloo import RLOO
 from genvi.adev.strategies.sd import SD, SD_
 from genvi.adev.strategies.disarm import DISARM, DisARM
 from genvi.adev.strategies.swor import SWOR
+from genvi.adev.strategies.relax import RELAX
 
-__all__ = ["DISARM", "DisARM", "ENUM", "Enum", "MVD", "MVD_", "REINFORCE", "REPARAM", "RLOO",
+__all__ = ["DISARM", "DisARM", "ENUM", "Enum", "MVD", "MVD_", "REINFORCE", "RELAX", "REPARAM", "RLOO",
            "Reinforce", "ReinforceBaseline", "Reparam", "SD", "SD_", "SWOR",
            "decaying_average"]

@@ -1,0 +1,278 @@
+"""RELAX (Grathwohl et al. 2018): a discrete site's score-function estimator with the
+continuous relaxation as a control variate, `gv.RELAX(surrogate, phi)`, for sites
+with a finite support: `gv.flip` and `gv.bernoulli` (a logistic relaxation) and
+`gv.categorical` (a Gumbel-softmax relaxation).
+
+With ℓ the site's logits per lane (binary: log p(1) − log p(0); categorical: the
+normalized log-probabilities), b the value drawn, z a relaxed draw with b = H(z) and
+z̃ a relaxed draw given b (both reparameterized in ℓ: z with its noise held, z̃ with
+its conditional noise held and b fixed), the estimator of ∂/∂ℓ E f(b) is
+
+    ĝ = (f(b) − c(z̃)) ∂ℓ log p(b) + ∂ℓ c(z) − ∂ℓ c(z̃),      c(z) = surrogate(phi, z)
+
+Its mean is ∂ℓ E f(b) for any surrogate and any phi: E ∂ℓ c(z) = ∂ℓ E c(z) =
+E c(z̃) ∂ℓ log p(b) + E ∂ℓ c(z̃) (REBAR's identity). So `phi` is free to minimize
+the variance: in the same forward-mode estimator, the tangent along phi is
+−½ ∂φ |ĝ|² (an unbiased estimate of −½ ∂φ Var ĝ, since E ĝ does not depend on phi),
+so the step that ascends the objective in the model's and guide's parameters descends
+the estimator's variance in phi, as a learned REINFORCE baseline is trained
+(`gv.REINFORCE.with_baseline`). With the objective's own relaxation as the
+surrogate (f evaluated at a tempered z, a scale and a temperature in phi) it is REBAR
+(Tucker et al. 2017).
+
+The surrogate sees the site's relaxed draw z: in (0, 1) with the site's shape for a
+binary site (σ of the logistic variable, > ½ exactly where b = 1), on the simplex
+(last axis, the K values) for a categorical one. Everything it reads comes in `phi`
+(a pytree: the surrogate function is a static part of the site), so a surrogate that
+uses the model (REBAR) takes the model's parameters in `phi` behind
+`jax.lax.stop_gradient`, which keeps the variance gradient off them.
+
+b is the distribution's own draw with the site's key (replays of other sites see the
+run's own value), and z is drawn given b, which is (b, z)'s joint law. One evaluation
+of the rest of the objective: f(b) enters as a score term; the surrogate runs three
+times (at z, at z̃ and in the variance gradient).
+
+Example:
+    >>> import genvi as gv, jax, jax.numpy as jnp
+    >>> def surrogate(phi, z):                 # a learned linear control variate
+    ...     return jnp.sum(phi["w"] * z) + phi["b"]
+    >>> @gv.expectation
+    ... def e(p, phi):
+    ...     x = gv.sample(gv.flip(p, grad=gv.RELAX(surrogate, phi)))
+    ...     return jnp.where(x, 1.0, 3.0)
+    >>> g = e.grad_estimate(jax.random.key(0), 0.3, {"w": 1.0, "b": 0.0})   # unbiased for −2
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+
+from genvi.adev import dual as d
+from genvi.core.strategy import Strategy
+
+
+@dataclass(frozen=True, eq=False)
+class RELAX(Strategy):
+    """RELAX at a finite-support site with the learned control variate
+    `surrogate(phi, z)` (see the module docstring): `surrogate` is a function of
+    `phi` (a pytree of arrays, from your params) and the relaxed draw `z`, returning a
+    float scalar. Under `gv.vmap` (a plate) it is applied lane by lane, as written.
+
+    Example:
+        >>> import genvi as gv, jax.numpy as jnp
+        >>> gv.RELAX(lambda phi, z: phi * jnp.sum(z), 1.0).kind
+        'RELAX'
+    """
+
+    surrogate: Callable = None
+    phi: Any = None
+    phi_tangent: Any = None
+    ranks: tuple | None = None  # phi's leaves' ranks as written (the static part's)
+    kind = "RELAX"
+    needs = ("sample", "lane_log_prob", "support")
+
+    def __post_init__(self):
+        if not callable(self.surrogate):
+            raise TypeError(f"gv.RELAX(surrogate, phi) needs a function surrogate(phi, z) "
+                            f"returning a float scalar; got {self.surrogate!r}")
+
+    # phi travels as traced operands (its leaves); the surrogate, phi's structure and
+    # its leaves' ranks are the static part
+    def split(self):
+        leaves, tree = jax.tree_util.tree_flatten(self.phi)
+        # the ranks as written: a strategy joined from a batched site keeps them
+        ranks = self.ranks if self.ranks is not None else tuple(jnp.ndim(x) for x in leaves)
+        return type(self)(self.surrogate, tree, None, ranks), tuple(leaves)
+
+    def operand_event_ndims(self):
+        return self.ranks or ()  # phi is not lane-shaped: its axes are its own
+
+    def join(self, operands, tangents=None):
+        phi = jax.tree_util.tree_unflatten(self.phi, list(operands))
+        # leaves without a tangent (data, parameters behind stop_gradient) stay
+        # symbolic zeros: the variance gradient does not differentiate them
+        dphi = None
+        if tangents is not None and any(t is not None for t in tangents):
+            dphi = jax.tree_util.tree_unflatten(self.phi, list(tangents))
+        return type(self)(self.surrogate, phi, dphi, self.ranks)
+
+    def __hash__(self):
+        return hash((type(self), self.surrogate))
+
+    def __eq__(self, other):
+        return (type(other) is type(self) and other.surrogate is self.surrogate
+                and _static_tree(other.phi) == _static_tree(self.phi) and other.ranks == self.ranks)
+
+    def __repr__(self) -> str:
+        return f"gv.RELAX({getattr(self.surrogate, '__name__', 'surrogate')}, phi)"
+
+    def jvp(self, dist, key, primals, tangents, k):
+        b = dist.sample(key, *primals)
+        if all(t is None for t in tangents) and self.phi_tangent is None:
+            return k.dual(b)
+        binary = getattr(dist, "binary", False) is True
+        logits, dlogits = d.jvp(lambda *p: _site_logits(dist, b, binary, *p), primals, tangents)
+        relax = _Binary(b) if binary else _Categorical(b)
+        # z: drawn given b, then reparameterized with its noise held; z̃: given b
+        noise = relax.noise(logits, relax.uniforms(jax.random.fold_in(key, 1), logits))
+        v_tilde = relax.uniforms(jax.random.fold_in(key, 2), logits)
+        leaves = jax.tree_util.tree_leaves(self.phi)
+        plated = jnp.ndim(leaves[0]) - self.ranks[0] if leaves and self.ranks else 0  # vmap axes
+
+        def cv(ell, phi):  # per plate lane: c(z) − c(z̃) and c(z̃)
+            return self.control_variates(phi, relax, ell, noise, v_tilde, plated)
+
+        def lanes(x):  # a per-plate-lane value against the logits' axes
+            return x.reshape(x.shape + (1,) * (logits.ndim - x.ndim))
+
+        (_, c_tilde), (d_diff, _) = jax.jvp(
+            lambda ell: (jnp.sum(cv(ell, self.phi)[0]), cv(ell, self.phi)[1]), (logits,),
+            (jnp.zeros_like(logits) if dlogits is None else dlogits,))
+        score_logits = jax.grad(lambda ell: jnp.sum(relax.log_prob(ell)))(logits)
+        # the lanes that run (a site in an untaken branch of a batched cond: none)
+        live = dist.where(jnp.ones(b.shape, bool)) if getattr(dist, "is_masked", False) else True
+        live = lanes(jnp.broadcast_to(live, b.shape))
+        score = offset = None
+        if dlogits is not None:
+            score_terms = score_logits * dlogits * live
+            score = jnp.sum(score_terms)
+            offset = -jnp.sum(lanes(c_tilde) * score_terms) + d_diff
+        if self.phi_tangent is not None:  # −½ ∂φ |ĝ|², linear in the final value f
+            def rest(phi):  # ĝ − f ∂ℓ log p(b): the part that depends on phi
+                grad_cv = jax.grad(lambda ell: jnp.sum(cv(ell, phi)[0]))(logits)
+                return (-lanes(cv(logits, phi)[1]) * score_logits + grad_cv) * live
+            tree = jax.tree_util.tree_structure(self.phi)
+            r, dr = d.jvp(lambda *ls: rest(jax.tree_util.tree_unflatten(tree, ls)), leaves,
+                          tree.flatten_up_to(self.phi_tangent))
+            if dr is not None:
+                score = d.add(score, -jnp.sum(score_logits * live * dr))
+                offset = d.add(offset, -jnp.sum(r * dr))
+        return k.dual(b).plus(score=score, tangent=offset)
+
+    def control_variates(self, phi, relax, ell, noise, v_tilde, plated=0):
+        """(c(z(ℓ)) − c(z̃(ℓ)), c(z̃(ℓ))) per lane of the `plated` leading axes: z with
+        its noise held, z̃ given b."""
+        c = self._c
+        for _ in range(plated):
+            c = jax.vmap(c)
+        at_z = c(phi, relax.relaxed(relax.reparameterized(ell, noise)))
+        at_z_tilde = c(phi, relax.relaxed(relax.given_b(ell, v_tilde)))
+        return at_z - at_z_tilde, at_z_tilde
+
+    def _c(self, phi, z):
+        out = self.surrogate(phi, z)
+        if jnp.shape(out) != () or not jnp.issubdtype(jnp.result_type(out), jnp.floating):
+            raise TypeError(
+                f"gv.RELAX: the surrogate {getattr(self.surrogate, '__name__', '')!r} must "
+                f"return a float scalar (the control variate c(z) of the whole site); it "
+                f"returned {jnp.result_type(out)}{list(jnp.shape(out))}. Sum over lanes "
+                "inside it.")
+        return out
+
+
+def _static_tree(phi: Any) -> Any:
+    """phi's structure: a treedef once split, else the pytree's."""
+    return phi if isinstance(phi, jax.tree_util.PyTreeDef) else jax.tree_util.tree_structure(phi)
+
+
+def _expand(x: jax.Array, ndim: int) -> jax.Array:
+    return x.reshape(x.shape + (1,) * (ndim - x.ndim))
+
+
+def _site_logits(dist: Any, b: jax.Array, binary: bool, *params: Any) -> jax.Array:
+    """Per lane: binary, the logit log p(1) − log p(0) [lanes...]; otherwise the
+    log-probabilities of the support's values [lanes..., K]."""
+    support = dist.support(*params)
+    logp = jax.vmap(lambda v: jnp.broadcast_to(
+        dist.lane_log_prob(jnp.full(b.shape, v, b.dtype), *params), b.shape))(support)
+    if binary:
+        return logp[1] - logp[0]
+    return jnp.moveaxis(logp, 0, -1)
+
+
+class _Binary:
+    """The logistic relaxation of a binary site: z = ℓ + log u − log(1 − u), b = 1[z > 0],
+    handed to the surrogate as σ(z)."""
+
+    def __init__(self, b):
+        self.on = jnp.asarray(b).astype(bool)
+
+    @staticmethod
+    def uniforms(key, ell):
+        return jax.random.uniform(key, ell.shape, ell.dtype, minval=jnp.finfo(ell.dtype).tiny)
+
+    def noise(self, ell, v):
+        """(log u, log(1 − u)) of a u uniform given b, held: the draw's noise."""
+        return jax.lax.stop_gradient(self._given_b(ell, v))
+
+    def _given_b(self, ell, v):
+        # b = 1: u = 1 − σ(ℓ)(1 − v); b = 0: u = v σ(−ℓ); in logs, without cancellation
+        log_on, log_off = jax.nn.log_sigmoid(ell), jax.nn.log_sigmoid(-ell)
+        one_minus_v = 1 - v
+        log_u = jnp.where(self.on, jnp.log1p(-jnp.exp(log_on) * one_minus_v), jnp.log(v) + log_off)
+        log_1mu = jnp.where(self.on, log_on + jnp.log(one_minus_v), jnp.log1p(-v * jnp.exp(log_off)))
+        return log_u, log_1mu
+
+    def reparameterized(self, ell, noise):
+        return ell + noise[0] - noise[1]
+
+    def given_b(self, ell, v):
+        log_u, log_1mu = self._given_b(ell, v)
+        return ell + log_u - log_1mu
+
+    @staticmethod
+    def relaxed(z):
+        return jax.nn.sigmoid(z)
+
+    def log_prob(self, ell):
+        return jnp.where(self.on, jax.nn.log_sigmoid(ell), jax.nn.log_sigmoid(-ell))
+
+
+
+class _Categorical:
+    """The Gumbel-max relaxation of a categorical site: z = log θ + g, b = argmax z,
+    handed to the surrogate as softmax(z) on the last axis."""
+
+    def __init__(self, b):
+        self.b = jnp.asarray(b, jnp.int32)
+
+    def _onehot(self, ell):
+        return jax.nn.one_hot(self.b, ell.shape[-1], dtype=bool)
+
+    uniforms = staticmethod(_Binary.uniforms)
+
+    def noise(self, ell, v):
+        """The Gumbels g = z − log θ of a draw z given b, held: the draw's noise."""
+        z = self.given_b(ell, v)
+        logp = jax.nn.log_softmax(ell, axis=-1)
+        alive = jnp.isfinite(logp)
+        return jax.lax.stop_gradient(jnp.where(alive, z - jnp.where(alive, logp, 0.0), 0.0))
+
+    def given_b(self, ell, v):
+        """z given argmax z = b (Grathwohl et al. 2018, appendix): z_b = −log(−log v_b),
+        z_i = −log(−log v_i / θ_i − log v_b); a value of probability 0 stays at −∞."""
+        logp = jax.nn.log_softmax(ell, axis=-1)
+        alive = jnp.isfinite(logp)
+        top = self._onehot(ell)
+        neg_log_v = -jnp.log(v)
+        top_neg_log_v = jnp.sum(jnp.where(top, neg_log_v, 0.0), axis=-1, keepdims=True)
+        safe_logp = jnp.where(alive, logp, 0.0)
+        other = -jnp.log(neg_log_v * jnp.exp(-safe_logp) + top_neg_log_v)
+        z = jnp.where(top, -jnp.log(top_neg_log_v), other)
+        return jnp.where(alive | top, z, -jnp.inf)
+
+    def reparameterized(self, ell, g):
+        logp = jax.nn.log_softmax(ell, axis=-1)
+        return jnp.where(jnp.isfinite(logp), logp + g, -jnp.inf)
+
+    @staticmethod
+    def relaxed(z):
+        return jax.nn.softmax(z, axis=-1)
+
+    def log_prob(self, ell):
+        logp = jax.nn.log_softmax(ell, axis=-1)
+        return jnp.sum(jnp.where(self._onehot(ell), logp, 0.0), axis=-1)
