@@ -30,7 +30,7 @@ from genvi.adev.switch import switch
 from genvi.core.choices import ChoiceMap, choices
 from genvi.core.program_mistakes import TracedConditionError, UnusedStrategyWarning
 from genvi.core.scopes import assume_continuous
-from genvi.core.strategy import RunState, Strategy
+from genvi.core.strategy import AUTO, RunState, Strategy
 from genvi.core.validation import InvalidParameters, set_validation, validation
 from genvi.distributions.base import DistCall, Distribution
 from genvi.distributions.continuous import (Beta, Dirichlet, Gamma, MvNormal, MvNormalDiag,
@@ -71,6 +71,7 @@ from genvi.training.stopping import Converged, converged
 from genvi.training.fit_checks import NonFiniteError, NonFiniteWarning
 from genvi.training.comparison import EstimatorComparison
 from genvi.training.lab import compare_estimators
+from genvi.training.tune import Tuning, tune
 from genvi.training.plots import moving_average, plot_history
 
 normal = Normal()
@@ -97,6 +98,7 @@ gaussian_random_walk = GaussianRandomWalk()
 __version__ = "0.1.0"
 
 __all__ = [
+    "AUTO",
     "Bernoulli",
     "Beta",
     "Binomial",
@@ -140,6 +142,7 @@ __all__ = [
     "SkipNonfinite",
     "Schedule",
     "Strategy",
+    "Tuning",
     "TrainState",
     "TrainingStep",
     "Trace",
@@ -197,6 +200,7 @@ __all__ = [
     "sleep_guide",
     "smc",
     "switch",
+    "tune",
     "uniform",
     "validation",
     "vimco",

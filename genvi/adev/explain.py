@@ -134,6 +134,7 @@ class Explanation:
     compiled_value: CompiledWork = CompiledWork(0, 0, 0, 0)  # loops at their trip counts
     compiled_gradient: CompiledWork = CompiledWork(0, 0, 0, 0)
     time_model: CpuTimeModel = CpuTimeModel()
+    notes: list = field(default_factory=list)  # printed below the table (gv.AUTO's measurements)
 
     @property
     def microseconds_value(self) -> float:
@@ -175,7 +176,7 @@ class Explanation:
         lines.append(f"compiled value step: {self.flops_value:,.0f} FLOPs; gradient step: "
                      f"{self.flops_gradient:,.0f} FLOPs ({ratio:.1f}× the value; XLA counts "
                      "each loop body once)")
-        return "\n".join(lines)
+        return "\n".join(lines + self.notes)
 
     __repr__ = __str__
 

@@ -22,9 +22,10 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from genvi.adev import smoothness
+from genvi.adev import auto, smoothness
 from genvi.adev.expectation import Expectation
 from genvi.adev.interpreter import estimate_jvp
+from genvi.core.context import current, using
 from genvi.core.tracing import IN_OBJECTIVE, split_args, trace_cached
 
 
@@ -41,6 +42,7 @@ class ProgramExpectation(Expectation):
         self.name = name or getattr(fn, "__name__", "expectation")
         self._traces: dict = {}
         self._checked: set = set()  # (trace, differentiated inputs) that passed the check
+        self._auto: dict = {}  # gv.AUTO sites per trace, and their untuned choices
         functools.update_wrapper(self, fn, updated=())
 
     def trace(self, *args: Any):
@@ -75,6 +77,11 @@ class ProgramExpectation(Expectation):
 
     def dual_estimate(self, key, args, targs):
         closed, dyn = self.trace(*args)
+        sites = self._auto_sites(closed)
+        if sites:  # gv.AUTO sites no tuning chose for: the first allowed candidate
+            choices = self._untuned(closed, sites, key, args, targs)
+            with using(choices=current().choices + choices):
+                return self.dual_estimate(key, args, targs)
         if targs is None:
             tdyn = [None] * len(dyn)
         else:
@@ -91,8 +98,56 @@ class ProgramExpectation(Expectation):
                 self._checked.add((id(closed), differentiated))
         return estimate_jvp(closed, key, dyn, tdyn)
 
+    def explain(self, *args: Any, key: Any = None, argnums: Any = 0) -> Any:
+        log: list = []
+        with using(auto_sites=log):
+            explanation = super().explain(*args, key=key, argnums=argnums)
+        untuned = {site.name: site for site in log}
+        for row in explanation.sites:
+            site = untuned.get(row["addr"])
+            if site is not None and row["strategy"] == repr(site.default):
+                row["strategy"] = f"gv.AUTO (untuned) → {row['strategy']}"
+        for site in untuned.values():
+            refused = "".join(f"; {c!r} refused: {m}" for c, m in site.refused)
+            explanation.notes.append(
+                f"gv.AUTO at {site.name!r} untuned: {site.default!r}, the first candidate "
+                f"the objective allows{refused}. gv.fit measures the candidates (gv.tune "
+                "does it alone).")
+        return explanation
+
+    def _auto_sites(self, closed: Any) -> list:
+        hit = self._auto.get(id(closed))
+        if hit is None or hit[0] is not closed:
+            hit = self._auto[id(closed)] = (closed, auto.auto_sites(closed))
+        return hit[1]
+
+    def _untuned(self, closed: Any, sites: list, key: Any, args: tuple, targs: Any) -> tuple:
+        """The untuned choices at `sites` (cached per trace and differentiated inputs),
+        handed to a tuning that collects the sites."""
+        differentiated = None if targs is None else tuple(
+            t is not None for t in jax.tree_util.tree_leaves(targs))
+        cache_key = (id(closed), differentiated)
+        hit = self._auto.get(cache_key)
+        if hit is None:
+            outer = current().choices
+
+            def allowed(trial):
+                def trace():
+                    with using(choices=outer + trial):
+                        jax.eval_shape(lambda k, a, t: _dual_pair(self.dual_estimate(k, a, t)),
+                                       key, args, targs)
+                return auto.refusal(trace)
+            hit = self._auto[cache_key] = auto.default_choices(sites, allowed)
+        choices, resolved = hit
+        auto.note_sites(resolved)
+        return choices
+
     def __repr__(self) -> str:
         return f"<gv.expectation {self.name}>"
+
+
+def _dual_pair(out: Any) -> tuple:
+    return out.primal, out.tangent
 
 
 def expectation(fn: Callable) -> ProgramExpectation:

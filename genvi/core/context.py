@@ -41,7 +41,11 @@ class RunContext:
     * `log`: `explain`'s per-site records while an estimator is explained (else None);
     * `program`: the program or objective validation names in its messages;
     * `within`: the expectations whose draws (`genvi.core.draws`) the run is inside,
-      outermost first (`explain` shows the nesting).
+      outermost first (`explain` shows the nesting);
+    * `choices`: the strategies `gv.AUTO` sites take, ((address, strategy), ...)
+      (a tuning's; sites not named take the first allowed strategy);
+    * `auto_sites`: a list that objectives append their `gv.AUTO` sites to while they
+      are traced (what a tuning measures), else None.
     """
 
     in_objective: bool = False
@@ -51,6 +55,8 @@ class RunContext:
     log: dict | None = None
     program: str | None = None
     within: tuple = ()
+    choices: tuple = ()
+    auto_sites: list | None = None
 
 
 _CURRENT: contextvars.ContextVar = contextvars.ContextVar("genvi_run_context",

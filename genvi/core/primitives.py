@@ -19,8 +19,10 @@ from typing import Any
 import jax
 
 from genvi.core import jaxpr as jx
+from genvi.core.context import current
 from genvi.core.draws import draw_p
 from genvi.core.mistakes import is_shape_error, site_shape_error
+from genvi.core.strategy import chosen_strategy
 from genvi.core.tracing import GENVI_CONDS, IN_OBJECTIVE
 from genvi.core.walk import Hooks, env_of, walk
 
@@ -78,6 +80,8 @@ def bind_site(prim: Any, dist: Any, params: tuple, strategy: Any, addr: tuple,
 
     A `mask` (one boolean per lane) marks lanes where the site is not executed (an
     untaken branch of a batched `cond`): they are sampled but not scored."""
+    if prim is sample_p:  # an objective's site: gv.AUTO takes the run's choice here
+        strategy = chosen_strategy(strategy, addr, current().choices)
     static, operands = (None, ()) if strategy is None else strategy.split()
     extra = () if mask is None else (mask,)
     return prim.bind(*params, *operands, *extra, dist=dist, strategy=static, addr=addr,

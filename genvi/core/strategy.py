@@ -143,15 +143,62 @@ def supports(dist: Any, strategy: Strategy) -> bool:
     return all(_has(dist, name) for name in strategy.needs)
 
 
-# The built-in strategies, kind -> (rank, needs): the names a distribution's errors
-# offer, lowest rank first (genvi.adev registers each where it is defined)
-_BUILT_IN: dict[str, tuple[int, tuple[str, ...]]] = {}
+# The built-in strategies, kind -> (rank, needs, instance): the names a distribution's
+# errors offer and `gv.AUTO`'s candidates, lowest rank first (genvi.adev registers
+# each where it is defined)
+_BUILT_IN: dict[str, tuple[int, tuple[str, ...], Strategy]] = {}
 
 
 def register_built_in(strategy: Strategy, rank: int) -> None:
     """Name `strategy` (an instance) among those a distribution's messages offer, at
     position `rank` (the first supported one is the suggested default)."""
-    _BUILT_IN.setdefault(strategy.kind, (rank, tuple(strategy.needs)))
+    _BUILT_IN.setdefault(strategy.kind, (rank, tuple(strategy.needs), strategy))
+
+
+def built_in_strategies(dist: Any) -> tuple[Strategy, ...]:
+    """The built-in strategies `dist` supports, in rank order (REPARAM, ENUM,
+    REINFORCE, MVD, SD, DisARM): `gv.AUTO`'s candidates before it measures.
+
+    Example:
+        >>> import genvi as gv
+        >>> built_in_strategies(gv.normal)
+        (gv.REPARAM, gv.REINFORCE, gv.MVD)
+    """
+    ranked = sorted((rank, kind) for kind, (rank, _, s) in _BUILT_IN.items() if supports(dist, s))
+    return tuple(_BUILT_IN[kind][2] for _, kind in ranked)
+
+
+class Auto(Strategy):
+    """`gv.AUTO`: the site's strategy is chosen by genvi among those the distribution
+    supports and the rest of the objective allows. An objective run under a tuning
+    (`gv.tune`, or `gv.fit`, which tunes at its start) takes the measured choice; an
+    untuned one takes the first allowed strategy in rank order. It is resolved where
+    the site is bound in an objective's trace, so the estimator never sees it.
+
+    Example:
+        >>> import genvi as gv
+        >>> gv.flip(0.3, grad=gv.AUTO).strategy
+        gv.AUTO
+    """
+
+    kind = "AUTO"
+
+    def jvp(self, dist, key, primals, tangents, k):  # pragma: no cover - resolved earlier
+        raise RuntimeError(f"gv.AUTO at a gv.{dist.name} site reached the estimator "
+                           "unresolved; objectives resolve it when they are traced")
+
+
+AUTO = Auto()
+
+
+def chosen_strategy(strategy: Any, addr: tuple, choices: tuple) -> Any:
+    """`strategy`, or for `gv.AUTO` the strategy `choices` ((address, strategy) pairs,
+    the run context's) give the site at `addr` (AUTO itself if none)."""
+    if isinstance(strategy, Auto):
+        for where, chosen in choices:
+            if where == addr:
+                return chosen
+    return strategy
 
 
 def supported_kinds(dist: Any) -> tuple[str, ...]:
@@ -163,7 +210,7 @@ def supported_kinds(dist: Any) -> tuple[str, ...]:
         >>> supported_kinds(gv.normal), supported_kinds(gv.flip)
         (('REPARAM', 'REINFORCE', 'MVD'), ('ENUM', 'REINFORCE', 'MVD', 'SD', 'DisARM'))
     """
-    ranked = sorted((rank, kind) for kind, (rank, needs) in _BUILT_IN.items()
+    ranked = sorted((rank, kind) for kind, (rank, needs, _) in _BUILT_IN.items()
                     if all(_has(dist, name) for name in needs))
     return tuple(kind for _, kind in ranked)
 
@@ -175,6 +222,11 @@ def _where(addr: Any) -> str:
 def check_strategy(dist: Any, strategy: Any, addr: Any) -> None:
     """Raise a clear error if `strategy` is not a strategy `dist` supports."""
     where = _where(addr)
+    if isinstance(strategy, Auto):
+        if not built_in_strategies(dist):
+            raise ValueError(f"grad=gv.AUTO{where}: gv.{dist.name} supports no built-in "
+                             "gradient strategy to choose from; give one of its own with grad=")
+        return
     if not isinstance(strategy, Strategy):
         raise TypeError(f"grad={strategy!r}{where} is not a gradient strategy; use one of "
                         f"{', '.join('gv.' + s for s in dist.strategies)}")

@@ -105,7 +105,8 @@ def trace_cached(cache: dict, fn: Callable, args: tuple,
     """
     dyn, static, treedef, mask = split_args(args)
     # validation adds run-time checks to what is traced: a trace is valid in one state
-    key = shapes_key(args) + (validating(),)
+    # ... and so does a tuning's choice of strategies for gv.AUTO sites
+    key = shapes_key(args) + (validating(), current().choices)
     hit = cache.get(key)
     if hit is None:
         out_tree_box = []

@@ -44,6 +44,7 @@ from genvi.training.progress import ProgressBar
 from genvi.training.schedule import at_step, check_schedules, split_scheduled
 from genvi.training.step import strongly_typed
 from genvi.training.stopping import replay
+from genvi.training.tune import FitTuning, has_auto_sites
 
 
 @entry_point
@@ -53,7 +54,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
         evaluate: Evaluation | None = None, checkpoints: Checkpoints | None = None,
         skip_nonfinite: bool | SkipNonfinite = False, callbacks: Sequence[Callable] = (),
         chunk_size: int = 1000, shard: bool = False, progress: bool = True,
-        **deprecated: Any) -> FitResult:
+        retune_every: int | None = None, **deprecated: Any) -> FitResult:
     """Maximize `objective(params, *data)`; returns a `FitResult` (`params`, `state`,
     `history`, `steps`, `stopped`, `key`).
 
@@ -97,6 +98,11 @@ def fit(objective: Expectation, params: Any, *data: Any,
       estimated (mean of `estimates` estimates) every `every` steps, in
       `history["eval"]`.
     * `callbacks`: functions `(step, params, history)` called between chunks.
+    * Sites with `grad=gv.AUTO`: at its start `gv.fit` measures each site's candidate
+      strategies at the starting parameters on the first batch (`gv.tune`) and trains
+      with the least gradient variance × step time; `retune_every=n` measures again
+      every n steps (at the current parameters). Each `gv.Tuning` is in
+      `result.tunings`; `print` one for its table.
     * `chunk_size`: steps per jitted call (the progress bar, callbacks, evaluations
       and checkpoints run between calls). Chunks of every length share one compiled
       program, and a later `gv.fit` given the same `objective` and `optimizer`
@@ -164,10 +170,12 @@ def fit(objective: Expectation, params: Any, *data: Any,
     order = check_order(shuffle, batch_size, n)
     if order == "once":
         data = shuffle_once(data, data_key, batch_size, n, sharding.processes)
-    chunk = compiled_chunk(objective, optimizer,
-                           Setup((batch_size, order), n, skip_nonfinite is not None, stop,
-                                 scheduled),
-                           sharding)
+    setup = Setup((batch_size, order), n, skip_nonfinite is not None, stop, scheduled)
+    tuning = _tuning(objective, retune_every, key, params, data, batch_size, scheduled, base,
+                     sharding)
+    run_objective = objective if tuning is None else tuning.tune(
+        _measured_args(params, data, batch_size, scheduled, base), base)
+    chunk = compiled_chunk(run_objective, optimizer, setup, sharding)
     capacity = max(1, min(chunk_size, steps))
     start = base
     latest = checkpoint_files.latest_step(checkpoint_dir) if checkpoint_dir is not None else None
@@ -188,7 +196,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
     reason = _converged(stop, rule_state, sharding)
     converged = reason is not None
     boundaries = [] if converged else _boundaries(start, end, chunk_size, eval_every,
-                                                  checkpoint_every)
+                                                  checkpoint_every, retune_every)
     stopped = reason if converged else f"ran all {end} steps"
     try:
         for begin, until in boundaries:
@@ -219,12 +227,17 @@ def fit(objective: Expectation, params: Any, *data: Any,
                                       primary=reports(sharding))
             for callback in callbacks:
                 callback(reached, params, history)
+            if tuning is not None and tuning.due(reached) and reached < end and not converged:
+                chunk = compiled_chunk(
+                    tuning.tune(_measured_args(params, data, batch_size, scheduled, reached),
+                                reached), optimizer, setup, sharding)
             bar.advance(done, float(np.mean(values[:done])) if done else None)
             if converged:
                 break
     finally:
         bar.close(stopped if converged else None)
-    result = fit_state.finish(*local((params, state), sharding), history, key, stopped)
+    result = fit_state.finish(*local((params, state), sharding), history, key, stopped,
+                              () if tuning is None else tuple(tuning.tunings))
     if skip_nonfinite is not None:
         warn_if_skipped(result.history, skip_nonfinite.warn_fraction)
     return result
@@ -272,6 +285,34 @@ def _nonfinite_error(chunk: Chunk, before: tuple, begin: int, done: int, data: t
                "gradient is not finite")
     return NonFiniteError(nonfinite_message(step, value, leaves, data), step, value, leaves,
                           fit_state.finish(params, state, history, key, stopped))
+
+
+def _tuning(objective: Expectation, every: int | None, key: jax.Array, params: Any,
+            data: tuple, batch_size: int | None, scheduled: tuple, step: int,
+            sharding: Any) -> FitTuning | None:
+    """gv.AUTO's tuning for this fit, or None where the objective has no AUTO site."""
+    if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+        raise ValueError(f"gv.fit: retune_every is a positive int (steps), got {every!r}")
+    if not has_auto_sites(objective, _measured_args(params, data, batch_size, scheduled, step)):
+        if every is not None:
+            raise ValueError("gv.fit: retune_every= measures the strategies of sites with "
+                             "grad=gv.AUTO, and the objective has none")
+        return None
+    if sharding.processes > 1:
+        raise ValueError(
+            "gv.fit with grad=gv.AUTO sites under several processes: each would measure on "
+            "its own machine and could choose differently. Tune first (tuning = gv.tune("
+            "objective, params, *batch, key=...)) on one process and fit "
+            "tuning.apply(objective) on all of them.")
+    return FitTuning(objective, every, key)
+
+
+def _measured_args(params: Any, data: tuple, batch_size: int | None, scheduled: tuple,
+                   step: int) -> tuple:
+    """What gv.AUTO measures at: the parameters and a batch of the data (the first
+    `batch_size` rows), scheduled arguments at `step`."""
+    batch = data if batch_size is None else jax.tree_util.tree_map(lambda a: a[:batch_size], data)
+    return (params,) + tuple(at_step(batch, scheduled, step))
 
 
 def _boundaries(start: int, end: int, chunk: int, *every: int | None) -> list[tuple[int, int]]:

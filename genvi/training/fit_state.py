@@ -34,7 +34,8 @@ class FitResult(NamedTuple):
     all (a continued run's included; `len(history["objective"])`). `stopped`: why the
     fit ended (`"ran all 600 steps"`, `"converged after 1400 steps: ..."`, or a
     non-finite step, in a `NonFiniteError`'s result). `key`: the run's key, which a
-    continued run reuses. Pass the result as `params` to `gv.fit` to continue.
+    continued run reuses. `tunings`: the `gv.Tuning` of each measurement of the
+    objective's `gv.AUTO` sites (none without them). Pass the result as `params` to `gv.fit` to continue.
 
     Example:
         >>> import genvi as gv, jax, optax
@@ -54,6 +55,7 @@ class FitResult(NamedTuple):
     steps: int = 0
     stopped: str = ""
     key: Any = None
+    tunings: tuple = ()
 
 
 def new_history() -> dict:
@@ -68,7 +70,8 @@ def new_history() -> dict:
             "skipped": np.zeros(0, bool), "eval_step": [], "eval": []}
 
 
-def finish(params: Any, state: Any, history: dict, key: jax.Array, stopped: str) -> FitResult:
+def finish(params: Any, state: Any, history: dict, key: jax.Array, stopped: str,
+           tunings: tuple = ()) -> FitResult:
     """The `FitResult` of a run with this `history`.
 
     Example:
@@ -80,7 +83,7 @@ def finish(params: Any, state: Any, history: dict, key: jax.Array, stopped: str)
     history = dict(history, eval_step=np.asarray(history["eval_step"], np.int64),
                    eval=np.asarray(history["eval"], np.float32),
                    num_skipped=int(np.sum(history["skipped"])))
-    return FitResult(params, state, history, len(history["objective"]), stopped, key)
+    return FitResult(params, state, history, len(history["objective"]), stopped, key, tunings)
 
 
 def continued(result: FitResult, optimizer: optax.GradientTransformation,

@@ -13,10 +13,18 @@ checks that the means agree.
 
     python -m genvi_experiments.bench.discrete_vae [--latents binary categorical]
         [--batch 64] [--samples 2000] [--train-seconds 10 --seeds 5] [--record]
+    python -m genvi_experiments.bench.discrete_vae --time-to-target 30 --seeds 3 [--record]
 
 With `--train-seconds S`, each strategy also trains for S seconds from each of
 `--seeds` starts (as many steps as S holds at its measured time per estimate), and
-the table gains the test ELBO reached.
+the table gains the test ELBO reached. RELAX's surrogate is a small network of the
+relaxed latents and the image, trained in the same step; AUTO's row is what `gv.tune`
+chooses at the initial parameters (and `gv.fit` when it trains).
+
+With `--time-to-target S`, each strategy trains for S wall-clock seconds from each
+start (compiling, and AUTO's measurements, counted), and the table (as
+`binary_vae_auto`, `categorical_vae_auto`) gives the seconds each took to reach a
+target training objective: what the best strategy reached at half its run.
 
 `--record` writes each table (as `binary_vae` and `categorical_vae`, `_gpu` appended
 on a GPU) to BENCHMARKS.md through `genvi_experiments.bench.results`.
@@ -25,6 +33,8 @@ on a GPU) to BENCHMARKS.md through `genvi_experiments.bench.results`.
 from __future__ import annotations
 
 import argparse
+import math
+import time
 
 import jax
 import jax.numpy as jnp
@@ -37,12 +47,14 @@ from genvi_experiments.common.data import binarize, load_images
 from genvi_experiments.common.nets import MLP, apply, init_params
 from genvi_experiments.common.timing import describe_machine
 
+RELAX = "RELAX"  # gv.RELAX with the VAE's learned surrogate (DiscreteVAE.strategy)
 STRATEGIES = {
     "binary": {"REINFORCE": gv.REINFORCE, "RLOO(2)": gv.RLOO(2), "DisARM": gv.DisARM,
                "DisARM-whole-site": gv.DisARM.whole_site(), "MVD": gv.MVD, "ENUM": gv.ENUM,
-               "SD": gv.SD},
+               "SD": gv.SD, "RELAX": RELAX, "AUTO": gv.AUTO},
     "categorical": {"REINFORCE": gv.REINFORCE, "RLOO(2)": gv.RLOO(2), "SWOR(2)": gv.SWOR(2),
-                    "SWOR(4)": gv.SWOR(4), "MVD": gv.MVD, "ENUM": gv.ENUM, "SD": gv.SD},
+                    "SWOR(4)": gv.SWOR(4), "MVD": gv.MVD, "ENUM": gv.ENUM, "SD": gv.SD,
+                    "RELAX": RELAX, "AUTO": gv.AUTO},
 }
 
 
@@ -55,11 +67,23 @@ class DiscreteVAE:
         self.pixels, self.latent, self.categories = pixels, latent, categories
         self.width = latent * (categories or 1)   # logits out of the encoder, into the decoder
         self.encoder, self.decoder = MLP((hidden, self.width)), MLP((hidden, pixels))
+        self.surrogate = MLP((50, 1))  # RELAX's control variate of (relaxed latents, image)
 
     def init(self, key: jax.Array) -> dict:
-        k1, k2 = jax.random.split(key)
+        k1, k2, k3 = jax.random.split(key, 3)
         return {"enc": init_params(self.encoder, k1, self.pixels),
-                "dec": init_params(self.decoder, k2, self.width)}
+                "dec": init_params(self.decoder, k2, self.width),
+                "relax": init_params(self.surrogate, k3, self.width + self.pixels)}
+
+    def strategy(self, strategy, params: dict, x: jax.Array):
+        """The site's strategy; `RELAX`: gv.RELAX with the surrogate network, its
+        parameters `params["relax"]`, trained in the same step."""
+        if isinstance(strategy, str) and strategy == RELAX:
+            return gv.RELAX(self._control_variate, {"net": params["relax"], "x": x})
+        return strategy
+
+    def _control_variate(self, phi: dict, z: jax.Array) -> jax.Array:
+        return apply(self.surrogate, phi["net"], jnp.concatenate([z.reshape(-1), phi["x"]]))[0]
 
     def _latent(self, logits: jax.Array, strategy=None) -> gv.DistCall:
         if self.categories is None:
@@ -80,7 +104,8 @@ class DiscreteVAE:
 
         @gv.gen
         def guide(params, x):
-            self._latent(apply(self.encoder, params["enc"], x), strategy) @ "z"
+            self._latent(apply(self.encoder, params["enc"], x),
+                         self.strategy(strategy, params, x)) @ "z"
 
         return gv.batch_mean(gv.elbo(model, guide))
 
@@ -93,13 +118,22 @@ def make_vae(latents: str, pixels: int) -> DiscreteVAE:
 
 def measure(latents: str, x: jax.Array, samples: int, rounds: int,
             strategies: list[str] | None = None) -> gv.EstimatorComparison:
-    """The estimator lab on one VAE at its initial parameters (seed 0)."""
+    """The estimator lab on one VAE at its initial parameters (seed 0); AUTO's row is
+    the objective with the choice `gv.tune` makes there."""
     vae = make_vae(latents, x.shape[-1])
     chosen = STRATEGIES[latents] if strategies is None else \
         {name: STRATEGIES[latents][name] for name in strategies}
-    return gv.compare_estimators(chosen, jax.random.key(2), vae.init(jax.random.key(0)), x,
-                                 make=vae.objective, samples=samples, rounds=rounds,
-                                 leaves=["enc"])
+    params = vae.init(jax.random.key(0))
+    objectives = {}
+    for label, strategy in chosen.items():
+        objective = vae.objective(strategy)
+        if strategy is gv.AUTO:
+            tuning = gv.tune(objective, params, x, key=jax.random.key(5))
+            print(tuning)
+            objective = tuning.apply(objective)
+        objectives[label] = objective
+    return gv.compare_estimators(objectives, jax.random.key(2), params, x, samples=samples,
+                                 rounds=rounds, leaves=["enc"])
 
 
 def train_in_budget(latents: str, strategies: dict, seconds: dict[str, float], budget: float,
@@ -132,6 +166,75 @@ def train_in_budget(latents: str, strategies: dict, seconds: dict[str, float], b
                 lambda k, p=result.params: score.estimate(k, p, test))(keys))))
         out[label] = (steps, elbos, stops)
     return out
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+def trajectories(latents: str, strategies: dict, budget: float, train: jax.Array, seeds: int,
+                 batch: int, chunk: int = 200) -> dict:
+    """For each strategy and start: [(seconds since `gv.fit` was called, mean training
+    objective of the last `chunk` steps)], training for `budget` wall-clock seconds
+    (compiling, and AUTO's measurements, included). Adam(1e-3), minibatches of `batch`."""
+    vae = make_vae(latents, train.shape[-1])
+    optimizer = optax.adam(1e-3)
+    out = {}
+    for label, strategy in strategies.items():
+        out[label] = []
+        for seed in range(seeds):
+            points: list = []
+            begin = time.perf_counter()
+
+            def note(step, params, history, points=points, begin=begin):
+                elapsed = time.perf_counter() - begin
+                points.append((elapsed, float(np.mean(history["objective"][-chunk:]))))
+                if elapsed > budget:
+                    raise _OutOfTime
+            try:
+                gv.fit(vae.objective(strategy), vae.init(jax.random.key(10 + seed)), train,
+                       optimizer=optimizer, steps=10 ** 7, key=jax.random.key(100 + seed),
+                       batch_size=batch, chunk_size=chunk, callbacks=[note], progress=False)
+            except (_OutOfTime, gv.NonFiniteError):
+                pass
+            out[label].append(points)
+    return out
+
+
+def time_to_target(runs: dict, fraction: float = 0.5) -> tuple[float, dict]:
+    """The target: the training objective the best strategy (highest mean final value)
+    reached at `fraction` of its run; and per strategy the seconds each start took to
+    reach it (inf: never)."""
+    final = {a: np.mean([p[-1][1] for p in runs[a]]) for a in runs}
+    best = max(final, key=final.get)
+    target = float(np.median([_value_at(p, fraction * p[-1][0]) for p in runs[best]]))
+    reach = {a: [next((t for t, v in p if v >= target), math.inf) for p in runs[a]] for a in runs}
+    return target, reach
+
+
+def _value_at(points: list, seconds: float) -> float:
+    return next(v for t, v in points if t >= seconds)
+
+
+def _record_time_to_target(name: str, runs: dict, budget: float, argv, batch: int) -> None:
+    target, reach = time_to_target(runs)
+    median = {a: float(np.median(reach[a])) for a in reach}
+    best = min((a for a in median if a != "AUTO"), key=median.get)
+    columns = ["strategy", "seconds to the target (median)", "÷ best single strategy's",
+               "each start"]
+    rows = [[a, _seconds(median[a]), f"{median[a] / median[best]:.2f}"
+             if math.isfinite(median[a]) else "–", ", ".join(_seconds(t) for t in reach[a])]
+            for a in runs]
+    note = (f"Training objective (mean of the last 200 steps' estimates, minibatches of "
+            f"{batch}) from {len(next(iter(runs.values())))} starts, each for {budget:g} s "
+            f"of wall-clock time, compiling and AUTO's measurements included. Target: "
+            f"{target:.2f}, what the strategy with the best final value ({best} is the "
+            "fastest to it) reached at half its run; – : not reached.")
+    record(on_platform(name), command("discrete_vae", argv), columns, rows, note=note)
+
+
+def _seconds(t: float) -> str:
+    return f"{t:.1f}" if math.isfinite(t) else "–"
 
 
 def _record(name: str, lab: gv.EstimatorComparison, trained: dict | None, budget: float,
@@ -172,12 +275,27 @@ def main(argv: list[str] | None = None) -> dict[str, gv.EstimatorComparison]:
     ap.add_argument("--train-seconds", type=float, default=0.0,
                     help="also train each strategy for this many seconds (0: do not)")
     ap.add_argument("--seeds", type=int, default=5, help="training starts per strategy")
+    ap.add_argument("--time-to-target", type=float, default=0.0,
+                    help="train each strategy this many wall-clock seconds and report the "
+                         "time to a target training objective (0: do not)")
     ap.add_argument("--record", action="store_true", help="write the tables to BENCHMARKS.md")
     args = ap.parse_args(argv)
     images = load_images()
     x = jnp.asarray(binarize(jax.random.key(1), images.train[:args.batch]))
     labs = {}
     for latents in args.latents:
+        if args.time_to_target > 0:
+            chosen = STRATEGIES[latents] if args.strategies is None else \
+                {a: STRATEGIES[latents][a] for a in args.strategies}
+            runs = trajectories(latents, chosen, args.time_to_target,
+                                jnp.asarray(binarize(jax.random.key(3), images.train)),
+                                args.seeds, args.batch)
+            target, reach = time_to_target(runs)
+            print(f"# {latents}: target {target:.2f}; seconds to it: {reach}")
+            if args.record:
+                _record_time_to_target(f"{latents}_vae_auto", runs, args.time_to_target, argv,
+                                       args.batch)
+            continue
         labs[latents] = lab = measure(latents, x, args.samples, args.rounds, args.strategies)
         print(f"# {latents}-latent VAE, batch {args.batch}, {describe_machine()}")
         print(lab.table(leaves=["enc"]))

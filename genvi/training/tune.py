@@ -1,0 +1,238 @@
+"""`gv.tune`: measure each `gv.AUTO` site's candidate strategies at the current
+parameters and choose the one with the least gradient variance × step time (the
+rule of Geffner and Domke 2020: the variance of the average of the estimates one
+second buys). `gv.fit` tunes at its start and every `retune_every` steps.
+
+Each candidate's estimator is compiled once (`value_and_grad_estimate`, warm), then
+run on fresh keys until `seconds` have passed (at least `min_estimates`, at most
+`max_estimates` estimates): every run is both a timing (its median is the step time)
+and a gradient sample (the variance is summed over every entry of every leaf). A
+candidate the objective refuses, or whose estimates are not finite, is ruled out with
+its reason. Sites are tuned one after another, each with the sites before it at their
+choices and the ones after it at their untuned choices (one pass of coordinate
+descent). The choice depends on timings, so two machines may choose differently.
+
+Example:
+    >>> import genvi as gv, jax
+    >>> @gv.expectation
+    ... def e(mu):
+    ...     x = gv.sample(gv.normal(mu, 1.0, grad=gv.AUTO), name="x")
+    ...     return -(x - 1.0) ** 2
+    >>> tuning = gv.tune(e, 0.0, key=jax.random.key(0), seconds=0.05)
+    >>> tuning.choice("x")
+    gv.REPARAM
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import numpy as np
+
+from genvi.adev import auto
+from genvi.adev.expectation import Expectation
+from genvi.core.context import using
+from genvi.core.mistakes import check_key
+from genvi.core.tracing import shapes_key
+from genvi.training.timing import median
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One candidate at one site: its gradient variance (summed over entries), the
+    seconds per estimate (median), their product, the estimates taken, and why it
+    was ruled out (None: it was not)."""
+
+    site: str
+    strategy: Any
+    variance: float = math.nan
+    seconds: float = math.nan
+    estimates: int = 0
+    refused: str | None = None
+
+    @property
+    def work(self) -> float:
+        """Variance × seconds: what the choice minimizes."""
+        return self.variance * self.seconds
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """What `gv.tune` chose: `choices` ((address, strategy) pairs), every candidate
+    `measured`, the `step` of a fit it was measured at, and `notes` (a site where only
+    REINFORCE applies says so). `apply(objective)` is the objective with the choices;
+    `print` it for the table.
+
+    Example:
+        >>> import genvi as gv
+        >>> t = Tuning(((("b",), gv.MVD),), ())
+        >>> t.choice("b")
+        gv.MVD
+    """
+
+    choices: tuple
+    measured: tuple
+    step: int = 0
+    notes: tuple = ()
+
+    def choice(self, addr: str | tuple) -> Any:
+        """The strategy chosen at `addr` ("outer/inner" or a tuple)."""
+        key = tuple(addr.split("/")) if isinstance(addr, str) else tuple(addr)
+        for where, strategy in self.choices:
+            if where == key:
+                return strategy
+        raise KeyError(f"no gv.AUTO site at {addr!r}; the tuned sites: "
+                       + ", ".join("/".join(map(str, a)) for a, _ in self.choices))
+
+    def apply(self, objective: Expectation) -> Expectation:
+        """`objective` with its `gv.AUTO` sites at these choices (an `Expectation`
+        whose `explain` also prints this table)."""
+        return auto.Tuned(objective, self.choices, str(self))
+
+    def __str__(self) -> str:
+        chosen = {("/".join(map(str, a)), repr(s)) for a, s in self.choices}
+        rows = [("site", "candidate", "variance", "seconds/estimate", "variance × seconds",
+                 "estimates", "")]
+        for m in self.measured:
+            mark = "chosen" if (m.site, repr(m.strategy)) in chosen else (
+                f"refused: {m.refused}" if m.refused else "")
+            rows.append((m.site, repr(m.strategy), _num(m.variance), _num(m.seconds),
+                         _num(m.work), str(m.estimates), mark))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = [f"gv.AUTO, measured at step {self.step} (gradient variance × time per estimate):"]
+        for j, r in enumerate(rows):
+            lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+            if j == 0:
+                lines.append("  " + "  ".join("-" * w for w in widths[:-1]))
+        return "\n".join(lines + [f"  {n}" for n in self.notes])
+
+    __repr__ = __str__
+
+
+def _num(x: float) -> str:
+    return "—" if not math.isfinite(x) else f"{x:.3g}"
+
+
+def auto_sites(objective: Expectation, key: jax.Array, args: tuple) -> list:
+    """The `gv.AUTO` sites of `objective` at `args` (gradient in `args[0]`), with their
+    untuned choices: a trial trace, nothing runs."""
+    log: list = []
+    with using(auto_sites=log):
+        jax.eval_shape(lambda k, a: objective._value_and_grad_uncached(k, a, (0,)), key, args)
+    return log
+
+
+def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
+         seconds: float = 0.5, min_estimates: int = 16, max_estimates: int = 64,
+         step: int = 0) -> Tuning:
+    """Choose a strategy at each `gv.AUTO` site of `objective(params, *data)` by
+    measured gradient variance (in `params`) × time per estimate (see the module
+    docstring); `seconds` bounds the estimates per candidate.
+
+    Example:
+        >>> import genvi as gv, jax
+        >>> @gv.expectation
+        ... def e(p):
+        ...     b = gv.sample(gv.flip(p, grad=gv.AUTO), name="b")
+        ...     return jax.numpy.where(b, 1.0, 3.0)
+        >>> gv.tune(e, 0.3, key=jax.random.key(0), seconds=0.05).choice("b")   # exact and cheap
+        gv.ENUM
+    """
+    check_key(key, "gv.tune")
+    args = (params,) + tuple(data)
+    sites = auto_sites(objective, key, args)
+    if not sites:
+        raise ValueError("gv.tune: the objective has no site with grad=gv.AUTO to tune")
+    chosen = {site.addr: site.default for site in sites}
+    measured, notes = [], []
+    keys = iter(jax.random.split(key, 10_000))
+    for site in sites:
+        if auto.only_reinforce(site.dist):
+            notes.append(f"{site.name}: gv.{site.dist.name} supports only REINFORCE; took "
+                         "RLOO with the number of samples measured")
+        refused = dict(site.refused)
+        results = []
+        for candidate in auto.candidates(site.dist):
+            trial = {**chosen, site.addr: candidate}
+            if candidate in refused:
+                results.append(Measured(site.name, candidate, refused=refused[candidate]))
+                continue
+            results.append(_measure(auto.Tuned(objective, tuple(trial.items())), args,
+                                    keys, site.name, candidate, seconds, min_estimates,
+                                    max_estimates))
+        usable = [m for m in results if m.refused is None]
+        if usable:
+            chosen[site.addr] = min(usable, key=lambda m: m.work).strategy
+        measured += results
+    return Tuning(tuple(chosen.items()), tuple(measured), step, tuple(notes))
+
+
+def _measure(tuned: Expectation, args: tuple, keys: Any, site: str, strategy: Any,
+             seconds: float, min_estimates: int, max_estimates: int) -> Measured:
+    try:
+        jax.block_until_ready(tuned.value_and_grad_estimate(next(keys), *args))  # compile
+    except auto.REFUSALS as err:
+        return Measured(site, strategy, refused=str(err).split("\n")[0])
+    times, grads = [], []
+    begin = time.perf_counter()
+    while len(times) < max_estimates and (len(times) < min_estimates
+                                          or time.perf_counter() - begin < seconds):
+        t0 = time.perf_counter()
+        _, g = jax.block_until_ready(tuned.value_and_grad_estimate(next(keys), *args))
+        times.append(time.perf_counter() - t0)
+        grads.append(np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(g)]))
+    stacked = np.stack(grads).astype(np.float64)
+    if not np.all(np.isfinite(stacked)):
+        return Measured(site, strategy, estimates=len(times),
+                        refused="its gradient estimates are not finite here")
+    return Measured(site, strategy, float(np.sum(np.var(stacked, axis=0, ddof=1))),
+                    median(times), len(times))
+
+
+
+class FitTuning:
+    """`gv.fit`'s `gv.AUTO`: the objective a fit runs (the user's with the current
+    choices; each set of choices is one objective object, so compiled chunks are
+    reused when a retuning returns to earlier choices), tuned at the start and at
+    every multiple of `every` steps, each `Tuning` kept in `tunings`.
+
+    Example:
+        >>> FitTuning.__name__
+        'FitTuning'
+    """
+
+    def __init__(self, objective: Expectation, every: int | None, key: jax.Array):
+        self.base, self.every, self.key = objective, every, jax.random.fold_in(key, 2 ** 31 - 2)
+        self.tunings: list[Tuning] = []
+        self._objectives: dict = {}
+
+    def tune(self, args: tuple, step: int) -> Expectation:
+        """Measure at `args` (the parameters, then a batch of the data) and return the
+        objective with the choices."""
+        tuning = tune(self.base, *args, key=jax.random.fold_in(self.key, step), step=step)
+        self.tunings.append(tuning)
+        objective = self._objectives.get(tuning.choices)
+        if objective is None:
+            objective = self._objectives[tuning.choices] = tuning.apply(self.base)
+        return objective
+
+    def due(self, step: int) -> bool:
+        return bool(self.every) and step % self.every == 0
+
+
+_HAS_AUTO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def has_auto_sites(objective: Expectation, args: tuple) -> bool:
+    """Whether `objective(*args)` has a `gv.AUTO` site (a trial trace, once per
+    objective and argument shapes)."""
+    seen = _HAS_AUTO.setdefault(objective, {})
+    key = shapes_key(args)
+    if key not in seen:
+        seen[key] = bool(auto_sites(objective, jax.random.key(0), args))
+    return seen[key]

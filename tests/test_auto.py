@@ -1,0 +1,185 @@
+"""`gv.AUTO`: a site whose strategy genvi chooses. Untuned it takes the first
+candidate the objective allows; `gv.tune` measures every candidate's gradient
+variance × time per estimate and picks the least; `gv.fit` tunes at its start and
+every `retune_every` steps and records each tuning. It picks REPARAM at a smooth
+Gaussian site, never REPARAM where the continuation is discontinuous, the strategy
+the estimator lab ranks first where the ranking is clear, and RLOO with a measured
+number of samples where REINFORCE is the only strategy; the estimate it runs is
+unbiased."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import genvi as gv
+from estimates import within
+from genvi.adev.auto import candidates
+
+KEY = jax.random.key(0)
+QUICK = dict(seconds=0.05, min_estimates=32, max_estimates=32)
+
+
+def smooth():
+    @gv.expectation
+    def e(mu):  # nearly linear in x: the pathwise gradient has almost no variance
+        x = gv.sample(gv.normal(mu + jnp.arange(8.0), 1.0, grad=gv.AUTO), name="x")
+        return jnp.sum(3.0 * x - 0.05 * x ** 2)
+    return e
+
+
+def step():
+    @gv.expectation
+    def e(mu):  # a step of x: REPARAM would see a zero derivative almost everywhere
+        x = gv.sample(gv.normal(mu, 1.0, grad=gv.AUTO), name="x")
+        return jnp.where(x > 0.0, 1.0, 0.0)
+    return e
+
+
+def test_candidates_follow_the_distribution():
+    assert candidates(gv.normal) == (gv.REPARAM, gv.RLOO(2), gv.MVD)
+    assert candidates(gv.flip) == (gv.ENUM, gv.RLOO(2), gv.MVD, gv.SD, gv.DisARM)
+    assert candidates(gv.categorical) == (gv.ENUM, gv.RLOO(2), gv.MVD, gv.SD)
+    assert candidates(gv.uniform) == (gv.REPARAM,)
+
+
+def test_picks_reparam_at_a_smooth_gaussian_site():
+    tuning = gv.tune(smooth(), 0.0, key=KEY, **QUICK)
+    assert tuning.choice("x") == gv.REPARAM, tuning
+    rows = {repr(m.strategy): m for m in tuning.measured}
+    assert rows["gv.REPARAM"].variance < 0.1 * min(rows["gv.MVD"].variance,
+                                                   rows["gv.RLOO(2)"].variance)
+
+
+def test_refuses_reparam_where_the_continuation_is_discontinuous():
+    e = step()
+    # untuned: the first candidate allowed, and explain says why REPARAM is not it
+    text = str(e.explain(0.0))
+    assert "gv.AUTO (untuned) → gv.RLOO(2)" in text and "gv.REPARAM refused" in text
+    tuning = gv.tune(e, 0.0, key=KEY, **QUICK)
+    rows = {repr(m.strategy): m for m in tuning.measured}
+    assert rows["gv.REPARAM"].refused and "discontinuity" in rows["gv.REPARAM"].refused
+    assert tuning.choice("x") != gv.REPARAM
+
+
+def test_picks_what_the_lab_ranks_first():
+    # MVD is exact for E 1[x > 0] (variance 0); RLOO(2) is not
+    e = step()
+    tuning = gv.tune(e, 0.0, key=KEY, **QUICK)
+    lab = gv.compare_estimators({"RLOO(2)": gv.RLOO(2), "MVD": gv.MVD}, KEY, 0.0,
+                                make=lambda s: _step_with(s), samples=2000, rounds=3)
+    work = {a: lab.variance[a][lab.leaves[0]] * lab.seconds[a] for a in lab.labels}
+    assert min(work, key=work.get) == "MVD"
+    assert tuning.choice("x") == gv.MVD, tuning
+
+
+def _step_with(strategy):
+    @gv.expectation
+    def e(mu):
+        x = gv.sample(gv.normal(mu, 1.0, grad=strategy), name="x")
+        return jnp.where(x > 0.0, 1.0, 0.0)
+    return e
+
+
+class Counts(gv.Distribution):
+    """A distribution that supports only REINFORCE (no support, MVD terms or
+    reparameterization)."""
+
+    name = "counts"
+
+    def sample(self, key, rate):
+        return gv.poisson.sample(key, rate)
+
+    def lane_log_prob(self, x, rate):
+        return gv.poisson.lane_log_prob(x, rate)
+
+
+def test_only_reinforce_takes_rloo_with_a_measured_number_of_samples():
+    counts = Counts()
+    assert candidates(counts) == (gv.RLOO(2), gv.RLOO(4), gv.RLOO(8))
+
+    @gv.expectation
+    def e(rate):
+        n = gv.sample(counts(rate, grad=gv.AUTO), name="n")
+        return jnp.sqrt(n * 1.0)
+    tuning = gv.tune(e, 3.0, key=KEY, **QUICK)
+    assert tuning.choice("n") in (gv.RLOO(2), gv.RLOO(4), gv.RLOO(8))
+    assert "supports only REINFORCE" in str(tuning)
+
+
+def test_the_tuned_estimate_is_unbiased():
+    e = step()
+    tuned = gv.tune(e, 0.3, key=KEY, **QUICK).apply(e)
+    keys = jax.random.split(jax.random.key(1), 20_000)
+    g = np.asarray(jax.jit(jax.vmap(lambda k: tuned.grad_estimate(k, 0.3)))(keys), np.float64)
+    exact = math.exp(-0.3 ** 2 / 2) / math.sqrt(2 * math.pi)  # d/dμ P(x > 0)
+    assert within(g.mean(), g.std() / math.sqrt(len(g)) + 1e-6, exact)
+
+
+def test_fit_tunes_at_the_start_and_when_asked():
+    @gv.gen
+    def model(p, y):
+        z = gv.normal(0.0, 1.0) @ "z"
+        gv.observe(gv.normal(z, 1.0), y)
+
+    @gv.gen
+    def guide(p, y):
+        gv.normal(p["m"], jnp.exp(p["s"]), grad=gv.AUTO) @ "z"
+    result = gv.fit(gv.elbo(model, guide), {"m": 0.0, "s": 0.0}, 1.0,
+                    optimizer=optax.adam(0.05), steps=300, key=KEY, progress=False,
+                    retune_every=100)
+    assert [t.step for t in result.tunings] == [0, 100, 200]
+    assert all(t.choice("z") in candidates(gv.normal) for t in result.tunings)
+    assert float(result.params["m"]) == pytest.approx(0.5, abs=0.15)  # the posterior mean
+    text = str(result.tunings[0])
+    assert "chosen" in text and "gv.REPARAM" in text and "gv.MVD" in text
+    # without AUTO sites there is nothing to retune
+    with pytest.raises(ValueError, match="retune_every= measures the strategies of sites "
+                                         "with grad=gv.AUTO"):
+        gv.fit(gv.elbo(model, _guide_with(gv.REPARAM)), {"m": 0.0, "s": 0.0}, 1.0,
+               optimizer=optax.adam(0.05), steps=10, key=KEY, progress=False, retune_every=5)
+
+
+def _guide_with(strategy):
+    @gv.gen
+    def guide(p, y):
+        gv.normal(p["m"], jnp.exp(p["s"]), grad=strategy) @ "z"
+    return guide
+
+
+def test_explain_prints_the_choice_and_the_table():
+    e = smooth()
+    tuning = gv.tune(e, 0.0, key=KEY, **QUICK)
+    text = str(tuning.apply(e).explain(0.0))
+    assert "gv.AUTO → gv.REPARAM" in text
+    assert "gv.AUTO, measured at step 0" in text and "variance × seconds" in text
+
+
+def test_two_sites_are_tuned_one_after_the_other():
+    @gv.expectation
+    def e(p):
+        a = gv.sample(gv.flip(p, grad=gv.AUTO), name="a")
+        x = gv.sample(gv.normal(p * a, 1.0, grad=gv.AUTO), name="x")
+        return jnp.where(a, 1.0, -1.0) * x
+    tuning = gv.tune(e, 0.4, key=KEY, **QUICK)
+    assert {a for a, _ in tuning.choices} == {("a",), ("x",)}
+    assert {m.site for m in tuning.measured} == {"a", "x"}
+
+
+def test_refusals():
+    @gv.expectation
+    def unnamed(mu):
+        return gv.sample(gv.normal(mu, 1.0, grad=gv.AUTO))
+    with pytest.raises(ValueError, match=r"grad=gv.AUTO at an unnamed gv.sample of gv.normal"):
+        unnamed.grad_estimate(KEY, 0.0)
+
+    @gv.expectation
+    def none(mu):
+        return gv.sample(gv.normal(mu, 1.0, grad=gv.REPARAM))
+    with pytest.raises(ValueError, match="no site with grad=gv.AUTO"):
+        gv.tune(none, 0.0, key=KEY)
+    with pytest.raises(KeyError, match="no gv.AUTO site at 'y'"):
+        gv.tune(step(), 0.0, key=KEY, **QUICK).choice("y")
