@@ -20,7 +20,7 @@ from estimates import within
 from genvi.adev.auto import candidates
 
 KEY = jax.random.key(0)
-QUICK = dict(seconds=0.05, min_estimates=32, max_estimates=32)
+QUICK = dict(estimates=32)
 
 
 def smooth():
@@ -41,7 +41,8 @@ def step():
 
 def test_candidates_follow_the_distribution():
     assert candidates(gv.normal) == (gv.REPARAM, gv.RLOO(2), gv.MVD)
-    assert candidates(gv.flip) == (gv.ENUM, gv.RLOO(2), gv.MVD, gv.SD, gv.DisARM)
+    assert candidates(gv.flip) == (gv.ENUM, gv.RLOO(2), gv.MVD, gv.SD, gv.DisARM,
+                                   gv.DisARM.whole_site())
     assert candidates(gv.categorical) == (gv.ENUM, gv.RLOO(2), gv.MVD, gv.SD)
     assert candidates(gv.uniform) == (gv.REPARAM,)
 
@@ -136,6 +137,10 @@ def test_fit_tunes_at_the_start_and_when_asked():
     assert float(result.params["m"]) == pytest.approx(0.5, abs=0.15)  # the posterior mean
     text = str(result.tunings[0])
     assert "chosen" in text and "gv.REPARAM" in text and "gv.MVD" in text
+    # a continued fit measures again at its start and keeps the earlier tunings
+    more = gv.fit(gv.elbo(model, guide), result, 1.0, optimizer=optax.adam(0.05), steps=20,
+                  progress=False)
+    assert [t.step for t in more.tunings] == [0, 100, 200, 300]
     # without AUTO sites there is nothing to retune
     with pytest.raises(ValueError, match="retune_every= measures the strategies of sites "
                                          "with grad=gv.AUTO"):

@@ -16,7 +16,7 @@ Example:
     >>> import genvi as gv
     >>> from genvi.adev.auto import candidates
     >>> candidates(gv.flip)
-    (gv.ENUM, gv.RLOO(2), gv.MVD, gv.SD, gv.DisARM)
+    (gv.ENUM, gv.RLOO(2), gv.MVD, gv.SD, gv.DisARM, gv.DisARM.whole_site())
 """
 
 from __future__ import annotations
@@ -48,7 +48,10 @@ def candidates(dist: Any) -> tuple:
     built_in = built_in_strategies(dist)
     if [s.kind for s in built_in] == ["REINFORCE"]:
         return (RLOO(2), RLOO(4), RLOO(8))
-    return tuple(RLOO(2) if s.kind == "REINFORCE" else s for s in built_in)
+    chosen = tuple(RLOO(2) if s.kind == "REINFORCE" else s for s in built_in)
+    # DisARM in both forms: lane by lane, and one partner for a whole site (cheaper
+    # where a site is one datapoint's latent vector)
+    return chosen + tuple(s.whole_site() for s in chosen if s.kind == "DisARM")
 
 
 def only_reinforce(dist: Any) -> bool:
@@ -129,13 +132,6 @@ def refusal(trace: Any) -> str | None:
     except REFUSALS as err:
         return str(err).split("\n")[0]
     return None
-
-
-def abstract(tree: Any) -> Any:
-    """Shapes and dtypes of a pytree's array leaves (traced values included)."""
-    return jax.tree_util.tree_map(
-        lambda x: jax.ShapeDtypeStruct(jax.numpy.shape(x), jax.numpy.result_type(x))
-        if isinstance(x, (jax.Array, jax.core.Tracer)) else x, tree)
 
 
 def note_sites(sites: list[AutoSite]) -> None:

@@ -145,6 +145,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
         else (checkpoints.directory, checkpoints.every, checkpoints.resume))
     eval_every = evaluate.every if evaluate is not None else None
     _check_stop(stop)
+    earlier = params.tunings if isinstance(params, FitResult) else ()  # gv.AUTO's, kept
     if isinstance(params, FitResult):
         params, state, history, key = fit_state.continued(params, optimizer, key)
     else:
@@ -237,7 +238,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
     finally:
         bar.close(stopped if converged else None)
     result = fit_state.finish(*local((params, state), sharding), history, key, stopped,
-                              () if tuning is None else tuple(tuning.tunings))
+                              tuple(earlier) + (() if tuning is None else tuple(tuning.tunings)))
     if skip_nonfinite is not None:
         warn_if_skipped(result.history, skip_nonfinite.warn_fraction)
     return result

@@ -3,12 +3,11 @@ parameters and choose the one with the least gradient variance × step time (the
 rule of Geffner and Domke 2020: the variance of the average of the estimates one
 second buys). `gv.fit` tunes at its start and every `retune_every` steps.
 
-Each candidate's estimator is compiled once (`value_and_grad_estimate`, warm), then
-run on fresh keys until `seconds` have passed (at least `min_estimates`, at most
-`max_estimates` estimates): every run is both a timing (its median is the step time)
-and a gradient sample (the variance is summed over every entry of every leaf). A
-candidate the objective refuses, or whose estimates are not finite, is ruled out with
-its reason. Sites are tuned one after another, each with the sites before it at their
+Each candidate's estimates run in one compiled loop (`lax.scan` over keys, no dispatch
+between estimates, as in a fit's compiled chunk): the loop's gradient variance, summed
+over every entry of every leaf (a running Welford update, so memory stays at one
+gradient), and its time per estimate (warm, the faster of two runs). A candidate the
+objective refuses, or whose estimates are not finite, is ruled out with its reason. Sites are tuned one after another, each with the sites before it at their
 choices and the ones after it at their untuned choices (one pass of coordinate
 descent). The choice depends on timings, so two machines may choose differently.
 
@@ -18,7 +17,7 @@ Example:
     ... def e(mu):
     ...     x = gv.sample(gv.normal(mu, 1.0, grad=gv.AUTO), name="x")
     ...     return -(x - 1.0) ** 2
-    >>> tuning = gv.tune(e, 0.0, key=jax.random.key(0), seconds=0.05)
+    >>> tuning = gv.tune(e, 0.0, key=jax.random.key(0), estimates=32)
     >>> tuning.choice("x")
     gv.REPARAM
 """
@@ -32,14 +31,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
 from genvi.adev import auto
 from genvi.adev.expectation import Expectation
 from genvi.core.context import using
 from genvi.core.mistakes import check_key
 from genvi.core.tracing import shapes_key
-from genvi.training.timing import median
 
 
 @dataclass(frozen=True)
@@ -128,11 +128,12 @@ def auto_sites(objective: Expectation, key: jax.Array, args: tuple) -> list:
 
 
 def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
-         seconds: float = 0.5, min_estimates: int = 16, max_estimates: int = 64,
-         step: int = 0) -> Tuning:
+         estimates: int = 64, step: int = 0, compiled: dict | None = None) -> Tuning:
     """Choose a strategy at each `gv.AUTO` site of `objective(params, *data)` by
     measured gradient variance (in `params`) × time per estimate (see the module
-    docstring); `seconds` bounds the estimates per candidate.
+    docstring), from 2 × `estimates` estimates per candidate. `compiled`, a dict kept
+    across calls, holds each choice's objective so that measuring again (a fit's
+    retuning) compiles nothing anew.
 
     Example:
         >>> import genvi as gv, jax
@@ -140,7 +141,7 @@ def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
         ... def e(p):
         ...     b = gv.sample(gv.flip(p, grad=gv.AUTO), name="b")
         ...     return jax.numpy.where(b, 1.0, 3.0)
-        >>> gv.tune(e, 0.3, key=jax.random.key(0), seconds=0.05).choice("b")   # exact and cheap
+        >>> gv.tune(e, 0.3, key=jax.random.key(0), estimates=32).choice("b")   # exact and cheap
         gv.ENUM
     """
     check_key(key, "gv.tune")
@@ -150,7 +151,7 @@ def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
         raise ValueError("gv.tune: the objective has no site with grad=gv.AUTO to tune")
     chosen = {site.addr: site.default for site in sites}
     measured, notes = [], []
-    keys = iter(jax.random.split(key, 10_000))
+    keys = iter(jax.random.split(key, 1_000))
     for site in sites:
         if auto.only_reinforce(site.dist):
             notes.append(f"{site.name}: gv.{site.dist.name} supports only REINFORCE; took "
@@ -162,9 +163,13 @@ def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
             if candidate in refused:
                 results.append(Measured(site.name, candidate, refused=refused[candidate]))
                 continue
-            results.append(_measure(auto.Tuned(objective, tuple(trial.items())), args,
-                                    keys, site.name, candidate, seconds, min_estimates,
-                                    max_estimates))
+            choices = tuple(trial.items())
+            tuned = compiled.get(choices) if compiled is not None else None
+            if tuned is None:
+                tuned = auto.Tuned(objective, choices)
+                if compiled is not None:
+                    compiled[choices] = tuned
+            results.append(_measure(tuned, args, next(keys), site.name, candidate, estimates))
         usable = [m for m in results if m.refused is None]
         if usable:
             chosen[site.addr] = min(usable, key=lambda m: m.work).strategy
@@ -172,27 +177,40 @@ def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
     return Tuning(tuple(chosen.items()), tuple(measured), step, tuple(notes))
 
 
-def _measure(tuned: Expectation, args: tuple, keys: Any, site: str, strategy: Any,
-             seconds: float, min_estimates: int, max_estimates: int) -> Measured:
+def _measure(tuned: Expectation, args: tuple, key: jax.Array, site: str, strategy: Any,
+             estimates: int) -> Measured:
+    """`estimates` gradient estimates under one compiled loop (no dispatch between
+    them, as in a fit): the variance summed over every entry (Welford's update), and
+    the loop's time per estimate (the faster of two warm runs)."""
+    def run(keys, args):
+        def one(carry, k):
+            n, mean, m2 = carry
+            flat = ravel_pytree(tuned.value_and_grad_estimate(k, *args)[1])[0]
+            delta = flat - mean
+            mean = mean + delta / (n + 1)
+            return (n + 1, mean, m2 + delta * (flat - mean)), None
+        size = ravel_pytree(jax.eval_shape(
+            lambda: tuned.value_and_grad_estimate(keys[0], *args)[1]))[0].shape
+        zeros = jnp.zeros(size, jnp.result_type(float))
+        (n, _, m2), _ = jax.lax.scan(one, (0.0, zeros, zeros), keys)
+        return jnp.sum(m2) / (n - 1)
+
+    compiled = jax.jit(run)
+    keys = jax.random.split(key, 3 * estimates).reshape(3, estimates)
     try:
-        jax.block_until_ready(tuned.value_and_grad_estimate(next(keys), *args))  # compile
+        jax.block_until_ready(compiled(keys[0], args))  # compiles
     except auto.REFUSALS as err:
         return Measured(site, strategy, refused=str(err).split("\n")[0])
-    times, grads = [], []
-    begin = time.perf_counter()
-    while len(times) < max_estimates and (len(times) < min_estimates
-                                          or time.perf_counter() - begin < seconds):
+    times, variances = [], []
+    for k in keys[1:]:
         t0 = time.perf_counter()
-        _, g = jax.block_until_ready(tuned.value_and_grad_estimate(next(keys), *args))
+        variances.append(float(jax.block_until_ready(compiled(k, args))))
         times.append(time.perf_counter() - t0)
-        grads.append(np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(g)]))
-    stacked = np.stack(grads).astype(np.float64)
-    if not np.all(np.isfinite(stacked)):
-        return Measured(site, strategy, estimates=len(times),
+    variance = float(np.mean(variances))
+    if not math.isfinite(variance):
+        return Measured(site, strategy, estimates=2 * estimates,
                         refused="its gradient estimates are not finite here")
-    return Measured(site, strategy, float(np.sum(np.var(stacked, axis=0, ddof=1))),
-                    median(times), len(times))
-
+    return Measured(site, strategy, variance, min(times) / estimates, 2 * estimates)
 
 
 class FitTuning:
@@ -210,11 +228,13 @@ class FitTuning:
         self.base, self.every, self.key = objective, every, jax.random.fold_in(key, 2 ** 31 - 2)
         self.tunings: list[Tuning] = []
         self._objectives: dict = {}
+        self._measured: dict = {}  # each measured choice's objective, compiled once
 
     def tune(self, args: tuple, step: int) -> Expectation:
         """Measure at `args` (the parameters, then a batch of the data) and return the
         objective with the choices."""
-        tuning = tune(self.base, *args, key=jax.random.fold_in(self.key, step), step=step)
+        tuning = tune(self.base, *args, key=jax.random.fold_in(self.key, step), step=step,
+                      compiled=self._measured)
         self.tunings.append(tuning)
         objective = self._objectives.get(tuning.choices)
         if objective is None:

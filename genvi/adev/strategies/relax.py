@@ -29,8 +29,9 @@ uses the model (REBAR) takes the model's parameters in `phi` behind
 
 b is the distribution's own draw with the site's key (replays of other sites see the
 run's own value), and z is drawn given b, which is (b, z)'s joint law. One evaluation
-of the rest of the objective: f(b) enters as a score term; the surrogate runs three
-times (at z, at z̃ and in the variance gradient).
+of the rest of the objective: f(b) enters as a score term; the surrogate runs at z and
+z̃ with one reverse pass for its gradient in ℓ, and where phi is differentiated, that
+pass's derivative along phi (a forward pass over it).
 
 Example:
     >>> import genvi as gv, jax, jax.numpy as jnp
@@ -120,37 +121,39 @@ class RELAX(Strategy):
         # z: drawn given b, then reparameterized with its noise held; z̃: given b
         noise = relax.noise(logits, relax.uniforms(jax.random.fold_in(key, 1), logits))
         v_tilde = relax.uniforms(jax.random.fold_in(key, 2), logits)
-        leaves = jax.tree_util.tree_leaves(self.phi)
+        leaves, tree = jax.tree_util.tree_flatten(self.phi)
         plated = jnp.ndim(leaves[0]) - self.ranks[0] if leaves and self.ranks else 0  # vmap axes
 
-        def cv(ell, phi):  # per plate lane: c(z) − c(z̃) and c(z̃)
-            return self.control_variates(phi, relax, ell, noise, v_tilde, plated)
+        def pieces(phi):  # ∂ℓ Σ (c(z) − c(z̃)), and c(z̃) per plate lane
+            def differences(ell):
+                diff, at_z_tilde = self.control_variates(phi, relax, ell, noise, v_tilde, plated)
+                return jnp.sum(diff), at_z_tilde
+            return jax.grad(differences, has_aux=True)(logits)
 
         def lanes(x):  # a per-plate-lane value against the logits' axes
             return x.reshape(x.shape + (1,) * (logits.ndim - x.ndim))
 
-        (_, c_tilde), (d_diff, _) = jax.jvp(
-            lambda ell: (jnp.sum(cv(ell, self.phi)[0]), cv(ell, self.phi)[1]), (logits,),
-            (jnp.zeros_like(logits) if dlogits is None else dlogits,))
         score_logits = jax.grad(lambda ell: jnp.sum(relax.log_prob(ell)))(logits)
         # the lanes that run (a site in an untaken branch of a batched cond: none)
         live = dist.where(jnp.ones(b.shape, bool)) if getattr(dist, "is_masked", False) else True
         live = lanes(jnp.broadcast_to(live, b.shape))
+        leaves_t = None if self.phi_tangent is None else tree.flatten_up_to(self.phi_tangent)
+        (grad_cv, c_tilde), d_pieces = d.jvp(
+            lambda *ls: pieces(jax.tree_util.tree_unflatten(tree, ls)), leaves,
+            [None] * len(leaves) if leaves_t is None else leaves_t)
         score = offset = None
         if dlogits is not None:
             score_terms = score_logits * dlogits * live
             score = jnp.sum(score_terms)
-            offset = -jnp.sum(lanes(c_tilde) * score_terms) + d_diff
-        if self.phi_tangent is not None:  # −½ ∂φ |ĝ|², linear in the final value f
-            def rest(phi):  # ĝ − f ∂ℓ log p(b): the part that depends on phi
-                grad_cv = jax.grad(lambda ell: jnp.sum(cv(ell, phi)[0]))(logits)
-                return (-lanes(cv(logits, phi)[1]) * score_logits + grad_cv) * live
-            tree = jax.tree_util.tree_structure(self.phi)
-            r, dr = d.jvp(lambda *ls: rest(jax.tree_util.tree_unflatten(tree, ls)), leaves,
-                          tree.flatten_up_to(self.phi_tangent))
-            if dr is not None:
-                score = d.add(score, -jnp.sum(score_logits * live * dr))
-                offset = d.add(offset, -jnp.sum(r * dr))
+            offset = -jnp.sum(lanes(c_tilde) * score_terms) + jnp.sum(grad_cv * dlogits)
+        if d_pieces is not None:  # −½ ∂φ |ĝ|², linear in the final value f
+            # ĝ = f ∂ℓ log p(b) + r, r = −c(z̃) ∂ℓ log p(b) + ∂ℓ (c(z) − c(z̃)): its
+            # tangent along phi is dr, so −½ ∂φ |ĝ|² = −(f ∂ℓ log p(b) + r) · dr
+            d_grad_cv, d_c_tilde = d_pieces
+            r = (-lanes(c_tilde) * score_logits + grad_cv) * live
+            dr = (-lanes(d_c_tilde) * score_logits + d_grad_cv) * live
+            score = d.add(score, -jnp.sum(score_logits * dr))
+            offset = d.add(offset, -jnp.sum(r * dr))
         return k.dual(b).plus(score=score, tangent=offset)
 
     def control_variates(self, phi, relax, ell, noise, v_tilde, plated=0):
