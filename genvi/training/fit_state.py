@@ -8,7 +8,7 @@ or from the newest checkpoint in `checkpoint_dir` (which holds the same things).
 Example:
     >>> import genvi as gv
     >>> gv.FitResult._fields
-    ('params', 'state', 'history', 'steps', 'stopped', 'key')
+    ('params', 'state', 'history', 'steps', 'stopped', 'key', 'tunings')
 """
 
 from __future__ import annotations
