@@ -18,6 +18,7 @@ import pytest
 import genvi as gv
 from estimates import within
 from genvi.adev.auto import candidates
+from programs import model
 
 KEY = jax.random.key(0)
 QUICK = dict(estimates=32)
@@ -121,14 +122,7 @@ def test_the_tuned_estimate_is_unbiased():
 
 
 def test_fit_tunes_at_the_start_and_when_asked():
-    @gv.gen
-    def model(p, y):
-        z = gv.normal(0.0, 1.0) @ "z"
-        gv.observe(gv.normal(z, 1.0), y)
-
-    @gv.gen
-    def guide(p, y):
-        gv.normal(p["m"], jnp.exp(p["s"]), grad=gv.AUTO) @ "z"
+    guide = _guide_with(gv.AUTO)  # the conjugate pair of tests/programs.py, AUTO at z
     result = gv.fit(gv.elbo(model, guide), {"m": 0.0, "s": 0.0}, 1.0,
                     optimizer=optax.adam(0.05), steps=300, key=KEY, progress=False,
                     retune_every=100)
