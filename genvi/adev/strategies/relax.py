@@ -264,7 +264,8 @@ class _Categorical:
         neg_log_v = -jnp.log(v)
         top_neg_log_v = jnp.sum(jnp.where(top, neg_log_v, 0.0), axis=-1, keepdims=True)
         safe_logp = jnp.where(alive, logp, 0.0)
-        other = -jnp.log(neg_log_v * jnp.exp(-safe_logp) + top_neg_log_v)
+        # −log(−log v_i / θ_i − log v_b) in log space: 1/θ_i overflows where θ_i < e^−88
+        other = -jnp.logaddexp(jnp.log(neg_log_v) - safe_logp, jnp.log(top_neg_log_v))
         z = jnp.where(top, -jnp.log(top_neg_log_v), other)
         return jnp.where(alive | top, z, -jnp.inf)
 
