@@ -135,3 +135,24 @@ def test_psis_finds_the_pareto_shape_of_known_weights(shape):
     bulk = np.argsort(log_w)[:30_000]                          # below the smoothed tail
     offsets = smoothed[bulk] - log_w[bulk]
     assert np.ptp(offsets) < 1e-9                              # only shifted
+
+
+def test_numpyro_imports_whole_after_genvi_imports_arviz():
+    """ArviZ 1.x leaves a lazy stand-in for NumPyro in sys.modules; NumPyro imported
+    submodule-first after it used to be half-built (its `factor` failed with "module
+    'numpyro.distributions' has no attribute 'distribution'"). A fresh interpreter, since
+    this one may have imported NumPyro already."""
+    import subprocess
+    import sys
+    pytest.importorskip("numpyro")
+    code = ("from genvi.inference.arviz_versions import require_arviz\n"
+            "require_arviz('gv.diagnose')\n"
+            "import numpyro.distributions as dist\n"
+            "import numpyro\n"
+            "from numpyro import handlers\n"
+            "def m():\n"
+            "    numpyro.factor('f', 1.0)\n"
+            "print(handlers.trace(handlers.seed(m, 0)).get_trace()['f']['type'])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "sample", out.stderr[-2000:]

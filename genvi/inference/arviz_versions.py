@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -92,6 +93,7 @@ def require_arviz(what: str) -> ArviZ:
         >>> require_arviz("gv.to_arviz").major in (0, 1)
         True
     """
+    stand_in_before = sys.modules.get("numpyro")
     try:
         with warnings.catch_warnings():  # ArviZ 0.x announces 1.0 once a day
             warnings.simplefilter("ignore", FutureWarning)
@@ -100,8 +102,21 @@ def require_arviz(what: str) -> ArviZ:
         raise ImportError(
             f"{what} needs ArviZ, an optional dependency of genvi: install it with "
             "pip install 'genvi[arviz]' (or pip install arviz)") from err
+    _load_lazy_numpyro(stand_in_before)
     major = int(arviz.__version__.split(".")[0])
     if major >= 2:
         raise ImportError(f"{what} supports ArviZ 0.23 to 1.x; ArviZ {arviz.__version__} is "
                           "installed: pip install 'arviz<2'")
     return _arviz_1(arviz) if major == 1 else _arviz_0(arviz)
+
+
+def _load_lazy_numpyro(before: Any) -> None:
+    """ArviZ 1.x (arviz-base) leaves a lazy stand-in for NumPyro in `sys.modules` when
+    it is imported. A later `import numpyro.distributions` (the submodule first, as
+    NumPyro users write it) then builds the package half-way, and NumPyro fails inside
+    with "module 'numpyro.distributions' has no attribute 'distribution'". A stand-in
+    that importing ArviZ put there is loaded at once, so the user's own imports work."""
+    module = sys.modules.get("numpyro")
+    if module is not None and module is not before and \
+            type(module).__name__ == "_LazyModule":
+        getattr(module, "__version__", None)  # any attribute loads a lazy module
