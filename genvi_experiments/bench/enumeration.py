@@ -20,9 +20,10 @@ On the models with a scan, NumPyro 0.22's `TraceEnum_ELBO` does not compute the 
 marginal: its value differs from the exact one by hundreds or thousands of nats
 (more than the log marginal of a one-state model), while NumPyro's own
 `numpyro.contrib.funsor.log_density` of the enumerated model computes it exactly.
-Those rows are reported both ways: `TraceEnum_ELBO` (its speed, on an objective
-that is not the ELBO) and an ELBO step built on the exact `log_density`
-("NumPyro exact enumeration").
+Those rows are reported three ways: `TraceEnum_ELBO` of the `scan` model (its speed,
+on an objective that is not the ELBO), `TraceEnum_ELBO` of the same chain as a Python
+loop under `numpyro.contrib.funsor.markov` ("markov loop": exact) and an ELBO step
+built on the exact `log_density` ("NumPyro exact enumeration").
 
     python -m genvi_experiments.bench.enumeration [--points 1000] [--steps-hmm 100]
         [--fit-steps 2000] [--rounds 15] [--models mixture hmm sequences]
@@ -180,13 +181,16 @@ def sequences_model(states: int):
     return sequences
 
 
-def numpyro_model(kind: str, states: int):
+def numpyro_model(kind: str, states: int, unrolled: bool = False):
     """NumPyro's model of `kind`: the mixture (a plate), the HMM (its `scan`) or the batch
     of sequences (a plate over the sequences inside the scan's step: NumPyro's `scan`
-    refuses the other nesting)."""
+    refuses the other nesting). With `unrolled`, the chain is a Python loop under
+    `numpyro.contrib.funsor.markov` (one site per step), the form in which
+    `TraceEnum_ELBO` computes the log marginal exactly."""
     import numpyro  # noqa: PLC0415
     import numpyro.distributions as dist  # noqa: PLC0415
     from numpyro.contrib.control_flow import scan  # noqa: PLC0415
+    from numpyro.contrib.funsor import markov  # noqa: PLC0415
 
     def mixture_model(y):
         w = numpyro.sample("w", dist.Dirichlet(jnp.ones(K)))
@@ -209,7 +213,15 @@ def numpyro_model(kind: str, states: int):
                 numpyro.sample("y", dist.Normal(means[z], SD), obs=y)
             return z, None
         init = jnp.zeros(ys.shape[0], jnp.int32) if batch else 0
-        scan(transition, init, ys.T if batch else ys)
+        if not unrolled:
+            scan(transition, init, ys.T if batch else ys)
+            return
+        z = init
+        with numpyro.plate("sequences", ys.shape[0], dim=-1) if batch else nullcontext():
+            for t in markov(range(ys.shape[-1])):
+                z = numpyro.sample(f"z_{t}", dist.Categorical(trans[z]),
+                                   infer={"enumerate": "parallel"})
+                numpyro.sample(f"y_{t}", dist.Normal(means[z], SD), obs=ys[..., t])
 
     return mixture_model if kind == "mixture" else chain_model
 
@@ -234,19 +246,30 @@ def numpyro_methods(kind: str, data: jax.Array, lr: float, states: int, key: jax
     elbo = TraceEnum_ELBO(max_plate_nesting=1)
     svi = SVI(model, guide, optax.adam(lr), elbo)
 
-    def trace_enum_value(values: dict) -> float:
-        def delta(y):
-            for k, v in values.items():
-                numpyro.sample(k, dist.Delta(v, event_dim=jnp.ndim(v)))
-        return -float(elbo.loss(key, {}, model, delta, data))
+    def trace_enum_value(of_model) -> callable:
+        """TraceEnum_ELBO's value of `of_model` with the continuous sites held at given
+        values (a point-mass guide)."""
+        def value(values: dict) -> float:
+            def delta(y):
+                for k, v in values.items():
+                    numpyro.sample(k, dist.Delta(v, event_dim=jnp.ndim(v)))
+            return -float(elbo.loss(key, {}, of_model, delta, data))
+        return value
 
     first = svi.init(key, data)
     start_values = guide.median(svi.get_params(first))
     methods = {"NumPyro TraceEnum_ELBO": (
         jax.jit(lambda st: svi.update(st, data)[0]), first,
-        lambda st: guide.median(svi.get_params(st))[name], trace_enum_value)}
+        lambda st: guide.median(svi.get_params(st))[name], trace_enum_value(model))}
     if kind == "mixture":
         return methods, start_values
+    # The same chain as a Python loop under `markov`: TraceEnum_ELBO is exact there.
+    unrolled = numpyro_model(kind, states, unrolled=True)
+    svi_unrolled = SVI(unrolled, guide, optax.adam(lr), elbo)
+    methods["NumPyro TraceEnum_ELBO, markov loop"] = (
+        jax.jit(lambda st: svi_unrolled.update(st, data)[0]), svi_unrolled.init(key, data),
+        lambda st: guide.median(svi_unrolled.get_params(st))[name],
+        trace_enum_value(unrolled))
     enumerated = enum(config_enumerate(model), -2)
 
     def exact_elbo(params, k):

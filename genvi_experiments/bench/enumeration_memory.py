@@ -2,8 +2,9 @@
 forward algorithm with every step's factors computed at once and kept (what it does
 where they fit in `genvi.inference.enum_scan.FACTORS_BUDGET` numbers), and in blocks
 of `BLOCK` steps recomputed in the backward pass (what it does for longer chains:
-O(T / BLOCK × states) kept per sequence), beside NumPyro's `TraceEnum_ELBO` on the
-same model (`genvi_experiments.bench.enumeration`).
+O(T / BLOCK × states) kept per sequence), beside NumPyro's on the same model
+(`genvi_experiments.bench.enumeration`'s rows: `TraceEnum_ELBO` of the `scan`, of a
+`markov` loop, and the exact enumeration).
 
 Memory is XLA's own account of the compiled step (`memory_analysis()`: the bytes of
 temporaries, which hold what the backward pass keeps); time is the warm median of
@@ -63,8 +64,8 @@ def main(argv: list[str] | None = None) -> dict:
     fns = {"genvi, factors kept": kept, "genvi, blocks recomputed": blocked}
     memory = {"genvi, factors kept": temp_bytes(kept_c),
               "genvi, blocks recomputed": temp_bytes(blocked_c)}
-    # NumPyro's TraceEnum_ELBO (not the log marginal on a scan: see `enumeration`) and
-    # its exact enumeration
+    # NumPyro's TraceEnum_ELBO (not the log marginal on a scan: see `enumeration`), as a
+    # markov loop, and its exact enumeration
     rows, _ = numpyro_methods("sequences", data, 0.05, a.states, jax.random.key(0))
     for name, (step, start, _, _) in rows.items():
         compiled = step.lower(start).compile()
