@@ -203,6 +203,16 @@ def test_logreg_tiny(tmp_path):
     assert out["covered"] > 0.5 and out["accuracy"] > 0.55 and (tmp_path / "weights.png").exists()
 
 
+def test_gmm_frontier_bench_tiny():
+    from genvi_experiments.bench import frontier_gmm
+    lab = frontier_gmm.main(["--points", "200", "--batch", "16", "--samples", "40",
+                             "--rounds", "1", "--strategies", "RLOO(2)", "MVD",
+                             "--train-seconds", "0.01", "--seeds", "1"])
+    assert tuple(lab.labels) == ("RLOO(2)", "MVD")
+    assert set(lab.leaves) == {"bias", "loc", "log_scale", "sharp"}
+    assert all(np.isfinite(v) for per in lab.variance.values() for v in per.values())
+
+
 def test_enumeration_bench_tiny():
     # the HMM only: its scan is the harder path; a plate's enumeration and ENUM are
     # covered by tests/test_enumeration.py and tests/test_lane_local.py
@@ -212,11 +222,14 @@ def test_enumeration_bench_tiny():
     assert set(out) == {"hmm"}
     for rows in out.values():
         assert set(rows) == {"enumeration in the model", "ENUM in the guide",
-                             "NumPyro TraceEnum_ELBO", "NumPyro exact enumeration"}
+                             "NumPyro TraceEnum_ELBO", "NumPyro TraceEnum_ELBO, markov loop",
+                             "NumPyro exact enumeration"}
         assert all(t > 0 and math.isfinite(err) for t, err, _ in rows.values())
-        # genvi's enumerated log density and NumPyro's exact enumeration are the log
-        # marginal at the true parameters (the bench reports TraceEnum_ELBO's value too)
-        for name in ("enumeration in the model", "NumPyro exact enumeration"):
+        # genvi's enumerated log density, NumPyro's TraceEnum_ELBO of a markov loop and
+        # its exact enumeration are the log marginal at the true parameters (the bench
+        # reports the scan's TraceEnum_ELBO value too)
+        for name in ("enumeration in the model", "NumPyro TraceEnum_ELBO, markov loop",
+                     "NumPyro exact enumeration"):
             assert abs(rows[name][2]) < 1e-3 * 8, (name, rows[name][2])
 
 

@@ -1,0 +1,213 @@
+"""The estimator frontier's measurements, shared by its models (the discrete-latent
+VAEs of `discrete_vae`, the mixture of `frontier_gmm`): for one model, one strategy at
+its discrete site per row,
+
+* `measure`: `gv.compare_estimators` at the initial parameters (gradient variance on
+  the leaves the site's strategy changes, seconds per estimate, their product, and
+  the lab's bias check); AUTO's row is the objective with what `gv.tune` chooses;
+* `train_in_budget`: the evaluation objective each strategy reaches in a fixed
+  budget of training seconds (as many steps as the budget holds at its measured
+  time per estimate), from several starts;
+* `trajectories` and `time_to_target`: wall-clock training runs (compiling, and
+  AUTO's measurements, counted) and the seconds each took to reach a target.
+
+A model is an object with `name`, `strategies` ({label: strategy}, `RELAX` for
+`gv.RELAX` with the model's own surrogate), `leaves` (the parameter prefixes measured),
+`init(key)`, `objective(strategy)`, `score` (the evaluation objective) and `lr`.
+
+Example:
+    >>> from genvi_experiments.bench.frontier import time_to_target
+    >>> runs = {"A": [[(1.0, -5.0), (2.0, -1.0)]], "B": [[(1.0, -4.0), (2.0, -3.0)]]}
+    >>> time_to_target(runs)          # A is best; it had -5.0 at half its run
+    (-5.0, {'A': [1.0], 'B': [1.0]})
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import genvi as gv
+from genvi_experiments.bench.results import command, on_platform, record
+
+RELAX = "RELAX"  # gv.RELAX with the model's learned surrogate (its `strategy`)
+
+
+class FrontierModel(Protocol):
+    name: str
+    strategies: dict
+    leaves: tuple
+    lr: float
+
+    def init(self, key: jax.Array) -> dict: ...
+    def objective(self, strategy: Any) -> gv.Expectation: ...
+    @property
+    def score(self) -> gv.Expectation: ...
+
+
+def measure(model: FrontierModel, x: jax.Array, samples: int, rounds: int,
+            strategies: list[str] | None = None, seed: int = 0) -> gv.EstimatorComparison:
+    """The estimator lab on `model` at its initial parameters (`seed`) on the batch `x`;
+    AUTO's row is the objective with the choice `gv.tune` makes there."""
+    chosen = model.strategies if strategies is None else \
+        {name: model.strategies[name] for name in strategies}
+    params = model.init(jax.random.key(seed))
+    if RELAX in chosen.values():
+        params = fit_surrogate(model, params, x)
+    objectives = {}
+    for label, strategy in chosen.items():
+        objective = model.objective(strategy)
+        if strategy is gv.AUTO:
+            tuning = gv.tune(objective, params, x, key=jax.random.key(5))
+            print(tuning)
+            objective = tuning.apply(objective)
+        objectives[label] = objective
+    return gv.compare_estimators(objectives, jax.random.key(2), params, x, samples=samples,
+                                 rounds=rounds, leaves=list(model.leaves))
+
+
+def fit_surrogate(model: FrontierModel, params: dict, x: jax.Array, steps: int = 5000) -> dict:
+    """`params` with RELAX's surrogate (`params["relax"]`) trained at the other
+    parameters as they are (they are held): its variance at fixed parameters is then the
+    estimator's, not an untrained control variate's."""
+    labels = {k: ("relax" if k == "relax" else "held") for k in params}
+    optimizer = optax.multi_transform({"relax": optax.adam(3e-3), "held": optax.set_to_zero()},
+                                      labels)
+    return gv.fit(model.objective(RELAX), params, x, optimizer=optimizer, steps=steps,
+                  key=jax.random.key(6), progress=False).params
+
+
+def train_in_budget(model: FrontierModel, strategies: dict, seconds: dict[str, float],
+                    budget: float, train: jax.Array, test: jax.Array, seeds: int,
+                    batch: int) -> dict:
+    """The evaluation objective (`model.score` on `test`, mean of 20 estimates) that each
+    strategy reaches in `budget` seconds of training from each of `seeds` starts: Adam
+    (`model.lr`) on minibatches of `batch`, for as many steps as `budget` holds at the
+    strategy's measured seconds per gradient estimate (`seconds`). A start that stops at
+    a non-finite gradient (`gv.NonFiniteError`) is scored at the parameters from before
+    that step and counted. Returns {label: (steps, [score per seed], [step of each
+    non-finite stop])}."""
+    optimizer = optax.adam(model.lr)
+    out = {}
+    for label, strategy in strategies.items():
+        objective, steps = model.objective(strategy), max(1, int(budget / seconds[label]))
+        scores, stops = [], []
+        for seed in range(seeds):
+            try:
+                result = gv.fit(objective, model.init(jax.random.key(10 + seed)), train,
+                                optimizer=optimizer, steps=steps,
+                                key=jax.random.key(100 + seed), batch_size=batch,
+                                progress=False)
+            except gv.NonFiniteError as stopped:
+                result = stopped.result
+                stops.append(stopped.step)
+            keys = jax.random.split(jax.random.key(1000 + seed), 20)
+            scores.append(float(jnp.mean(jax.vmap(
+                lambda k, p=result.params: model.score.estimate(k, p, test))(keys))))
+        out[label] = (steps, scores, stops)
+    return out
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+def trajectories(model: FrontierModel, strategies: dict, budget: float, train: jax.Array,
+                 seeds: int, batch: int, chunk: int = 200) -> dict:
+    """For each strategy and start: [(seconds since `gv.fit` was called, mean training
+    objective of the last `chunk` steps)], training for `budget` wall-clock seconds
+    (compiling, and AUTO's measurements, included). Adam (`model.lr`), minibatches of
+    `batch`. Every start compiles its own objective: the persistent compilation cache
+    is turned off (it keeps only compiles over a second, so it would load a fixed
+    strategy's training step from an earlier run while AUTO's shorter candidate
+    compiles ran again)."""
+    jax.config.update("jax_enable_compilation_cache", False)
+    optimizer = optax.adam(model.lr)
+    out = {}
+    for label, strategy in strategies.items():
+        out[label] = []
+        for seed in range(seeds):
+            points: list = []
+            begin = time.perf_counter()
+
+            def note(step, params, history, points=points, begin=begin):
+                elapsed = time.perf_counter() - begin
+                points.append((elapsed, float(np.mean(history["objective"][-chunk:]))))
+                if elapsed > budget:
+                    raise _OutOfTime
+            try:
+                gv.fit(model.objective(strategy), model.init(jax.random.key(10 + seed)), train,
+                       optimizer=optimizer, steps=10 ** 7, key=jax.random.key(100 + seed),
+                       batch_size=batch, chunk_size=chunk, callbacks=[note], progress=False)
+            except (_OutOfTime, gv.NonFiniteError):
+                pass
+            out[label].append(points)
+    return out
+
+
+def time_to_target(runs: dict, fraction: float = 0.5) -> tuple[float, dict]:
+    """The target: the training objective the best strategy (highest mean final value)
+    reached at `fraction` of its run; and per strategy the seconds each start took to
+    reach it (inf: never)."""
+    final = {a: np.mean([p[-1][1] for p in runs[a]]) for a in runs}
+    best = max(final, key=final.get)
+    target = float(np.median([_value_at(p, fraction * p[-1][0]) for p in runs[best]]))
+    reach = {a: [next((t for t, v in p if v >= target), math.inf) for p in runs[a]] for a in runs}
+    return target, reach
+
+
+def _value_at(points: list, seconds: float) -> float:
+    return next(v for t, v in points if t >= seconds)
+
+
+def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv,
+                          batch: int) -> None:
+    """Record the seconds to the target of `runs` (from `trajectories`) as table `name`."""
+    target, reach = time_to_target(runs)
+    median = {a: float(np.median(reach[a])) for a in reach}
+    best = min((a for a in median if a != "AUTO"), key=median.get)
+    columns = ["strategy", "seconds to the target (median)", "÷ best single strategy's",
+               "each start"]
+    rows = [[a, _seconds(median[a]), f"{median[a] / median[best]:.2f}"
+             if math.isfinite(median[a]) else "–", ", ".join(_seconds(t) for t in reach[a])]
+            for a in runs]
+    note = (f"Training objective (mean of the last 200 steps' estimates, minibatches of "
+            f"{batch}) from {len(next(iter(runs.values())))} starts, each for {budget:g} s "
+            f"of wall-clock time, compiling (no persistent compilation cache) and AUTO's "
+            f"measurements included. Target: "
+            f"{target:.2f}, what the strategy with the best final value ({best} is the "
+            "fastest to it) reached at half its run; – : not reached.")
+    record(on_platform(name), command(bench, argv), columns, rows, note=note)
+
+
+def _seconds(t: float) -> str:
+    return f"{t:.1f}" if math.isfinite(t) else "–"
+
+
+def record_lab(name: str, bench: str, lab: gv.EstimatorComparison, trained: dict | None,
+               budget: float, argv, note: str, variance_of: str, score: str) -> None:
+    """Record the lab's table (and the budgeted training's `score` column) as `name`;
+    `note` says what was measured, `variance_of` whose gradient's variance it is."""
+    variance = {a: sum(lab.variance[a].values()) for a in lab.labels}
+    columns = ["strategy", f"{variance_of} gradient variance", "ms / estimate", "÷ REINFORCE's time",
+               "variance × seconds", "mean flagged?"]
+    rows = [[a, f"{variance[a]:.3g}", f"{lab.seconds[a] * 1e3:.2f}",
+             f"{lab.seconds[a] / lab.seconds['REINFORCE']:.2f}" if "REINFORCE" in lab.labels
+             else "–", f"{variance[a] * lab.seconds[a]:.3g}",
+             "yes" if any(lab.biased[a].values()) else "no"] for a in lab.labels]
+    if "AUTO" in lab.labels:
+        note += " AUTO: the strategy `gv.tune` chose at the initial parameters."
+    if trained:
+        columns += [f"{score} after {budget:g} s (steps)"]
+        for row, a in zip(rows, lab.labels):
+            steps, scores, stops = trained[a]
+            row.append(f"{np.mean(scores):.2f} ± {np.std(scores):.2f} ({steps:,})"
+                       + (f"; {len(stops)} stopped at a non-finite gradient (steps "
+                          f"{', '.join(map(str, stops))})" if stops else ""))
+    record(on_platform(name), command(bench, argv), columns, rows, note=note)
