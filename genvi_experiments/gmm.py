@@ -37,8 +37,8 @@ def make_points(n: int, seed: int = 0) -> tuple[jax.Array, np.ndarray]:
     return jnp.asarray(TRUE_MEANS[z] + SD * rng.normal(size=(n, 2)), jnp.float32), z
 
 
-def programs(n: int) -> tuple[gv.GenFn, gv.GenFn]:
-    """The model and guide for a dataset of `n` points (a minibatch stands for it)."""
+def mixture_model(n: int) -> gv.GenFn:
+    """The model for a dataset of `n` points (a minibatch in a plate stands for it)."""
     @gv.gen
     def point(params, means, x):
         z = gv.categorical(jnp.zeros(K)) @ "z"
@@ -49,18 +49,30 @@ def programs(n: int) -> tuple[gv.GenFn, gv.GenFn]:
         means = gv.mv_normal_diag(jnp.zeros((K, 2)), 5.0 * jnp.ones((K, 2))) @ "means"
         gv.plate(point, n, in_axes=(None, None, 0))(params, means, x) @ "data"
 
-    @gv.gen
-    def assignment(params, means, x):
-        logits = -0.5 * jnp.sum((x - means) ** 2, -1) / SD ** 2
-        gv.categorical(logits, grad=gv.ENUM) @ "z"
+    return mixture
 
+
+def mixture_guide(n: int, assignment: gv.GenFn) -> gv.GenFn:
+    """A guide for `n` points: the means reparameterized (mean-field normal at
+    `params["loc"]`, `params["log_scale"]`), then `assignment(params, means, x)` per
+    point in a plate."""
     @gv.gen
     def guide(params, x):
         means = gv.mv_normal_diag(params["loc"], jnp.exp(params["log_scale"]),
                                   grad=gv.REPARAM) @ "means"
         gv.plate(assignment, n, in_axes=(None, None, 0))(params, means, x) @ "data"
 
-    return mixture, guide
+    return guide
+
+
+def programs(n: int) -> tuple[gv.GenFn, gv.GenFn]:
+    """The model and guide for a dataset of `n` points (a minibatch stands for it)."""
+    @gv.gen
+    def assignment(params, means, x):
+        logits = -0.5 * jnp.sum((x - means) ** 2, -1) / SD ** 2
+        gv.categorical(logits, grad=gv.ENUM) @ "z"
+
+    return mixture_model(n), mixture_guide(n, assignment)
 
 
 def match_means(loc) -> tuple[list[int], float]:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 from contextlib import nullcontext
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -246,7 +247,7 @@ def numpyro_methods(kind: str, data: jax.Array, lr: float, states: int, key: jax
     elbo = TraceEnum_ELBO(max_plate_nesting=1)
     svi = SVI(model, guide, optax.adam(lr), elbo)
 
-    def trace_enum_value(of_model) -> callable:
+    def trace_enum_value(of_model) -> Callable[[dict], float]:
         """TraceEnum_ELBO's value of `of_model` with the continuous sites held at given
         values (a point-mass guide)."""
         def value(values: dict) -> float:

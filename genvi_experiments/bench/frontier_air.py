@@ -24,7 +24,7 @@ import genvi as gv
 from genvi_experiments.air.config import AIRConfig
 from genvi_experiments.air.data import make_canvases
 from genvi_experiments.air.model import AIRNets, air_programs
-from genvi_experiments.bench.frontier import record_lab
+from genvi_experiments.bench.frontier import measure, record_lab
 from genvi_experiments.common.timing import describe_machine
 
 STRATEGIES = {"REINFORCE": gv.REINFORCE, "RLOO(2)": gv.RLOO(2), "MVD": gv.MVD, "ENUM": gv.ENUM,
@@ -32,30 +32,24 @@ STRATEGIES = {"REINFORCE": gv.REINFORCE, "RLOO(2)": gv.RLOO(2), "MVD": gv.MVD, "
               "AUTO": gv.AUTO}
 
 
-def objective(cfg: AIRConfig, nets: AIRNets, strategy) -> gv.Expectation:
-    """The batch-mean ELBO with `strategy` at every step's z_pres."""
-    model, guide = air_programs(cfg, nets, lambda t, info: strategy)
-    return gv.batch_mean(gv.elbo(model, guide))
+class AIRPresence:
+    """AIR with one strategy at z_pres: a `frontier.FrontierModel` for the lab (no
+    training column, so no `score`)."""
 
+    name = "air"
+    strategies = STRATEGIES
+    leaves = ("guide",)
 
-def measure(batch: int, samples: int, rounds: int,
-            strategies: list[str] | None = None) -> gv.EstimatorComparison:
-    """The lab on AIR at its initial parameters (seed 0) on `batch` canvases; AUTO's row
-    is the objective with the choice `gv.tune` makes there."""
-    cfg = AIRConfig()
-    nets = AIRNets(cfg)
-    params = nets.init(jax.random.key(0))
-    x = jax.numpy.asarray(make_canvases(train=batch, test=1).train)
-    chosen = STRATEGIES if strategies is None else {a: STRATEGIES[a] for a in strategies}
-    objectives = {}
-    for label, strategy in chosen.items():
-        objectives[label] = objective(cfg, nets, strategy)
-        if strategy is gv.AUTO:
-            tuning = gv.tune(objectives[label], params, x, key=jax.random.key(5))
-            print(tuning)
-            objectives[label] = tuning.apply(objectives[label])
-    return gv.compare_estimators(objectives, jax.random.key(2), params, x, samples=samples,
-                                 rounds=rounds, leaves=["guide"])
+    def __init__(self, cfg: AIRConfig):
+        self.cfg, self.nets, self.lr = cfg, AIRNets(cfg), cfg.lr
+
+    def init(self, key: jax.Array) -> dict:
+        return self.nets.init(key)
+
+    def objective(self, strategy) -> gv.Expectation:
+        """The batch-mean ELBO with `strategy` at every step's z_pres."""
+        model, guide = air_programs(self.cfg, self.nets, lambda t, info: strategy)
+        return gv.batch_mean(gv.elbo(model, guide))
 
 
 def main(argv: list[str] | None = None) -> gv.EstimatorComparison:
@@ -66,7 +60,9 @@ def main(argv: list[str] | None = None) -> gv.EstimatorComparison:
     ap.add_argument("--strategies", nargs="+", default=None, choices=list(STRATEGIES))
     ap.add_argument("--record", action="store_true")
     args = ap.parse_args(argv)
-    lab = measure(args.batch, args.samples, args.rounds, args.strategies)
+    cfg = AIRConfig()
+    x = jax.numpy.asarray(make_canvases(train=args.batch, test=1).train)
+    lab = measure(AIRPresence(cfg), x, args.samples, args.rounds, args.strategies)
     print(f"# AIR z_pres, batch {args.batch}, {describe_machine()}")
     print(lab.table(leaves=["guide"]))
     if args.record:

@@ -31,7 +31,7 @@ from genvi_experiments.bench.frontier import (RELAX, measure, record_lab,
                                               train_in_budget, trajectories)
 from genvi_experiments.common.nets import MLP, apply, init_params
 from genvi_experiments.common.timing import describe_machine
-from genvi_experiments.gmm import K, SD, make_points
+from genvi_experiments.gmm import K, SD, make_points, mixture_guide, mixture_model
 
 STRATEGIES = {"REINFORCE": gv.REINFORCE, "RLOO(2)": gv.RLOO(2), "SWOR(2)": gv.SWOR(2),
               "MVD": gv.MVD, "ENUM": gv.ENUM, "SD": gv.SD, "RELAX": RELAX, "AUTO": gv.AUTO}
@@ -83,28 +83,12 @@ class MixtureWithAssignments:
 
     def _elbo(self, strategy, size: int) -> gv.Expectation:
         @gv.gen
-        def point(params, means, x):
-            z = gv.categorical(jnp.zeros(K)) @ "z"
-            gv.observe(gv.mv_normal_diag(means[z], SD * jnp.ones(2)), x)
-
-        @gv.gen
-        def mixture(params, x):
-            means = gv.mv_normal_diag(jnp.zeros((K, 2)), 5.0 * jnp.ones((K, 2))) @ "means"
-            gv.plate(point, size, in_axes=(None, None, 0))(params, means, x) @ "data"
-
-        @gv.gen
         def assignment(params, means, x):
             fit = -0.5 * jnp.sum((x - means) ** 2, -1) / SD ** 2
             logits = jnp.exp(params["sharp"]) * fit + params["bias"]
             gv.categorical(logits, grad=self._strategy(strategy, params, logits)) @ "z"
 
-        @gv.gen
-        def guide(params, x):
-            means = gv.mv_normal_diag(params["loc"], jnp.exp(params["log_scale"]),
-                                      grad=gv.REPARAM) @ "means"
-            gv.plate(assignment, size, in_axes=(None, None, 0))(params, means, x) @ "data"
-
-        return gv.elbo(mixture, guide)
+        return gv.elbo(mixture_model(size), mixture_guide(size, assignment))
 
 
 def _note(lab: gv.EstimatorComparison, trained: dict | None, budget: float, samples: int,
