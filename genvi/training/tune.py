@@ -3,10 +3,13 @@ parameters and choose the one with the least gradient variance × step time (the
 rule of Geffner and Domke 2020: the variance of the average of the estimates one
 second buys). `gv.fit` tunes at its start and every `retune_every` steps.
 
-Each candidate's estimates run in one compiled loop (`lax.scan` over keys, no dispatch
-between estimates, as in a fit's compiled chunk): the loop's gradient variance, summed
-over every entry of every leaf (a running Welford update, so memory stays at one
-gradient), and its time per estimate (warm, the faster of two runs). A candidate the
+A site's candidates are measured by one compiled program (`lax.switch` on the
+candidate, so a site compiles once rather than once per candidate: compiling is most of
+what measuring costs), whose estimates run in one loop (`lax.scan` over keys, no
+dispatch between estimates, as in a fit's compiled chunk): the loop's gradient
+variance, summed over every entry of every leaf (a running Welford update, so memory
+stays at one gradient), and its time per estimate (warm, the faster of two runs, the
+candidates interleaved). A candidate the
 objective refuses, or whose estimates are not finite, is ruled out with its reason. Sites are tuned one after another, each with the sites before it at their
 choices and the ones after it at their untuned choices (one pass of coordinate
 descent). The choice depends on timings, so two machines may choose differently.
@@ -118,13 +121,22 @@ def _num(x: float) -> str:
     return "—" if not math.isfinite(x) else f"{x:.3g}"
 
 
-def auto_sites(objective: Expectation, key: jax.Array, args: tuple) -> list:
+_SITES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def auto_sites(objective: Expectation, args: tuple) -> list:
     """The `gv.AUTO` sites of `objective` at `args` (gradient in `args[0]`), with their
-    untuned choices: a trial trace, nothing runs."""
-    log: list = []
-    with using(auto_sites=log):
-        jax.eval_shape(lambda k, a: objective._value_and_grad_uncached(k, a, (0,)), key, args)
-    return log
+    untuned choices: a trial trace (nothing runs), once per objective and argument
+    shapes."""
+    seen = _SITES.setdefault(objective, {})
+    shapes = shapes_key(args)
+    if shapes not in seen:
+        log: list = []
+        with using(auto_sites=log):
+            jax.eval_shape(lambda k, a: objective._value_and_grad_uncached(k, a, (0,)),
+                           jax.random.key(0), args)
+        seen[shapes] = log
+    return seen[shapes]
 
 
 def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
@@ -146,30 +158,19 @@ def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
     """
     check_key(key, "gv.tune")
     args = (params,) + tuple(data)
-    sites = auto_sites(objective, key, args)
+    sites = auto_sites(objective, args)
     if not sites:
         raise ValueError("gv.tune: the objective has no site with grad=gv.AUTO to tune")
     chosen = {site.addr: site.default for site in sites}
     measured, notes = [], []
-    keys = iter(jax.random.split(key, 1_000))
-    for site in sites:
+    # one key per site (indexing, not iterating: unstacking a key array compiles)
+    keys = jax.random.split(key, len(sites))
+    for i, site in enumerate(sites):
         if auto.only_reinforce(site.dist):
             notes.append(f"{site.name}: gv.{site.dist.name} supports only REINFORCE; took "
                          "RLOO with the number of samples measured")
-        refused = dict(site.refused)
-        results = []
-        for candidate in auto.candidates(site.dist):
-            trial = {**chosen, site.addr: candidate}
-            if candidate in refused:
-                results.append(Measured(site.name, candidate, refused=refused[candidate]))
-                continue
-            choices = tuple(trial.items())
-            tuned = compiled.get(choices) if compiled is not None else None
-            if tuned is None:
-                tuned = auto.Tuned(objective, choices)
-                if compiled is not None:
-                    compiled[choices] = tuned
-            results.append(_measure(tuned, args, next(keys), site.name, candidate, estimates))
+        results = _measure_site(objective, site, chosen, args, keys[i], estimates,
+                                {} if compiled is None else compiled)
         usable = [m for m in results if m.refused is None]
         if usable:
             chosen[site.addr] = min(usable, key=lambda m: m.work).strategy
@@ -177,40 +178,83 @@ def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
     return Tuning(tuple(chosen.items()), tuple(measured), step, tuple(notes))
 
 
-def _measure(tuned: Expectation, args: tuple, key: jax.Array, site: str, strategy: Any,
-             estimates: int) -> Measured:
-    """`estimates` gradient estimates under one compiled loop (no dispatch between
-    them, as in a fit): the variance summed over every entry (Welford's update), and
-    the loop's time per estimate (the faster of two warm runs)."""
-    def run(keys, args):
+def _measure_site(objective: Expectation, site: auto.AutoSite, chosen: dict, args: tuple,
+                  key: jax.Array, estimates: int, compiled: dict) -> list[Measured]:
+    """Every candidate at `site` (the other sites at `chosen`), in rank order: those the
+    objective refuses with their reasons, the rest measured in one compiled program
+    (`lax.switch` on the candidate, so the site compiles once, not once per candidate)."""
+    refused = dict(site.refused)
+    results: dict = {}
+    allowed = []
+    for candidate in auto.candidates(site.dist):
+        choices = tuple({**chosen, site.addr: candidate}.items())
+        if candidate in refused:
+            results[candidate] = Measured(site.name, candidate, refused=refused[candidate])
+            continue
+        tuned = compiled.get(choices)
+        if tuned is None:
+            tuned = compiled[choices] = auto.Tuned(objective, choices)
+        # the jitted estimator's trace is kept, so the program below traces it no more
+        message = auto.refusal(lambda t=tuned: jax.eval_shape(t.value_and_grad_estimate,
+                                                              key, *args))
+        if message is None:
+            allowed.append((candidate, tuned))
+        else:
+            results[candidate] = Measured(site.name, candidate, refused=message)
+    if allowed:
+        program_key = ("measure",) + tuple(t.choices for _, t in allowed)
+        program = compiled.get(program_key)
+        if program is None:
+            program = compiled[program_key] = _variance_program([t for _, t in allowed])
+        for (candidate, _), (variance, seconds) in zip(allowed,
+                                                       _run(program, len(allowed), args, key,
+                                                            estimates)):
+            results[candidate] = (
+                Measured(site.name, candidate, variance, seconds, 2 * estimates)
+                if math.isfinite(variance) else
+                Measured(site.name, candidate, estimates=2 * estimates,
+                         refused="its gradient estimates are not finite here"))
+    return [results[c] for c in auto.candidates(site.dist)]
+
+
+def _variance_program(tuned: list[Expectation]) -> Any:
+    """A compiled `(index, keys, args) -> variance`: candidate `index`'s gradient
+    estimates at `keys` under one loop (no dispatch between them, as in a fit), their
+    variance summed over every entry (Welford's update, so memory stays at one
+    gradient)."""
+    def run(index, keys, args):
+        def flat(t):
+            return lambda k: ravel_pytree(t.value_and_grad_estimate(k, *args)[1])[0]
+        branches = [flat(t) for t in tuned]
+
         def one(carry, k):
             n, mean, m2 = carry
-            flat = ravel_pytree(tuned.value_and_grad_estimate(k, *args)[1])[0]
-            delta = flat - mean
+            g = jax.lax.switch(index, branches, k)
+            delta = g - mean
             mean = mean + delta / (n + 1)
-            return (n + 1, mean, m2 + delta * (flat - mean)), None
-        size = ravel_pytree(jax.eval_shape(
-            lambda: tuned.value_and_grad_estimate(keys[0], *args)[1]))[0].shape
+            return (n + 1, mean, m2 + delta * (g - mean)), None
+        size = jax.eval_shape(branches[0], keys[0]).shape
         zeros = jnp.zeros(size, jnp.result_type(float))
         (n, _, m2), _ = jax.lax.scan(one, (0.0, zeros, zeros), keys)
         return jnp.sum(m2) / (n - 1)
+    return jax.jit(run)
 
-    compiled = jax.jit(run)
+
+def _run(program: Any, candidates: int, args: tuple, key: jax.Array,
+         estimates: int) -> list[tuple[float, float]]:
+    """(variance, seconds per estimate) of each candidate of `program`: a warm-up, then
+    two rounds of `estimates` estimates, the candidates interleaved within each round
+    (the variance: their mean; the time: the faster round's)."""
     keys = jax.random.split(key, 3 * estimates).reshape(3, estimates)
-    try:
-        jax.block_until_ready(compiled(keys[0], args))  # compiles
-    except auto.REFUSALS as err:
-        return Measured(site, strategy, refused=str(err).split("\n")[0])
-    times, variances = [], []
+    jax.block_until_ready(program(0, keys[0], args))  # compiles
+    variances = [[] for _ in range(candidates)]
+    times = [[] for _ in range(candidates)]
     for k in keys[1:]:
-        t0 = time.perf_counter()
-        variances.append(float(jax.block_until_ready(compiled(k, args))))
-        times.append(time.perf_counter() - t0)
-    variance = float(np.mean(variances))
-    if not math.isfinite(variance):
-        return Measured(site, strategy, estimates=2 * estimates,
-                        refused="its gradient estimates are not finite here")
-    return Measured(site, strategy, variance, min(times) / estimates, 2 * estimates)
+        for i in range(candidates):
+            t0 = time.perf_counter()
+            variances[i].append(float(jax.block_until_ready(program(i, k, args))))
+            times[i].append(time.perf_counter() - t0)
+    return [(float(np.mean(v)), min(t) / estimates) for v, t in zip(variances, times)]
 
 
 class FitTuning:
@@ -245,14 +289,6 @@ class FitTuning:
         return bool(self.every) and step % self.every == 0
 
 
-_HAS_AUTO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
 def has_auto_sites(objective: Expectation, args: tuple) -> bool:
-    """Whether `objective(*args)` has a `gv.AUTO` site (a trial trace, once per
-    objective and argument shapes)."""
-    seen = _HAS_AUTO.setdefault(objective, {})
-    key = shapes_key(args)
-    if key not in seen:
-        seen[key] = bool(auto_sites(objective, jax.random.key(0), args))
-    return seen[key]
+    """Whether `objective(*args)` has a `gv.AUTO` site (`auto_sites`' trial trace)."""
+    return bool(auto_sites(objective, args))
