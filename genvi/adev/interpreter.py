@@ -44,7 +44,7 @@ from genvi.core.draws import DrawEqn, draw_p
 from genvi.core.primitives import RANDOMNESS, SiteEqn, sample_p, site_parts
 from genvi.core.strategy import missing_strategy_error
 from genvi.core.tracing import GENVI_CONDS
-from genvi.core.walk import Stop, walk
+from genvi.core.walk import Stop, env_of, walk
 
 
 def _instantiate(t: Any, p: Any) -> Any:
@@ -146,10 +146,9 @@ class _Run:
             return self._run_top()
 
     def _run_top(self) -> Dual:
-        jaxpr = self.closed.jaxpr
-        env = {v: Dual(c) for v, c in zip(jaxpr.constvars, self.closed.consts)}
-        env.update({v: Dual(p, t) for v, p, t in zip(jaxpr.invars, self.primals, self.tangents)})
-        return self.level(jaxpr, 0, env, self.key, (), True)
+        env = env_of(self.closed, [Dual(p, t) for p, t in zip(self.primals, self.tangents)],
+                     wrap=Dual)
+        return self.level(self.closed.jaxpr, 0, env, self.key, (), True)
 
     def with_override(self, override: tuple) -> "_Run":
         return _Run(self.closed, self.key, self.primals, self.tangents,
@@ -278,9 +277,8 @@ class _Run:
             return self._cond(eqn, ins, key, steps)
         if kind == "call":
             body = jx.call_body(eqn)
-            env = {v: Dual(c) for v, c in zip(body.jaxpr.constvars, body.consts)}
-            env.update(zip(body.jaxpr.invars, ins))
-            return self.level(body.jaxpr, 0, env, key, steps + (eqn,), False, pending=pending)
+            return self.level(body.jaxpr, 0, env_of(body, ins, wrap=Dual), key, steps + (eqn,),
+                              False, pending=pending)
         raise NotImplementedError(
             f"genvi cannot differentiate sampling sites inside `{eqn.primitive.name}`. "
             "Use gv.scan / jax.lax.scan (fixed length) instead of while loops, and keep "
@@ -302,9 +300,8 @@ class _Run:
         def step(carry, x):
             c_p, c_t, i, s, o = carry
             x_p, x_t, key = x
-            env = {v: Dual(c) for v, c in zip(body.jaxpr.constvars, body.consts)}
-            env.update(zip(body.jaxpr.invars, consts + [Dual(p, t) for p, t in zip(c_p, c_t)]
-                           + [Dual(p, t) for p, t in zip(x_p, x_t)]))
+            env = env_of(body, consts + [Dual(p, t) for p, t in zip(c_p, c_t)]
+                         + [Dual(p, t) for p, t in zip(x_p, x_t)], wrap=Dual)
             if pending is not None:
                 pending.start()
             saved = self._enter()  # what strategies keep of this step leaves as outputs
@@ -339,9 +336,7 @@ class _Run:
 
         def make(branch):
             def f(ops_p, ops_t, key):
-                env = {v: Dual(c) for v, c in zip(branch.jaxpr.constvars, branch.consts)}
-                env.update(zip(branch.jaxpr.invars,
-                               [Dual(p, t) for p, t in zip(ops_p, ops_t)]))
+                env = env_of(branch, [Dual(p, t) for p, t in zip(ops_p, ops_t)], wrap=Dual)
                 saved = self._enter()
                 outs, (s, o) = self.level(branch.jaxpr, 0, env, key, steps + (eqn,), False)
                 kept = self._leave(saved)  # what strategies keep of the branch
@@ -409,9 +404,7 @@ def sample_outputs(closed: Any, key: Any, primals: Sequence) -> list:
     """Run an objective-style jaxpr for its values only: every site samples (no
     strategies needed); returns all outputs."""
     run = _Run(closed, key, primals, [None] * len(primals), replay=True)
-    jaxpr = closed.jaxpr
-    env = {v: Dual(c) for v, c in zip(jaxpr.constvars, closed.consts)}
-    env.update({v: Dual(p) for v, p in zip(jaxpr.invars, primals)})
+    env = env_of(closed, [Dual(p) for p in primals], wrap=Dual)
     with GENVI_CONDS.set(), jx.genvi_conds:
-        outs, _ = run.level(jaxpr, 0, env, key, (), False)
+        outs, _ = run.level(closed.jaxpr, 0, env, key, (), False)
     return [o.primal for o in outs]

@@ -53,6 +53,7 @@ import jax
 import jax.numpy as jnp
 
 from genvi.core.context import using
+from genvi.core.walk import env_of
 from genvi.replays.lane_rules import ELEMENTWISE, RULES, elementwise
 from genvi.replays.lanes import LaneEval
 from genvi.replays.replay import Replay, draw, same_site, split_keys
@@ -175,8 +176,7 @@ def _from_the_start(replay: Replay, shape: tuple, alternatives: Any, axis: int,
     once per alternative (`alternatives`' axis `axis`), each replay's value in the
     site's `shape`; with the notes the evaluators took. Raises `Coupled`."""
     closed = replay.closed
-    start = dict(zip(closed.jaxpr.constvars, closed.consts))
-    start.update(zip(closed.jaxpr.invars, replay.primals))
+    start = env_of(closed, replay.primals)
     keys = split_keys(closed.jaxpr, replay.key)
     coupled: list = []
     windows: list = []

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from genvi.replays.replay import split_keys
 from genvi.replays.values import Coupled, Local, Perturbed
 from genvi.core import jaxpr as jx
+from genvi.core.walk import env_of
 
 SAME, PERTURBED = ("same",), ("perturbed",)
 
@@ -87,9 +88,8 @@ def lane_scan(ev: Any, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
     step_keys = None if key is None else jax.random.split(key, length)
 
     def run_body(carry, x_enc, i, k):
-        env = dict(zip(body.jaxpr.constvars, body.consts))
-        env.update(zip(body.jaxpr.invars, consts + list(carry)
-                       + [_decode(e, kd) for e, kd in zip(x_enc, x_kinds)]))
+        env = env_of(body, consts + list(carry)
+                     + [_decode(e, kd) for e, kd in zip(x_enc, x_kinds)])
         keys = {} if k is None else split_keys(body.jaxpr, k)
         return ev.level(body.jaxpr, 0, env, keys, steps + (eqn, i))
 

@@ -44,7 +44,7 @@ from genvi.replays.markov_scan import markov_scan, scans_over_lanes
 from genvi.replays.replay import Replay, same_site, split_keys
 from genvi.replays.values import Coupled, Local, Perturbed
 from genvi.core import jaxpr as jx
-from genvi.core.walk import walk
+from genvi.core.walk import env_of, walk
 from genvi.core.draws import DrawEqn, draw_p
 from genvi.core.primitives import RANDOMNESS, sample_p, site_parts
 
@@ -182,10 +182,8 @@ class LaneEval:
         if kind in ("call", "custom"):
             body = jx.call_body(eqn)
             if body is not None and len(body.jaxpr.invars) == len(ins):
-                env = dict(zip(body.jaxpr.constvars, body.consts))
-                env.update(zip(body.jaxpr.invars, ins))
                 sub_keys = split_keys(body.jaxpr, key)
-                return self.level(body.jaxpr, 0, env, sub_keys, steps + (eqn,))
+                return self.level(body.jaxpr, 0, env_of(body, ins), sub_keys, steps + (eqn,))
         if kind == "scan":
             return self._scan(eqn, ins, key, steps)
         if any(isinstance(x, Perturbed) for x in ins) or kind != "other":

@@ -42,6 +42,7 @@ from genvi.replays.lane_scan import PERTURBED, SAME, _decode, _encode, _kind
 from genvi.replays.replay import split_keys
 from genvi.replays.values import Coupled, Local, Perturbed
 from genvi.core import jaxpr as jx
+from genvi.core.walk import env_of
 
 
 def scans_over_lanes(eqn: Any, ins: list) -> bool:
@@ -128,8 +129,7 @@ class _MarkovScan:
         target = None if alt is None else (self.steps + (self.eqn, i) + self.below, alt)
         sub = self.ev.sub(self.inner, target)
         body = self.body.jaxpr
-        env = dict(zip(body.constvars, self.body.consts))
-        env.update(zip(body.invars, list(self.consts) + list(carry) + list(x_vals)))
+        env = env_of(self.body, list(self.consts) + list(carry) + list(x_vals))
         return sub.level(body, 0, env, {} if k is None else split_keys(body, k),
                          self.steps + (self.eqn, i))
 
