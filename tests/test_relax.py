@@ -2,10 +2,12 @@
 sites: value and gradient against exact enumeration, 2·10⁴ estimates each, within 5
 standard errors, at a single site (a learned linear surrogate, and REBAR's: the
 objective's own relaxation), at coupled sites, at one site's coupled lanes, in a plate
-guide's ELBO and in a scan; the same sample size fails a variant with the
-surrogate's gradient left out; phi's gradient is −½ ∂φ E|ĝ|² (central differences on
-common keys), `gv.fit` lowers the variance by training phi in the same step;
-refusals."""
+guide's ELBO and in a scan, lane-local (the default) and `.whole_site()`; the same
+sample size fails a variant with the surrogate's gradient left out, one whose
+replay baseline is not independent of the draw and one whose swapped control variate
+is not; in a plate the lane-local baseline
+lowers the variance; phi's gradient is −½ ∂φ E|ĝ|² (central differences on common
+keys), `gv.fit` lowers the variance by training phi in the same step; refusals."""
 
 import math
 
@@ -54,6 +56,10 @@ def exact_single(theta):
         theta, 1)
 
 
+def in_form(strategy, form):
+    return strategy.whole_site() if form == "whole site" else strategy
+
+
 def at(phi, f):
     """`f` as an objective of θ alone, phi held."""
     @gv.expectation
@@ -62,11 +68,12 @@ def at(phi, f):
     return g
 
 
+@pytest.mark.parametrize("form", ["lane-local", "whole site"])
 @pytest.mark.parametrize("surrogate,phi", [(linear, PHI),
                                            (rebar, {"eta": 0.8, "temperature": 0.5})],
                          ids=["linear", "rebar"])
-def test_single_flip_is_unbiased(surrogate, phi):
-    f = single(lambda ph: gv.RELAX(surrogate, ph))
+def test_single_flip_is_unbiased(surrogate, phi, form):
+    f = single(lambda ph: in_form(gv.RELAX(surrogate, ph), form))
     v, v_se, g, g_se, _ = moments(at(phi, f), THETA)
     value, grad = exact_single(THETA)
     assert within(v, v_se, value) and within(g, g_se, grad), (v, g, value, grad)
@@ -163,7 +170,9 @@ def test_coupled_lanes_of_one_site():
     assert within(v, v_se, value) and within(g, g_se, grad), (v, g, value, grad)
 
 
-def test_an_elbo_with_a_plate_guide():
+def plate_elbo(form):
+    """The ELBO of a plate of flips with normal observations, RELAX at the guide's
+    flips (a surrogate with a vector leaf, which keeps its own axis under gv.vmap)."""
     @gv.gen
     def point(y):
         z = gv.flip(0.3) @ "z"
@@ -173,19 +182,29 @@ def test_an_elbo_with_a_plate_guide():
     def model(params, y):
         gv.vmap(point)(y) @ "data"
 
-    def quadratic(phi, z):  # phi's vector leaf keeps its own axis under gv.vmap
+    def quadratic(phi, z):
         return phi["w"][0] * z + phi["w"][1] * z ** 2 + phi["b"]
 
     @gv.gen
     def lane(logit, phi):
-        gv.flip(jax.nn.sigmoid(logit), grad=gv.RELAX(quadratic, phi)) @ "z"
+        gv.flip(jax.nn.sigmoid(logit), grad=in_form(gv.RELAX(quadratic, phi), form)) @ "z"
 
     @gv.gen
     def guide(params, y):
         gv.vmap(lane, in_axes=(0, None))(params["logits"], params["phi"]) @ "data"
+    return gv.elbo(model, guide)
 
+
+def plate_params(y):
+    n = len(y)
+    return {"logits": 0.3 * jnp.cos(jnp.arange(n, dtype=jnp.float32)),
+            "phi": {"w": jnp.array([4.0, 0.5]), "b": -1.0}}
+
+
+@pytest.mark.parametrize("form", ["lane-local", "whole site"])
+def test_an_elbo_with_a_plate_guide(form):
     y = jnp.array([2.1, -1.5, 0.3, -2.4])
-    params = {"logits": jnp.array([0.3, -0.2, 0.1, 0.5]), "phi": {"w": jnp.array([4.0, 0.5]), "b": -1.0}}
+    params = plate_params(y)
 
     def exact(logits):  # the ELBO is a sum over lanes, each summed over z in {0, 1}
         q = jax.nn.sigmoid(logits)
@@ -195,7 +214,7 @@ def test_an_elbo_with_a_plate_guide():
                          + jax.scipy.stats.norm.logpdf(y, jnp.where(z, 2.0, -2.0), 1.0))
             return qz * (log_joint - jnp.log(qz))
         return jnp.sum(term(True, q) + term(False, 1 - q))
-    obj = gv.elbo(model, guide)
+    obj = plate_elbo(form)
     keys = jax.random.split(jax.random.key(5), N)
     v, g = jax.jit(jax.vmap(lambda k: obj.value_and_grad_estimate(k, params, y)))(keys)
     v, g = np.asarray(v, np.float64), np.asarray(g["logits"], np.float64)
@@ -204,15 +223,30 @@ def test_an_elbo_with_a_plate_guide():
                   np.asarray(jax.grad(exact)(params["logits"])))
 
 
+def test_the_lane_local_baseline_lowers_the_variance_in_a_plate():
+    # each lane's score term multiplies its own part of the ELBO, not all 64 lanes'
+    y = 2.0 * jnp.sin(jnp.arange(64, dtype=jnp.float32))
+    params = plate_params(y)
+    keys = jax.random.split(jax.random.key(6), 2000)
+
+    def variance(form):
+        obj = plate_elbo(form)
+        g = jax.jit(jax.vmap(lambda k: obj.grad_estimate(k, params, y)))(keys)["logits"]
+        return float(jnp.sum(jnp.var(g, axis=0)))
+    local, whole = variance("lane-local"), variance("whole site")
+    assert local < whole / 10, (local, whole)
+
+
 T = 4
 
 
-def test_in_a_scan_markov_chain():
+@pytest.mark.parametrize("form", ["lane-local", "whole site"])
+def test_in_a_scan_markov_chain(form):
     @gv.expectation
     def f(theta):
         def step(prev, t):
             z = gv.sample(gv.flip(jax.nn.sigmoid(theta + 1.2 * prev - 0.3 * t),
-                                  grad=gv.RELAX(linear, PHI)))
+                                  grad=in_form(gv.RELAX(linear, PHI), form)))
             z = z * 1.0
             return z, (2.0 * z - prev) ** 2 + theta * z
         _, costs = jax.lax.scan(step, 0.0, jnp.arange(float(T)))
@@ -247,6 +281,38 @@ def test_the_sample_size_fails_a_variant_without_the_surrogate_gradient():
     assert not within(g, g_se, grad), "the test is too weak to see the missing term"
 
 
+class BaselineWithTheDrawsKey(gv.RELAX):
+    """RELAX whose replay baseline draws b' with b's own key: b' = b, so no lane keeps
+    a score term and the estimate is biased by −E f ∂log p(b)."""
+
+    def baseline_draw(self, dist, key, primals):
+        return dist.sample(key, *primals)
+
+
+def test_the_sample_size_fails_a_baseline_that_depends_on_the_draw():
+    f = single(lambda ph: BaselineWithTheDrawsKey(linear, ph))
+    _, _, g, g_se, _ = moments(at(PHI, f), THETA)
+    _, grad = exact_single(THETA)
+    assert not within(g, g_se, grad), "the test is too weak to see the dependent baseline"
+
+
+class SwappedGivenTheDraw(gv.RELAX):
+    """RELAX whose swapped control variate relaxes the lane given b instead of b': it
+    then depends on b and c(z̃ with lane := z̃'') ∂log p(b) has a mean that is not zero."""
+
+    def swapped_control_variates(self, phi, relax, relax_other, ell, v_tilde, v_other,
+                                 plated=0):
+        return super().swapped_control_variates(phi, relax, relax, ell, v_tilde, v_other,
+                                                plated)
+
+
+def test_the_sample_size_fails_a_swapped_control_variate_that_depends_on_the_draw():
+    f = single(lambda ph: SwappedGivenTheDraw(linear, ph))
+    _, _, g, g_se, _ = moments(at(PHI, f), THETA)
+    _, grad = exact_single(THETA)
+    assert not within(g, g_se, grad), "the test is too weak to see the dependent control variate"
+
+
 def _theta_gradients(f, phi, keys):
     return jax.vmap(lambda k: gv.expectation(lambda th: f(th, phi)).grad_estimate(k, THETA))(keys)
 
@@ -273,10 +339,16 @@ def test_phi_gradient_is_minus_half_the_gradient_of_the_second_moment():
         assert float(jnp.mean(phi_grads[leaf])) == pytest.approx(float(want), rel=2e-2, abs=1e-3)
 
 
-def test_fit_trains_phi_to_lower_the_variance():
+# what phi's training leaves of the variance, at most: the papers' form cancels nearly
+# all of it here (1.64 -> 0.06); the lane-local one (0.78 -> 0.40) keeps the noise of
+# its replay baseline's independent draw, which a surrogate linear in σ(z) cancels
+# only in part (its gain is in a plate, tested above)
+@pytest.mark.parametrize("form,at_most", [("lane-local", 0.6), ("whole site", 0.1)])
+def test_fit_trains_phi_to_lower_the_variance(form, at_most):
     @gv.expectation
     def f(params):
-        z = gv.sample(gv.bernoulli(params["theta"], grad=gv.RELAX(linear, params["phi"])))
+        z = gv.sample(gv.bernoulli(params["theta"],
+                                   grad=in_form(gv.RELAX(linear, params["phi"]), form)))
         return (3.0 * z - 1.0) ** 2 + 0.5 * z
 
     def variance(params):
@@ -290,17 +362,18 @@ def test_fit_trains_phi_to_lower_the_variance():
     result = gv.fit(f, start, steps=400, optimizer=opt, key=jax.random.key(0))
     trained = result.params
     assert float(trained["theta"]) == pytest.approx(0.2)
-    assert variance(trained) < 0.5 * variance(start), (variance(start), variance(trained))
+    assert variance(trained) < at_most * variance(start), (variance(start), variance(trained))
 
 
-def test_parameters_behind_stop_gradient_get_no_variance_gradient():
+@pytest.mark.parametrize("form", ["lane-local", "whole site"])
+def test_parameters_behind_stop_gradient_get_no_variance_gradient(form):
     @gv.expectation
     def f(params):
-        phi = {"w": jax.lax.stop_gradient(params["w"]), "b": params["b"]}
-        z = gv.sample(gv.bernoulli(params["theta"], grad=gv.RELAX(linear, phi)))
+        phi = {"w": params["w"], "b": jax.lax.stop_gradient(params["b"])}
+        z = gv.sample(gv.bernoulli(params["theta"], grad=in_form(gv.RELAX(linear, phi), form)))
         return (3.0 * z - 1.0) ** 2
     g = f.grad_estimate(jax.random.key(0), {"theta": 0.1, "w": 2.0, "b": 0.5})
-    assert float(g["w"]) == 0.0 and float(g["b"]) != 0.0
+    assert float(g["b"]) == 0.0 and float(g["w"]) != 0.0
 
 
 def test_explain_names_it_and_refusals():

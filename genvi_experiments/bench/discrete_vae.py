@@ -17,8 +17,9 @@ checks that the means agree.
 
 With `--train-seconds S`, each strategy also trains for S seconds from each of
 `--seeds` starts (as many steps as S holds at its measured time per estimate), and
-the table gains the test ELBO reached. RELAX's surrogate is a small network of the
-relaxed latents and the image, trained in the same step; AUTO's row is what `gv.tune`
+the table gains the test ELBO reached. RELAX's surrogate (one per form: lane-local,
+and `.whole_site()`) is a small network of the relaxed latents and the image, trained
+in the same step; AUTO's row is what `gv.tune`
 chooses at the initial parameters (and `gv.fit` when it trains).
 
 With `--time-to-target S`, each strategy trains for S wall-clock seconds from each
@@ -39,7 +40,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import genvi as gv
-from genvi_experiments.bench.frontier import (RELAX, measure, record_lab,
+from genvi_experiments.bench.frontier import (RELAX, RELAX_FORMS, RELAX_WHOLE, measure,
+                                              record_lab, relax, relax_init,
                                               record_time_to_target, time_to_target,
                                               train_in_budget, trajectories)
 from genvi_experiments.common.data import binarize, load_images
@@ -49,10 +51,10 @@ from genvi_experiments.common.timing import describe_machine
 STRATEGIES = {
     "binary": {"REINFORCE": gv.REINFORCE, "RLOO(2)": gv.RLOO(2), "DisARM": gv.DisARM,
                "DisARM-whole-site": gv.DisARM.whole_site(), "MVD": gv.MVD, "ENUM": gv.ENUM,
-               "SD": gv.SD, "RELAX": RELAX, "AUTO": gv.AUTO},
+               "SD": gv.SD, "RELAX": RELAX, "RELAX-whole-site": RELAX_WHOLE, "AUTO": gv.AUTO},
     "categorical": {"REINFORCE": gv.REINFORCE, "RLOO(2)": gv.RLOO(2), "SWOR(2)": gv.SWOR(2),
                     "SWOR(4)": gv.SWOR(4), "MVD": gv.MVD, "ENUM": gv.ENUM, "SD": gv.SD,
-                    "RELAX": RELAX, "AUTO": gv.AUTO},
+                    "RELAX": RELAX, "RELAX-whole-site": RELAX_WHOLE, "AUTO": gv.AUTO},
 }
 
 
@@ -80,15 +82,16 @@ class DiscreteVAE:
         k1, k2, k3 = jax.random.split(key, 3)
         return {"enc": init_params(self.encoder, k1, self.pixels),
                 "dec": init_params(self.decoder, k2, self.width),
-                "relax": init_params(self.surrogate, k3, 2 * self.width)}
+                "relax": relax_init(lambda: init_params(self.surrogate, k3, 2 * self.width))}
 
     def strategy(self, strategy, params: dict, logits: jax.Array):
         """The site's strategy; `RELAX`: gv.RELAX with the surrogate network, its
         parameters `params["relax"]` trained in the same step, and the encoder's
         `logits` as data (behind stop_gradient: the variance does not train them)."""
-        if isinstance(strategy, str) and strategy == RELAX:
-            return gv.RELAX(self._control_variate,
-                            {"net": params["relax"], "logits": jax.lax.stop_gradient(logits)})
+        if isinstance(strategy, str) and strategy in RELAX_FORMS:
+            return relax(strategy, self._control_variate,
+                         {"net": params["relax"][strategy],
+                          "logits": jax.lax.stop_gradient(logits)})
         return strategy
 
     def _control_variate(self, phi: dict, z: jax.Array) -> jax.Array:
@@ -130,11 +133,12 @@ def _note(lab: gv.EstimatorComparison, trained: dict | None, budget: float, samp
           batch: int) -> str:
     note = (f"{samples} gradient estimates per strategy at the initial parameters, batch "
             f"{batch}; variance summed over the encoder's entries.")
-    if RELAX in lab.labels:
-        note += (" RELAX's surrogate (a network of the relaxed latents and the encoder's "
-                 "logits) is trained for its variance 5,000 steps at the initial encoder and "
-                 "decoder, which are held; in training it starts untrained and learns in the "
-                 "same step.")
+    if any(form in lab.labels for form in RELAX_FORMS):
+        note += (" RELAX (each lane's score term with a lane-local replay baseline) and "
+                 "RELAX-whole-site (the papers' form, one evaluation) each have a surrogate (a "
+                 "network of the relaxed latents and the encoder's logits), trained for its "
+                 "variance 5,000 steps at the initial encoder and decoder, which are held; in "
+                 "training it starts untrained and learns in the same step.")
     if trained:
         seeds = len(next(iter(trained.values()))[1])  # (steps, scores, stops)
         note += (f" Training: Adam(1e-3) on minibatches of {batch} of the binarized training "

@@ -11,8 +11,9 @@ its discrete site per row,
 * `trajectories` and `time_to_target`: wall-clock training runs (compiling, and
   AUTO's measurements, counted) and the seconds each took to reach a target.
 
-A model is an object with `name`, `strategies` ({label: strategy}, `RELAX` for
-`gv.RELAX` with the model's own surrogate), `leaves` (the parameter prefixes measured),
+A model is an object with `name`, `strategies` ({label: strategy}, `RELAX` and
+`RELAX_WHOLE` for `gv.RELAX` and its `.whole_site()` form with the model's own
+surrogate, one per form in `params["relax"]`), `leaves` (the parameter prefixes measured),
 `init(key)`, `objective(strategy)`, `score` (the evaluation objective) and `lr`.
 
 Example:
@@ -37,6 +38,24 @@ import genvi as gv
 from genvi_experiments.bench.results import command, on_platform, record
 
 RELAX = "RELAX"  # gv.RELAX with the model's learned surrogate (its `strategy`)
+RELAX_WHOLE = "RELAX-whole-site"  # the same without the lane-local replay baseline
+RELAX_FORMS = (RELAX, RELAX_WHOLE)
+
+
+def relax(form: str, surrogate: Any, phi: Any) -> gv.RELAX:
+    """`gv.RELAX(surrogate, phi)` in `form` (`RELAX` or `RELAX_WHOLE`).
+
+    Example:
+        >>> relax(RELAX_WHOLE, lambda phi, z: phi * z.sum(), 1.0)
+        gv.RELAX(<lambda>, phi).whole_site()
+    """
+    strategy = gv.RELAX(surrogate, phi)
+    return strategy.whole_site() if form == RELAX_WHOLE else strategy
+
+
+def relax_init(init: Any) -> dict:
+    """A model's `params["relax"]`: one surrogate per RELAX form, from `init()`."""
+    return {form: init() for form in RELAX_FORMS}
 
 
 class FrontierModel(Protocol):
@@ -58,8 +77,9 @@ def measure(model: FrontierModel, x: jax.Array, samples: int, rounds: int,
     chosen = model.strategies if strategies is None else \
         {name: model.strategies[name] for name in strategies}
     params = model.init(jax.random.key(seed))
-    if RELAX in chosen.values():
-        params = fit_surrogate(model, params, x)
+    for form in RELAX_FORMS:
+        if form in chosen.values():
+            params = fit_surrogate(model, params, x, form)
     objectives = {}
     for label, strategy in chosen.items():
         objective = model.objective(strategy)
@@ -72,14 +92,16 @@ def measure(model: FrontierModel, x: jax.Array, samples: int, rounds: int,
                                  rounds=rounds, leaves=list(model.leaves))
 
 
-def fit_surrogate(model: FrontierModel, params: dict, x: jax.Array, steps: int = 5000) -> dict:
-    """`params` with RELAX's surrogate (`params["relax"]`) trained at the other
-    parameters as they are (they are held): its variance at fixed parameters is then the
-    estimator's, not an untrained control variate's."""
-    labels = {k: ("relax" if k == "relax" else "held") for k in params}
+def fit_surrogate(model: FrontierModel, params: dict, x: jax.Array, form: str = RELAX,
+                  steps: int = 5000) -> dict:
+    """`params` with the surrogate of RELAX's `form` (`params["relax"][form]`) trained
+    at the other parameters as they are (they are held): its variance at fixed
+    parameters is then the estimator's, not an untrained control variate's."""
+    labels = {k: "held" for k in params}
+    labels["relax"] = {f: ("relax" if f == form else "held") for f in params["relax"]}
     optimizer = optax.multi_transform({"relax": optax.adam(3e-3), "held": optax.set_to_zero()},
                                       labels)
-    return gv.fit(model.objective(RELAX), params, x, optimizer=optimizer, steps=steps,
+    return gv.fit(model.objective(form), params, x, optimizer=optimizer, steps=steps,
                   key=jax.random.key(6), progress=False).params
 
 

@@ -27,11 +27,33 @@ binary site (σ of the logistic variable, > ½ exactly where b = 1), on the simp
 uses the model (REBAR) takes the model's parameters in `phi` behind
 `jax.lax.stop_gradient`, which keeps the variance gradient off them.
 
+Lane-local (the default). In a plate, f(b) is the whole minibatch's objective, and a
+lane's score term f(b) ∂ℓᵢ log p(bᵢ) carries every other lane's part of it as noise
+that a surrogate of lane i's relaxation cannot cancel. So each lane also takes a
+replay baseline, f(b with lane i := b'ᵢ) for b' an independent draw of the site, and
+the surrogate at the relaxation with lane i swapped, c(z̃ with lane i := z̃'ᵢ) for z̃'
+given b':
+
+    ĝᵢ = (f(b) − f(b₋ᵢ, b'ᵢ) − c(z̃) + c(z̃₋ᵢ, z̃'ᵢ)) ∂ℓᵢ log p(bᵢ) + ∂ℓᵢ c(z) − ∂ℓᵢ c(z̃).
+
+Both added terms are independent of bᵢ, so their score terms have mean zero: still
+unbiased for any surrogate. Where the objective is a sum over lanes the other lanes'
+parts cancel exactly in f(b) − f(b₋ᵢ, b'ᵢ), and the surrogate cancels what it models
+of lane i's part at bᵢ and at b'ᵢ. The replays are the lane-local ones MVD and RLOO use
+(O(lanes) in plates, Markov-local in scans where the rest of the objective allows); a
+lane whose b'ᵢ equals bᵢ has no replay. The surrogate runs once more per lane.
+`gv.RELAX(surrogate, phi).whole_site()` is the papers' form, without both terms: one
+evaluation of the rest of the objective. It is the better form where lanes are few
+and the surrogate models f well (at a single flip a trained linear surrogate leaves
+it 4% of its variance, the lane-local form 50%: b'ᵢ's noise stays), and the cheaper
+one where a site is one datapoint's latent vector, whose lanes are coupled through a
+decoder and each replay runs it again.
+
 b is the distribution's own draw with the site's key (replays of other sites see the
-run's own value), and z is drawn given b, which is (b, z)'s joint law. One evaluation
-of the rest of the objective: f(b) enters as a score term; the surrogate runs at z and
-z̃ with one reverse pass for its gradient in ℓ, and where phi is differentiated, that
-pass's derivative along phi (a forward pass over it).
+run's own value), and z is drawn given b, which is (b, z)'s joint law. f(b) enters as
+a score term; the surrogate runs at z and z̃ with one reverse pass for its gradient in
+ℓ, and where phi is differentiated, that pass's derivative along phi (a forward pass
+over it).
 
 Example:
     >>> import genvi as gv, jax, jax.numpy as jnp
@@ -46,6 +68,8 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -62,6 +86,8 @@ class RELAX(Strategy):
     `surrogate(phi, z)` (see the module docstring): `surrogate` is a function of
     `phi` (a pytree of arrays, from your params) and the relaxed draw `z`, returning a
     float scalar. Under `gv.vmap` (a plate) it is applied lane by lane, as written.
+    Each lane's score term has a lane-local replay baseline; `.whole_site()` drops it
+    (the papers' form, one evaluation of the rest of the objective).
 
     Example:
         >>> import genvi as gv, jax.numpy as jnp
@@ -73,6 +99,7 @@ class RELAX(Strategy):
     phi: Any = None
     phi_tangent: Any = None
     ranks: tuple | None = None  # phi's leaves' ranks as written (the static part's)
+    whole: bool = False  # the papers' form: no lane-local replay baseline
     kind = "RELAX"
     needs = ("sample", "lane_log_prob", "support")
 
@@ -87,7 +114,7 @@ class RELAX(Strategy):
         leaves, tree = jax.tree_util.tree_flatten(self.phi)
         # the ranks as written: a strategy joined from a batched site keeps them
         ranks = self.ranks if self.ranks is not None else tuple(jnp.ndim(x) for x in leaves)
-        return type(self)(self.surrogate, tree, None, ranks), tuple(leaves)
+        return type(self)(self.surrogate, tree, None, ranks, self.whole), tuple(leaves)
 
     def operand_event_ndims(self):
         return self.ranks or ()  # phi is not lane-shaped: its axes are its own
@@ -99,17 +126,32 @@ class RELAX(Strategy):
         dphi = None
         if tangents is not None and any(t is not None for t in tangents):
             dphi = jax.tree_util.tree_unflatten(self.phi, list(tangents))
-        return type(self)(self.surrogate, phi, dphi, self.ranks)
+        return type(self)(self.surrogate, phi, dphi, self.ranks, self.whole)
+
+    def whole_site(self) -> "RELAX":
+        """RELAX without the lane-local replay baseline: every lane's score term
+        multiplies f(b), one evaluation of the rest of the objective (Grathwohl et al.'s
+        and REBAR's form). The cheap form where a site is one datapoint's latent vector;
+        across a plate's datapoints keep the default, whose baselines are lane-local.
+
+        Example:
+            >>> import genvi as gv, jax.numpy as jnp
+            >>> gv.RELAX(lambda phi, z: phi * jnp.sum(z), 1.0).whole_site().whole
+            True
+        """
+        return dataclasses.replace(self, whole=True)
 
     def __hash__(self):
-        return hash((type(self), self.surrogate))
+        return hash((type(self), self.surrogate, self.whole))
 
     def __eq__(self, other):
         return (type(other) is type(self) and other.surrogate is self.surrogate
-                and _static_tree(other.phi) == _static_tree(self.phi) and other.ranks == self.ranks)
+                and _static_tree(other.phi) == _static_tree(self.phi) and other.ranks == self.ranks
+                and other.whole == self.whole)
 
     def __repr__(self) -> str:
-        return f"gv.RELAX({getattr(self.surrogate, '__name__', 'surrogate')}, phi)"
+        name = f"gv.RELAX({getattr(self.surrogate, '__name__', 'surrogate')}, phi)"
+        return name + (".whole_site()" if self.whole else "")
 
     def jvp(self, dist, key, primals, tangents, k):
         b = dist.sample(key, *primals)
@@ -124,37 +166,69 @@ class RELAX(Strategy):
         leaves, tree = jax.tree_util.tree_flatten(self.phi)
         plated = jnp.ndim(leaves[0]) - self.ranks[0] if leaves and self.ranks else 0  # vmap axes
 
-        def pieces(phi):  # ∂ℓ Σ (c(z) − c(z̃)), and c(z̃) per plate lane
+        # the replay baseline's draw b', independent of b, and its relaxation z̃' given b'
+        other = None if self.whole else self.baseline_draw(dist, key, primals)
+        v_other = None if self.whole else relax.uniforms(jax.random.fold_in(key, 4), logits)
+
+        def pieces(phi):  # ∂ℓ Σ (c(z) − c(z̃)); c(z̃) per plate lane; c(z̃ with lane := z̃')
             def differences(ell):
                 diff, at_z_tilde = self.control_variates(phi, relax, ell, noise, v_tilde, plated)
-                return jnp.sum(diff), at_z_tilde
-            return jax.grad(differences, has_aux=True)(logits)
+                swapped = None if self.whole else self.swapped_control_variates(
+                    phi, relax, type(relax)(other), ell, v_tilde, v_other, plated)
+                return jnp.sum(diff), (at_z_tilde, swapped)
+            grad_cv, (at_z_tilde, swapped) = jax.grad(differences, has_aux=True)(logits)
+            return grad_cv, at_z_tilde, swapped
 
         def lanes(x):  # a per-plate-lane value against the logits' axes
             return x.reshape(x.shape + (1,) * (logits.ndim - x.ndim))
 
         score_logits = jax.grad(lambda ell: jnp.sum(relax.log_prob(ell)))(logits)
         # the lanes that run (a site in an untaken branch of a batched cond: none)
-        live = dist.where(jnp.ones(b.shape, bool)) if getattr(dist, "is_masked", False) else True
-        live = lanes(jnp.broadcast_to(live, b.shape))
+        running = dist.where(jnp.ones(b.shape, bool)) if getattr(dist, "is_masked", False) else True
+        running = jnp.broadcast_to(running, b.shape)
+        live = lanes(running)
+        # a lane where b' equals b has f(b₋ᵢ, b'ᵢ) = f(b): no score term and no replay
+        replayed = None if self.whole else (other != b) & running
+
+        def on_f(weights):  # [logits' shape] weights of ∂ℓ on f(b): (score, replay weights)
+            if self.whole:
+                return jnp.sum(weights), None
+            per_lane = jnp.where(replayed, relax.per_lane(weights), 0.0)
+            return jnp.sum(per_lane), -per_lane
         leaves_t = None if self.phi_tangent is None else tree.flatten_up_to(self.phi_tangent)
-        (grad_cv, c_tilde), d_pieces = d.jvp(
+        (grad_cv, c_tilde, c_swapped), d_pieces = d.jvp(
             lambda *ls: pieces(jax.tree_util.tree_unflatten(tree, ls)), leaves,
             [None] * len(leaves) if leaves_t is None else leaves_t)
-        score = offset = None
+
+        def baseline(at_z_tilde, swapped):  # per logit: what multiplies ∂ℓ log p(b) in r
+            out = -lanes(at_z_tilde)
+            return out if swapped is None else out + lanes(swapped)
+        score = offset = replay = None
         if dlogits is not None:
             score_terms = score_logits * dlogits * live
-            score = jnp.sum(score_terms)
-            offset = -jnp.sum(lanes(c_tilde) * score_terms) + jnp.sum(grad_cv * dlogits)
+            score, replay = on_f(score_terms)
+            offset = (jnp.sum(baseline(c_tilde, c_swapped) * score_terms)
+                      + jnp.sum(grad_cv * dlogits))
         if d_pieces is not None:  # −½ ∂φ |ĝ|², linear in the final value f
-            # ĝ = f ∂ℓ log p(b) + r, r = −c(z̃) ∂ℓ log p(b) + ∂ℓ (c(z) − c(z̃)): its
-            # tangent along phi is dr, so −½ ∂φ |ĝ|² = −(f ∂ℓ log p(b) + r) · dr
-            d_grad_cv, d_c_tilde = d_pieces
-            r = (-lanes(c_tilde) * score_logits + grad_cv) * live
-            dr = (-lanes(d_c_tilde) * score_logits + d_grad_cv) * live
-            score = d.add(score, -jnp.sum(score_logits * dr))
+            # ĝ = F ∂ℓ log p(b) + r, r = (c(z̃ with lane := z̃') − c(z̃)) ∂ℓ log p(b) +
+            # ∂ℓ (c(z) − c(z̃)), F per lane f(b) (less the lane's replay): its tangent
+            # along phi is dr, so −½ ∂φ |ĝ|² = −(F ∂ℓ log p(b) + r) · dr
+            d_grad_cv, d_c_tilde, d_c_swapped = d_pieces
+            if d_c_swapped is None and c_swapped is not None:
+                d_c_swapped = jnp.zeros_like(c_swapped)
+            r = (baseline(c_tilde, c_swapped) * score_logits + grad_cv) * live
+            dr = (baseline(d_c_tilde, d_c_swapped) * score_logits + d_grad_cv) * live
+            more_score, more_replay = on_f(-score_logits * dr)
+            score, replay = d.add(score, more_score), d.add(replay, more_replay)
             offset = d.add(offset, -jnp.sum(r * dr))
-        return k.dual(b).plus(score=score, tangent=offset)
+        out = k.dual(b).plus(score=score, tangent=offset)
+        if replay is None:
+            return out
+        return out.plus_replays(other[None], replay[None], replayed[None])
+
+    def baseline_draw(self, dist, key, primals):
+        """The lane-local baseline's values b': a draw of the site independent of b."""
+        return dist.sample(jax.random.fold_in(key, 3), *primals)
 
     def control_variates(self, phi, relax, ell, noise, v_tilde, plated=0):
         """(c(z(ℓ)) − c(z̃(ℓ)), c(z̃(ℓ))) per lane of the `plated` leading axes: z with
@@ -165,6 +239,27 @@ class RELAX(Strategy):
         at_z = c(phi, relax.relaxed(relax.reparameterized(ell, noise)))
         at_z_tilde = c(phi, relax.relaxed(relax.given_b(ell, v_tilde)))
         return at_z - at_z_tilde, at_z_tilde
+
+    def swapped_control_variates(self, phi, relax, relax_other, ell, v_tilde, v_other,
+                                 plated=0):
+        """Per lane i of the site: c(z̃ with lane i := z̃'ᵢ), z̃ given b and z̃' given b'.
+        Independent of bᵢ, so c(...) ∂ℓᵢ log p(bᵢ) has mean zero; with the replay
+        f(b₋ᵢ, b'ᵢ) it cancels what the surrogate models of f at b'ᵢ."""
+        z_tilde = relax.relaxed(relax.given_b(ell, v_tilde))
+        z_other = relax_other.relaxed(relax_other.given_b(ell, v_other))
+        trailing = z_tilde.ndim - relax.on_axes(z_tilde)  # the simplex axis, if any
+
+        def per_plate_lane(phi, zt, zo):
+            event = zt.shape[:zt.ndim - trailing]
+            size = math.prod(event)
+
+            def swap(i):
+                at = (jnp.arange(size) == i).reshape(event + (1,) * trailing)
+                return self._c(phi, jnp.where(at, zo, zt))
+            return jax.vmap(swap)(jnp.arange(size)).reshape(event)
+        for _ in range(plated):
+            per_plate_lane = jax.vmap(per_plate_lane)  # phi too: it has the plate axes
+        return per_plate_lane(phi, z_tilde, z_other)
 
     def _c(self, phi, z):
         out = self.surrogate(phi, z)
@@ -231,6 +326,16 @@ class _Binary:
     def relaxed(z):
         return jax.nn.sigmoid(z)
 
+    @staticmethod
+    def per_lane(x):
+        """A [lanes...] quantity of the logits' shape, per lane."""
+        return x
+
+    @staticmethod
+    def on_axes(z):
+        """The number of a relaxed draw's axes that are lanes (all of them)."""
+        return z.ndim
+
     def log_prob(self, ell):
         return jnp.where(self.on, jax.nn.log_sigmoid(ell), jax.nn.log_sigmoid(-ell))
 
@@ -276,6 +381,16 @@ class _Categorical:
     @staticmethod
     def relaxed(z):
         return jax.nn.softmax(z, axis=-1)
+
+    @staticmethod
+    def per_lane(x):
+        """A [lanes..., K] quantity of the logits' shape, summed per lane."""
+        return jnp.sum(x, axis=-1)
+
+    @staticmethod
+    def on_axes(z):
+        """The number of a relaxed draw's axes that are lanes (all but the simplex's)."""
+        return z.ndim - 1
 
     def log_prob(self, ell):
         logp = jax.nn.log_softmax(ell, axis=-1)
