@@ -12,7 +12,6 @@ import pytest
 
 import genvi as gv
 from genvi.replays.engine import whole_objective_replays
-from genvi.replays.markov_scan import accumulators
 from genvi.core import jaxpr as jx
 from genvi_experiments.bench.scan_replays import categorical_hmm
 from programs import flip_hmm as hmm
@@ -200,7 +199,7 @@ def test_accumulators_are_found_in_the_body():
 
     closed = jax.make_jaxpr(lambda: jax.lax.scan(body, (0.0, 0.0, 5), jnp.ones(3)))()
     (scan_eqn,) = [e for e in closed.jaxpr.eqns if e.primitive.name == "scan"]
-    assert accumulators(jx.ScanEqn.of(scan_eqn).body, 0, 3) == frozenset({2})
+    assert jx.ScanEqn.of(scan_eqn).accumulators() == frozenset({2})
 
     def body2(c, x):
         total, prev = c
@@ -208,4 +207,5 @@ def test_accumulators_are_found_in_the_body():
 
     closed = jax.make_jaxpr(lambda: jax.lax.scan(body2, (0.0, 0.0), jnp.ones(3)))()
     (scan_eqn,) = [e for e in closed.jaxpr.eqns if e.primitive.name == "scan"]
-    assert accumulators(jx.ScanEqn.of(scan_eqn).body, 0, 2) == frozenset({0})
+    assert jx.ScanEqn.of(scan_eqn).accumulators() == frozenset({0})
+    assert jx.ScanEqn.of(scan_eqn).accumulators(subtract=False) == frozenset()

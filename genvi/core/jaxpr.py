@@ -321,6 +321,85 @@ class ScanEqn:
         return jax.lax.scan(step, init, xs, length=self.length if length is None else length,
                             reverse=self.reverse, unroll=self.unroll)
 
+    # the body's structure, for the analyses of enumeration and Markov-local replays
+
+    def body_in_aval(self, position: int) -> Any:
+        """The abstract value (shape, dtype) of the body's input at `position`."""
+        return self.body.jaxpr.invars[position].aval
+
+    @property
+    def body_out_count(self) -> int:
+        """How many outputs the body has (carries, then per-step outputs)."""
+        return len(self.body.jaxpr.outvars)
+
+    def dependence(self) -> list[set]:
+        """For each body output, the positions of the body inputs it depends on
+        (conservatively: an equation's outputs depend on all of its inputs).
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> f = lambda c, xs: jax.lax.scan(lambda c, x: (c + 1.0, x * 2.0), c, xs)
+            >>> (eqn,) = jax.make_jaxpr(f)(0.0, jnp.arange(3.0)).jaxpr.eqns
+            >>> ScanEqn.of(eqn).dependence()
+            [{0}, {1}]
+        """
+        jaxpr = self.body.jaxpr
+        deps: dict = {v: {i} for i, v in enumerate(jaxpr.invars)}
+
+        def of(v: Any) -> set:
+            return set() if isinstance(v, Literal) else deps.get(v, set())
+        for eqn in jaxpr.eqns:
+            found = set().union(set(), *[of(v) for v in eqn.invars])
+            for out in eqn.outvars:
+                deps[out] = found
+        return [of(v) for v in jaxpr.outvars]
+
+    def passes_through(self, carry: int) -> bool:
+        """Whether the body returns carry `carry` unchanged."""
+        jaxpr = self.body.jaxpr
+        return jaxpr.outvars[carry] is jaxpr.invars[self.num_consts + carry]
+
+    def carries_input(self, carry: int, scanned: int) -> bool:
+        """Whether carry `carry`'s new value is the step's scanned input `scanned` itself."""
+        jaxpr = self.body.jaxpr
+        return jaxpr.outvars[carry] is jaxpr.invars[self.num_consts + self.num_carry + scanned]
+
+    def accumulators(self, subtract: bool = True, sole_use: bool = True) -> frozenset:
+        """The carries `j` whose new value is `c_j + term` (or, with `subtract`,
+        `c_j - term`), `c_j` used nowhere else in the body, and (with `sole_use`) the
+        sum used only as the new carry: a change in an earlier step shifts them by a
+        constant.
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> f = lambda c, xs: jax.lax.scan(lambda c, x: ((c[0] * x, c[1] + x), None), c, xs)
+            >>> init = (jnp.float32(1.0), jnp.float32(0.0))
+            >>> (eqn,) = jax.make_jaxpr(f)(init, jnp.arange(3.0)).jaxpr.eqns
+            >>> ScanEqn.of(eqn).accumulators()
+            frozenset({1})
+        """
+        jaxpr = self.body.jaxpr
+        uses: dict = {}
+        for eqn in jaxpr.eqns:
+            for v in eqn.invars:
+                if not isinstance(v, Literal):
+                    uses.setdefault(v, []).append(eqn)
+        for v in jaxpr.outvars:
+            if not isinstance(v, Literal):
+                uses.setdefault(v, []).append(None)
+        found = set()
+        for j in range(self.num_carry):
+            c, out = jaxpr.invars[self.num_consts + j], jaxpr.outvars[j]
+            (eqn, *more) = uses.get(c, [None, None])
+            if more or eqn is None or eqn.outvars[0] is not out or (
+                    sole_use and len(uses.get(out, [])) != 1):
+                continue
+            name = eqn.primitive.name
+            if name == "add" or (subtract and name == "sub" and eqn.invars[0] is c
+                                 and eqn.invars[1] is not c):
+                found.add(j)
+        return frozenset(found)
+
 
 @dataclasses.dataclass(frozen=True)
 class WhileEqn:

@@ -56,31 +56,6 @@ class AfterScan:
     enum_marker = True
 
 
-def _dependence(jaxpr: Any) -> list[set]:
-    """For each output of `jaxpr`, the positions of the inputs it depends on."""
-    deps: dict = {v: {i} for i, v in enumerate(jaxpr.invars)}
-
-    def of(v: Any) -> set:
-        return set() if isinstance(v, jx.Literal) else deps.get(v, set())
-    for eqn in jaxpr.eqns:  # an equation's outputs depend on all its inputs (conservative)
-        found = set().union(set(), *[of(v) for v in eqn.invars])
-        for out in eqn.outvars:
-            deps[out] = found
-    return [of(v) for v in jaxpr.outvars]
-
-
-def _log_density_carry(jaxpr: Any, nc: int, ncar: int) -> int | None:
-    """The carry the interpreter accumulates the log density in (`genvi.gen.interpret`
-    puts it last): `out = in + term`, its input used nowhere else."""
-    j = ncar - 1
-    var = jaxpr.invars[nc + j]
-    uses = [e for e in jaxpr.eqns if var in e.invars]
-    if (ncar and len(uses) == 1 and uses[0].primitive.name == "add"
-            and uses[0].outvars[0] is jaxpr.outvars[j] and var not in jaxpr.outvars):
-        return j
-    return None
-
-
 def _forward(eqn: Any, ins: list) -> list | None:
     if jx.kind(eqn) != "scan":
         return None
@@ -95,8 +70,11 @@ def _forward(eqn: Any, ins: list) -> list | None:
         raise NotSummable(f"the scan at {where} reads them other than as its "
                           "per-step input")
     sites = [ins[p].site for p in zpos]
-    deps = _dependence(body.jaxpr)
-    a = _log_density_carry(body.jaxpr, nc, ncar)
+    deps = scan.dependence()
+    # the carry the interpreter accumulates the log density in (`genvi.gen.interpret`
+    # puts it last): `out = in + term`, its input used nowhere else
+    a = ncar - 1 if ncar and ncar - 1 in scan.accumulators(subtract=False, sole_use=False) \
+        else None
     if a is None:
         raise NotSummable(f"the scan at {where} is not a gv.scan of the model")
     state: set = set()
@@ -115,7 +93,7 @@ def _forward(eqn: Any, ins: list) -> list | None:
                               "a function of that step's values alone): carry only the step's "
                               "discrete values, or values computed from them alone, to the next "
                               "step")
-    shapes = {tuple(body.jaxpr.invars[p].aval.shape) for p in zpos}
+    shapes = {tuple(scan.body_in_aval(p).shape) for p in zpos}
     if len(shapes) > 1:
         raise NotSummable(f"the discrete sites of the scan at {where} have different shapes "
                           f"per step ({', '.join(f'{x.name}' for x in sites)}): they are "
@@ -136,7 +114,7 @@ def _forward(eqn: Any, ins: list) -> list | None:
     alpha = outs0[a]
     carry0 = [o if j in state else o[0] for j, o in enumerate(outs0[:ncar])]
 
-    echo = _echoes(body, nc, ncar, state, steps)
+    echo = _echoes(scan, state, steps)
 
     def step(c, x_t):
         alpha, carry = c
@@ -152,7 +130,7 @@ def _forward(eqn: Any, ins: list) -> list | None:
         new = [outs[j][0] if j in state else outs[j][0, 0] for j in range(ncar)]
         return (alpha, new), None
 
-    if length > 1 and set(echo) == state and _invariant(body, nc, ncar, a, state):
+    if length > 1 and set(echo) == state and _invariant(scan, a, state):
         # a step's factors depend on its input alone: every step's at once, then α
         def factors(x_t):
             def pair(u, v):
@@ -170,7 +148,7 @@ def _forward(eqn: Any, ins: list) -> list | None:
         (alpha, carry0), _ = jax.lax.scan(_remat(step), (alpha, carry0), steps.rest)
     results = [steps.init[a] + logsumexp(alpha) if j == a else AfterScan(where) if j in state
                else carry0[j] for j in range(ncar)]
-    return results + _after_scan_outputs(body, nc, ncar, zpos, a, state, deps, where)
+    return results + _after_scan_outputs(scan, zpos, a, state, deps, where)
 
 
 class _StepValues:
@@ -191,8 +169,8 @@ class _StepValues:
         self.first, self.rest = [x[0] for x in others], [x[1:] for x in others]
         self.table = joint_values(sites)
         self.count = int(self.table[0].shape[0])
-        self.dtypes = [scan.body.jaxpr.invars[p].aval.dtype for p in zpos]
-        self.lanes = tuple(scan.body.jaxpr.invars[zpos[0]].aval.shape)
+        self.dtypes = [scan.body_in_aval(p).dtype for p in zpos]
+        self.lanes = tuple(scan.body_in_aval(zpos[0]).shape)
 
     def value(self, i: int, c: Any, tracked: bool = False) -> Any:
         """Site i's value in combination c, as the body reads it (`tracked`: every lane
@@ -211,22 +189,18 @@ class _StepValues:
         return x_t
 
 
-def _invariant(body: Any, nc: int, ncar: int, a: int, state: set) -> bool:
+def _invariant(scan: Any, a: int, state: set) -> bool:
     """Whether every carry other than the state and the log density passes through the
     step unchanged (a hidden Markov model's parameters)."""
-    jaxpr = body.jaxpr
-    return all(jaxpr.outvars[j] is jaxpr.invars[nc + j]
-               for j in range(ncar) if j != a and j not in state)
+    return all(scan.passes_through(j) for j in range(scan.num_carry) if j != a and j not in state)
 
 
-def _echoes(body: Any, nc: int, ncar: int, state: set, steps: "_StepValues") -> dict:
+def _echoes(scan: Any, state: set, steps: "_StepValues") -> dict:
     """The state carries that are a site's value itself (an HMM's z_{t−1}), each with
     its site's position: the step builds their value at u from u (a constant in every
     lane), instead of reading the carried array, so XLA folds what depends on it only
     (the transition row of u) instead of computing it lane by lane from an array."""
-    jaxpr = body.jaxpr
-    return {j: i for j in state for i, k in enumerate(steps.where)
-            if jaxpr.outvars[j] is jaxpr.invars[nc + ncar + k]}
+    return {j: i for j in state for i, k in enumerate(steps.where) if scan.carries_input(j, k)}
 
 
 #: steps whose factors are computed together where all of them would not fit in
@@ -289,11 +263,12 @@ def _remat(step: Any) -> Any:
     return jax.checkpoint(step, prevent_cse=False) if REMAT else step
 
 
-def _after_scan_outputs(body: Any, nc: int, ncar: int, zpos: list, a: int, state: set,
+def _after_scan_outputs(scan: Any, zpos: list, a: int, state: set,
                         deps: list, where: str) -> list:
     """The per-step outputs of the scan: none may be used (they need the path)."""
     outs = []
-    for i in range(ncar, len(body.jaxpr.outvars)):
+    nc, ncar = scan.num_consts, scan.num_carry
+    for i in range(ncar, scan.body_out_count):
         if not (any(p in deps[i] for p in zpos) or nc + a in deps[i]
                 or any(nc + s in deps[i] for s in state)):
             raise NotSummable(f"the scan at {where} returns per-step values alongside its "
@@ -360,7 +335,7 @@ def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: st
     carry0 = [c if j in state else c[0] for j, c in enumerate(carry0)]
     free_total = free0[0]
 
-    echo = _echoes(body, nc, ncar, state, steps)
+    echo = _echoes(scan, state, steps)
 
     def echoed(j: int, u: Any) -> Local:  # the site's own value: every lane at u, built here
         return steps.value(echo[j], u, tracked=True)
@@ -380,7 +355,7 @@ def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: st
         new = [c[0] if j in state else c[0, 0] for j, c in enumerate(new)]
         return (alpha, new, free_total + free[0, 0]), None
 
-    if scan.length > 1 and set(echo) == state and _invariant(body, nc, ncar, a, state):
+    if scan.length > 1 and set(echo) == state and _invariant(scan, a, state):
         # a step's factors depend on its input alone: every step's at once, then α
         def factors(x_t):
             def pair(u, v):
@@ -400,7 +375,7 @@ def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: st
     results = [steps.init[a] + total if j == a else AfterScan(where) if j in state
                else carry0[j] for j in range(ncar)]
     zpos = [k + nc + ncar for k in steps.where]
-    return results + _after_scan_outputs(body, nc, ncar, zpos, a, state, deps, where)
+    return results + _after_scan_outputs(scan, zpos, a, state, deps, where)
 
 
 def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list) -> jax.Array:

@@ -52,31 +52,6 @@ def scans_over_lanes(eqn: Any, ins: list) -> bool:
     return any(isinstance(x, Local) and x.axes and x.axes[0] == 0 for x in xs)
 
 
-def accumulators(body: Any, num_consts: int, num_carry: int) -> frozenset:
-    """The carries `j` whose new value is `c_j + term` or `c_j - term`, `c_j` used
-    nowhere else and the sum used only as the new carry: a change in an earlier step
-    shifts them by a constant, so their differences can be summed per lane."""
-    jaxpr = body.jaxpr
-    uses: dict = {}
-    for eqn in jaxpr.eqns:
-        for v in eqn.invars:
-            if not isinstance(v, jx.Literal):
-                uses.setdefault(v, []).append(eqn)
-    for v in jaxpr.outvars:
-        if not isinstance(v, jx.Literal):
-            uses.setdefault(v, []).append(None)
-    found = set()
-    for j in range(num_carry):
-        c, out = jaxpr.invars[num_consts + j], jaxpr.outvars[j]
-        (eqn, *more) = uses.get(c, [None, None])
-        if more or eqn is None or eqn.outvars[0] is not out or len(uses.get(out, [])) != 1:
-            continue
-        name = eqn.primitive.name
-        if name == "add" or (name == "sub" and eqn.invars[0] is c and eqn.invars[1] is not c):
-            found.add(j)
-    return frozenset(found)
-
-
 def markov_scan(ev: Any, eqn: Any, ins: list, key: Any, steps: tuple,
                 holding: tuple | None = None) -> list:
     """Evaluate `scan` when its steps are the evaluator's first lane axis: a scan over
@@ -102,15 +77,14 @@ class _MarkovScan:
                  holding: tuple | None):
         scan = jx.ScanEqn.of(eqn)
         self.ev, self.eqn, self.steps, self.scan = ev, eqn, steps, scan
-        self.body, nc, self.ncar, self.length = (scan.body, scan.num_consts,
-                                                 scan.num_carry, scan.length)
+        self.body, self.ncar, self.length = scan.body, scan.num_carry, scan.length
         self.consts, self.init, xs = scan.split(ins)
         if any(isinstance(v, (Local, Perturbed)) for v in list(self.consts) + list(self.init)):
             raise Coupled("scan over the steps with lane-tracked constants or initial carries")
         if self.length != ev.site_shape[0]:
             raise Coupled("scan over the steps of another scan")
         self.inner = ev.site_shape[1:]
-        self.acc = accumulators(self.body, nc, self.ncar)
+        self.acc = scan.accumulators()
         self.x_base = [x.base if isinstance(x, Local) else x for x in xs]
         self.x_round0, self.x_kinds = zip(*[_step_slices(x) for x in xs]) if xs else ((), ())
         self.keys = None if key is None else jax.random.split(key, self.length)
