@@ -182,3 +182,19 @@ def test_refusals():
         gv.tune(none, 0.0, key=KEY)
     with pytest.raises(KeyError, match="no gv.AUTO site at 'y'"):
         gv.tune(step(), 0.0, key=KEY, **QUICK).choice("y")
+
+
+def test_a_candidate_whose_estimates_are_not_finite_is_ruled_out():
+    # f(0) = −∞ at probability 10⁻⁶: ENUM and MVD evaluate it and their estimates are
+    # not finite; RLOO(2) and the DisARMs (almost) never draw it. The candidates run in
+    # one compiled program, so one branch's NaNs must not reach the others' rows.
+    @gv.expectation
+    def e(logit):
+        b = gv.sample(gv.flip(jax.nn.sigmoid(logit), grad=gv.AUTO), name="b")
+        return jnp.where(b, 1.0, -jnp.inf)
+    tuning = gv.tune(e, jnp.float32(13.8), key=KEY, **QUICK)
+    rows = {repr(m.strategy): m for m in tuning.measured}
+    for name in ("gv.ENUM", "gv.MVD"):
+        assert rows[name].refused == "its gradient estimates are not finite here", rows[name]
+    assert rows["gv.RLOO(2)"].refused is None and math.isfinite(rows["gv.RLOO(2)"].variance)
+    assert tuning.choice("b") not in (gv.ENUM, gv.MVD)
