@@ -41,7 +41,7 @@ import numpy as np
 
 import genvi as gv
 from genvi_experiments.bench.frontier import (RELAX, RELAX_FORMS, RELAX_WHOLE, measure,
-                                              record_lab, relax, relax_init,
+                                              record_lab, relax_init, relax_note, site_strategy,
                                               record_time_to_target, time_to_target,
                                               train_in_budget, trajectories)
 from genvi_experiments.common.data import binarize, load_images
@@ -85,14 +85,9 @@ class DiscreteVAE:
                 "relax": relax_init(lambda: init_params(self.surrogate, k3, 2 * self.width))}
 
     def strategy(self, strategy, params: dict, logits: jax.Array):
-        """The site's strategy; `RELAX`: gv.RELAX with the surrogate network, its
-        parameters `params["relax"]` trained in the same step, and the encoder's
-        `logits` as data (behind stop_gradient: the variance does not train them)."""
-        if isinstance(strategy, str) and strategy in RELAX_FORMS:
-            return relax(strategy, self._control_variate,
-                         {"net": params["relax"][strategy],
-                          "logits": jax.lax.stop_gradient(logits)})
-        return strategy
+        """The site's strategy for a row (`frontier.site_strategy`: RELAX's forms take
+        the surrogate network and the encoder's `logits`)."""
+        return site_strategy(strategy, self._control_variate, params, logits)
 
     def _control_variate(self, phi: dict, z: jax.Array) -> jax.Array:
         inputs = jnp.concatenate([z.reshape(-1), phi["logits"].reshape(-1)])
@@ -134,11 +129,8 @@ def _note(lab: gv.EstimatorComparison, trained: dict | None, budget: float, samp
     note = (f"{samples} gradient estimates per strategy at the initial parameters, batch "
             f"{batch}; variance summed over the encoder's entries.")
     if any(form in lab.labels for form in RELAX_FORMS):
-        note += (" RELAX (each lane's score term with a lane-local replay baseline) and "
-                 "RELAX-whole-site (the papers' form, one evaluation) each have a surrogate (a "
-                 "network of the relaxed latents and the encoder's logits), trained for its "
-                 "variance 5,000 steps at the initial encoder and decoder, which are held; in "
-                 "training it starts untrained and learns in the same step.")
+        note += relax_note("lane", "the relaxed latents and the encoder's logits",
+                           "encoder and decoder, which are held")
     if trained:
         seeds = len(next(iter(trained.values()))[1])  # (steps, scores, stops)
         note += (f" Training: Adam(1e-3) on minibatches of {batch} of the binarized training "

@@ -42,20 +42,36 @@ RELAX_WHOLE = "RELAX-whole-site"  # the same without the lane-local replay basel
 RELAX_FORMS = (RELAX, RELAX_WHOLE)
 
 
-def relax(form: str, surrogate: Any, phi: Any) -> gv.RELAX:
-    """`gv.RELAX(surrogate, phi)` in `form` (`RELAX` or `RELAX_WHOLE`).
+def site_strategy(strategy: Any, surrogate: Any, params: dict, logits: jax.Array) -> Any:
+    """What a model's site takes for a row: a RELAX form becomes `gv.RELAX` with the
+    model's `surrogate`, that form's parameters `params["relax"][form]` (trained in the
+    same step) and the site's `logits` as data (behind stop_gradient: the variance does
+    not train them); any other strategy is itself.
 
     Example:
-        >>> relax(RELAX_WHOLE, lambda phi, z: phi * z.sum(), 1.0)
+        >>> site_strategy(RELAX_WHOLE, lambda phi, z: z.sum(), {"relax": relax_init(dict)},
+        ...               jnp.zeros(3))
         gv.RELAX(<lambda>, phi).whole_site()
     """
-    strategy = gv.RELAX(surrogate, phi)
-    return strategy.whole_site() if form == RELAX_WHOLE else strategy
+    if not (isinstance(strategy, str) and strategy in RELAX_FORMS):
+        return strategy
+    relax = gv.RELAX(surrogate, {"net": params["relax"][strategy],
+                                 "logits": jax.lax.stop_gradient(logits)})
+    return relax.whole_site() if strategy == RELAX_WHOLE else relax
 
 
 def relax_init(init: Any) -> dict:
     """A model's `params["relax"]`: one surrogate per RELAX form, from `init()`."""
     return {form: init() for form in RELAX_FORMS}
+
+
+def relax_note(lane: str, inputs: str, held: str) -> str:
+    """The tables' sentence on the RELAX rows: what a `lane` is, what the surrogate
+    network reads (`inputs`) and which parameters are `held` while it is fitted."""
+    return (f" RELAX (each {lane}'s score term with a lane-local replay baseline) and "
+            "RELAX-whole-site (the papers' form, one evaluation) each have a surrogate (a "
+            f"network of {inputs}), trained for its variance 5,000 steps at the initial "
+            f"{held}; in training it starts untrained and learns in the same step.")
 
 
 class FrontierModel(Protocol):

@@ -27,7 +27,7 @@ import numpy as np
 
 import genvi as gv
 from genvi_experiments.bench.frontier import (RELAX, RELAX_FORMS, RELAX_WHOLE, measure,
-                                              record_lab, relax, relax_init,
+                                              record_lab, relax_init, relax_note, site_strategy,
                                               record_time_to_target, time_to_target,
                                               train_in_budget, trajectories)
 from genvi_experiments.common.nets import MLP, apply, init_params
@@ -35,7 +35,8 @@ from genvi_experiments.common.timing import describe_machine
 from genvi_experiments.gmm import K, SD, make_points, mixture_guide, mixture_model
 
 STRATEGIES = {"REINFORCE": gv.REINFORCE, "RLOO(2)": gv.RLOO(2), "SWOR(2)": gv.SWOR(2),
-              "MVD": gv.MVD, "ENUM": gv.ENUM, "SD": gv.SD, "RELAX": RELAX, "RELAX-whole-site": RELAX_WHOLE, "AUTO": gv.AUTO}
+              "MVD": gv.MVD, "ENUM": gv.ENUM, "SD": gv.SD, "RELAX": RELAX,
+              "RELAX-whole-site": RELAX_WHOLE, "AUTO": gv.AUTO}
 
 
 class MixtureWithAssignments:
@@ -74,11 +75,7 @@ class MixtureWithAssignments:
         return self._elbo(strategy, len(self.points))
 
     def _strategy(self, strategy, params: dict, logits: jax.Array):
-        if isinstance(strategy, str) and strategy in RELAX_FORMS:
-            return relax(strategy, self._control_variate,
-                         {"net": params["relax"][strategy],
-                          "logits": jax.lax.stop_gradient(logits)})
-        return strategy
+        return site_strategy(strategy, self._control_variate, params, logits)
 
     def _control_variate(self, phi: dict, z: jax.Array) -> jax.Array:
         return apply(self.surrogate, phi["net"], jnp.concatenate([z, phi["logits"]]))[0]
@@ -99,11 +96,8 @@ def _note(lab: gv.EstimatorComparison, trained: dict | None, budget: float, samp
             f"minibatch of {batch} of {points:,} points; variance summed over the guide's "
             "entries (means, sharpness, biases).")
     if any(form in lab.labels for form in RELAX_FORMS):
-        note += (" RELAX (each point's score term with a lane-local replay baseline) and "
-                 "RELAX-whole-site (the papers' form, one evaluation) each have a surrogate (a "
-                 "network of the relaxed assignment and its logits, per point), trained for "
-                 "its variance 5,000 steps at the initial guide, which is held; in training "
-                 "it starts untrained and learns in the same step.")
+        note += relax_note("point", "the relaxed assignment and its logits, per point",
+                           "guide, which is held")
     if trained:
         seeds = len(next(iter(trained.values()))[1])
         note += (f" Training: Adam(0.05) on minibatches of {batch}, for as many steps as "

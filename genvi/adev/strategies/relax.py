@@ -247,7 +247,7 @@ class RELAX(Strategy):
         f(b₋ᵢ, b'ᵢ) it cancels what the surrogate models of f at b'ᵢ."""
         z_tilde = relax.relaxed(relax.given_b(ell, v_tilde))
         z_other = relax_other.relaxed(relax_other.given_b(ell, v_other))
-        trailing = z_tilde.ndim - relax.on_axes(z_tilde)  # the simplex axis, if any
+        trailing = relax.simplex_axes
 
         def per_plate_lane(phi, zt, zo):
             event = zt.shape[:zt.ndim - trailing]
@@ -296,6 +296,8 @@ class _Binary:
     """The logistic relaxation of a binary site: z = ℓ + log u − log(1 − u), b = 1[z > 0],
     handed to the surrogate as σ(z)."""
 
+    simplex_axes = 0  # a relaxed draw's trailing axes that are not lanes
+
     def __init__(self, b):
         self.on = jnp.asarray(b).astype(bool)
 
@@ -331,10 +333,6 @@ class _Binary:
         """A [lanes...] quantity of the logits' shape, per lane."""
         return x
 
-    @staticmethod
-    def on_axes(z):
-        """The number of a relaxed draw's axes that are lanes (all of them)."""
-        return z.ndim
 
     def log_prob(self, ell):
         return jnp.where(self.on, jax.nn.log_sigmoid(ell), jax.nn.log_sigmoid(-ell))
@@ -344,6 +342,8 @@ class _Binary:
 class _Categorical:
     """The Gumbel-max relaxation of a categorical site: z = log θ + g, b = argmax z,
     handed to the surrogate as softmax(z) on the last axis."""
+
+    simplex_axes = 1  # a relaxed draw's trailing axes that are not lanes: the simplex
 
     def __init__(self, b):
         self.b = jnp.asarray(b, jnp.int32)
@@ -387,10 +387,6 @@ class _Categorical:
         """A [lanes..., K] quantity of the logits' shape, summed per lane."""
         return jnp.sum(x, axis=-1)
 
-    @staticmethod
-    def on_axes(z):
-        """The number of a relaxed draw's axes that are lanes (all but the simplex's)."""
-        return z.ndim - 1
 
     def log_prob(self, ell):
         logp = jax.nn.log_softmax(ell, axis=-1)
