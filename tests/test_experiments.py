@@ -213,6 +213,16 @@ def test_gmm_frontier_bench_tiny():
     assert all(np.isfinite(v) for per in lab.variance.values() for v in per.values())
 
 
+def test_time_to_target_reads_the_trajectories():
+    from genvi_experiments.bench.frontier import _ratio, time_to_target
+    # seconds, training objective: "fast" reaches -1 at 2 s; "slow" plateaus below it
+    runs = {"fast": [[(1.0, -5.0), (2.0, -1.0), (4.0, -0.5), (8.0, -0.4)]],
+            "slow": [[(1.0, -9.0), (8.0, -2.0)]]}
+    target, reach = time_to_target(runs)   # what "fast" had reached at 2 s of its 8
+    assert target == -1.0 and reach == {"fast": [2.0], "slow": [math.inf]}
+    assert _ratio(math.inf, 2.0, 8.0) == "> 4.0" and _ratio(3.0, 2.0, 8.0) == "1.50"
+
+
 def test_enumeration_bench_tiny():
     # the HMM only: its scan is the harder path; a plate's enumeration and ENUM are
     # covered by tests/test_enumeration.py and tests/test_lane_local.py

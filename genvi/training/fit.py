@@ -44,7 +44,8 @@ from genvi.training.progress import ProgressBar
 from genvi.training.schedule import at_step, check_schedules, split_scheduled
 from genvi.training.step import strongly_typed
 from genvi.training.stopping import replay
-from genvi.training.tune import FitTuning, has_auto_sites
+from genvi.training.fit_tuning import FitTuning
+from genvi.training.tune import has_auto_sites
 
 
 @entry_point
@@ -54,7 +55,8 @@ def fit(objective: Expectation, params: Any, *data: Any,
         evaluate: Evaluation | None = None, checkpoints: Checkpoints | None = None,
         skip_nonfinite: bool | SkipNonfinite = False, callbacks: Sequence[Callable] = (),
         chunk_size: int = 1000, shard: bool = False, progress: bool = True,
-        retune_every: int | None = None, **deprecated: Any) -> FitResult:
+        retune_every: int | None = None, tune_in_background: bool = True,
+        **deprecated: Any) -> FitResult:
     """Maximize `objective(params, *data)`; returns a `FitResult` (`params`, `state`,
     `history`, `steps`, `stopped`, `key`).
 
@@ -102,7 +104,12 @@ def fit(objective: Expectation, params: Any, *data: Any,
       strategies at the starting parameters on the first batch (`gv.tune`) and trains
       with the least gradient variance × step time; `retune_every=n` measures again
       every n steps (at the current parameters). Each `gv.Tuning` is in
-      `result.tunings`; `print` one for its table.
+      `result.tunings`; `print` one for its table. The candidates compile on a thread
+      of their own while training starts with each site's untuned choice, and
+      training switches to the choice at a chunk boundary once it has compiled
+      (`Tuning.applied`, a step that depends on the machine's speed);
+      `tune_in_background=False` measures first and then trains, in order
+      (`genvi/training/fit_tuning.py`).
     * `chunk_size`: steps per jitted call (the progress bar, callbacks, evaluations
       and checkpoints run between calls). Chunks of every length share one compiled
       program, and a later `gv.fit` given the same `objective` and `optimizer`
@@ -172,12 +179,19 @@ def fit(objective: Expectation, params: Any, *data: Any,
     if order == "once":
         data = shuffle_once(data, data_key, batch_size, n, sharding.processes)
     setup = Setup((batch_size, order), n, skip_nonfinite is not None, stop, scheduled)
-    tuning = _tuning(objective, retune_every, key, params, data, batch_size, scheduled, base,
-                     sharding)
-    run_objective = objective if tuning is None else tuning.tune(
-        _measured_args(params, data, batch_size, scheduled, base), base)
-    chunk = compiled_chunk(run_objective, optimizer, setup, sharding)
     capacity = max(1, min(chunk_size, steps))
+
+    def precompile(chosen: Expectation) -> None:
+        # gv.AUTO's choice, compiled on its worker for the training thread to find
+        compiled_chunk(chosen, optimizer, setup, sharding).run.lower(
+            (params, state), rule_state, 0, 0, data, step_key, data_key,
+            capacity=capacity).compile()
+    tuning = _tuning(objective, retune_every, key, params, data, batch_size, scheduled, base,
+                     sharding, tune_in_background, precompile)
+    if tuning is not None:
+        tuning.begin(_measured_args(params, data, batch_size, scheduled, base), base)
+    chunk = compiled_chunk(objective if tuning is None else tuning.current, optimizer, setup,
+                           sharding)
     start = base
     latest = checkpoint_files.latest_step(checkpoint_dir) if checkpoint_dir is not None else None
     found = latest is not None and latest > base
@@ -199,6 +213,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
     boundaries = [] if converged else _boundaries(start, end, chunk_size, eval_every,
                                                   checkpoint_every, retune_every)
     stopped = reason if converged else f"ran all {end} steps"
+    ended = False
     try:
         for begin, until in boundaries:
             before = (params, state, rule_state)
@@ -228,14 +243,20 @@ def fit(objective: Expectation, params: Any, *data: Any,
                                       primary=reports(sharding))
             for callback in callbacks:
                 callback(reached, params, history)
-            if tuning is not None and tuning.due(reached) and reached < end and not converged:
-                chunk = compiled_chunk(
-                    tuning.tune(_measured_args(params, data, batch_size, scheduled, reached),
-                                reached), optimizer, setup, sharding)
+            if tuning is not None and reached < end and not converged:
+                if tuning.due(reached):
+                    tuning.begin(_measured_args(params, data, batch_size, scheduled, reached),
+                                 reached)
+                else:
+                    tuning.poll(reached)
+                chunk = compiled_chunk(tuning.current, optimizer, setup, sharding)
             bar.advance(done, float(np.mean(values[:done])) if done else None)
             if converged:
                 break
+        ended = True
     finally:
+        if tuning is not None:
+            tuning.close(ended)
         bar.close(stopped if converged else None)
     result = fit_state.finish(*local((params, state), sharding), history, key, stopped,
                               tuple(earlier) + (() if tuning is None else tuple(tuning.tunings)))
@@ -290,7 +311,7 @@ def _nonfinite_error(chunk: Chunk, before: tuple, begin: int, done: int, data: t
 
 def _tuning(objective: Expectation, every: int | None, key: jax.Array, params: Any,
             data: tuple, batch_size: int | None, scheduled: tuple, step: int,
-            sharding: Any) -> FitTuning | None:
+            sharding: Any, background: bool, precompile: Callable) -> FitTuning | None:
     """gv.AUTO's tuning for this fit, or None where the objective has no AUTO site."""
     if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
         raise ValueError(f"gv.fit: retune_every is a positive int (steps), got {every!r}")
@@ -305,7 +326,7 @@ def _tuning(objective: Expectation, every: int | None, key: jax.Array, params: A
             "its own machine and could choose differently. Tune first (tuning = gv.tune("
             "objective, params, *batch, key=...)) on one process and fit "
             "tuning.apply(objective) on all of them.")
-    return FitTuning(objective, every, key)
+    return FitTuning(objective, every, key, background, precompile)
 
 
 def _measured_args(params: Any, data: tuple, batch_size: int | None, scheduled: tuple,

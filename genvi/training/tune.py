@@ -9,10 +9,15 @@ what measuring costs), whose estimates run in one loop (`lax.scan` over keys, no
 dispatch between estimates, as in a fit's compiled chunk): the loop's gradient
 variance, summed over every entry of every leaf (a running Welford update, so memory
 stays at one gradient), and its time per estimate (warm, the faster of two runs, the
-candidates interleaved). A candidate the
-objective refuses, or whose estimates are not finite, is ruled out with its reason. Sites are tuned one after another, each with the sites before it at their
-choices and the ones after it at their untuned choices (one pass of coordinate
-descent). The choice depends on timings, so two machines may choose differently.
+candidates interleaved). A candidate the objective refuses, or whose estimates are not
+finite, is ruled out with its reason. Sites are tuned one after another, each with the
+sites before it at their choices and the ones after it at their untuned choices (one
+pass of coordinate descent). The choice depends on timings, so two machines may choose
+differently.
+
+`tuning_steps` is the same measurement in steps, the compiling apart from the timing,
+so that `gv.fit` can compile on a thread of its own while it trains
+(`genvi.training.fit_tuning`).
 
 Example:
     >>> import genvi as gv, jax
@@ -27,11 +32,13 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import weakref
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -67,8 +74,9 @@ class Measured:
 @dataclass(frozen=True)
 class Tuning:
     """What `gv.tune` chose: `choices` ((address, strategy) pairs), every candidate
-    `measured`, the `step` of a fit it was measured at, and `notes` (a site where only
-    REINFORCE applies says so). `apply(objective)` is the objective with the choices;
+    `measured`, the `step` of a fit whose parameters it was measured at, the step
+    training took the choices from (`applied`; None: not in a fit, or the fit ended
+    before) and `notes` (a site where only REINFORCE applies says so). `apply(objective)` is the objective with the choices;
     `print` it for the table.
 
     Example:
@@ -82,6 +90,7 @@ class Tuning:
     measured: tuple
     step: int = 0
     notes: tuple = ()
+    applied: int | None = None
 
     def choice(self, addr: str | tuple) -> Any:
         """The strategy chosen at `addr` ("outer/inner" or a tuple)."""
@@ -107,7 +116,10 @@ class Tuning:
             rows.append((m.site, repr(m.strategy), _num(m.variance), _num(m.seconds),
                          _num(m.work), str(m.estimates), mark))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = [f"gv.AUTO, measured at step {self.step} (gradient variance × time per estimate):"]
+        applied = ("" if self.applied is None or self.applied == self.step
+                   else f", trained with from step {self.applied}")
+        lines = [f"gv.AUTO, measured at step {self.step}{applied} (gradient variance × time "
+                 "per estimate):"]
         for j, r in enumerate(rows):
             lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
             if j == 0:
@@ -157,7 +169,18 @@ def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
         gv.ENUM
     """
     check_key(key, "gv.tune")
-    args = (params,) + tuple(data)
+    return run_now(tuning_steps(objective, (params,) + tuple(data), key, estimates, step,
+                                {} if compiled is None else compiled))
+
+
+def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates: int,
+                 step: int, compiled: dict) -> Generator[Callable[[], Any], Any, Tuning]:
+    """`gv.tune` in steps: a generator that yields each piece of work that compiles (a
+    site's candidates traced and its measuring program compiled), is sent that work's
+    result back, measures with it, and returns the `Tuning`. `run_now` does the work
+    in place; a fit hands it to a thread of its own and trains meanwhile
+    (`genvi.training.fit_tuning`), while the measuring itself, which times the
+    candidates, runs between its chunks."""
     sites = auto_sites(objective, args)
     if not sites:
         raise ValueError("gv.tune: the objective has no site with grad=gv.AUTO to tune")
@@ -169,8 +192,9 @@ def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
         if auto.only_reinforce(site.dist):
             notes.append(f"{site.name}: gv.{site.dist.name} supports only REINFORCE; took "
                          "RLOO with the number of samples measured")
-        results = _measure_site(objective, site, chosen, args, keys[i], estimates,
-                                {} if compiled is None else compiled)
+        prepared = yield functools.partial(_prepare_site, objective, site, dict(chosen), args,
+                                           keys[i], estimates, compiled)
+        results = _measure_site(site, prepared, args, estimates)
         usable = [m for m in results if m.refused is None]
         if usable:
             chosen[site.addr] = min(usable, key=lambda m: m.work).strategy
@@ -178,14 +202,37 @@ def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
     return Tuning(tuple(chosen.items()), tuple(measured), step, tuple(notes))
 
 
-def _measure_site(objective: Expectation, site: auto.AutoSite, chosen: dict, args: tuple,
-                  key: jax.Array, estimates: int, compiled: dict) -> list[Measured]:
-    """Every candidate at `site` (the other sites at `chosen`), in rank order: those the
-    objective refuses with their reasons, the rest measured in one compiled program
-    (`lax.switch` on the candidate, so the site compiles once, not once per candidate)."""
+def run_now(steps: Generator[Callable[[], Any], Any, Tuning]) -> Tuning:
+    """Run a `tuning_steps` generator to its end, each piece of work in place."""
+    try:
+        work = next(steps)
+        while True:
+            work = steps.send(work())
+    except StopIteration as done:
+        return done.value
+
+
+class _Prepared(NamedTuple):
+    """A site made ready to measure: the candidates refused (Measured rows), those
+    allowed ((candidate, objective) pairs), their measuring program, compiled (None
+    when none is allowed) and its keys (a warm-up's and two rounds')."""
+
+    refused: dict
+    allowed: list
+    program: Any
+    keys: jax.Array
+
+
+def _prepare_site(objective: Expectation, site: auto.AutoSite, chosen: dict, args: tuple,
+                  key: jax.Array, estimates: int, compiled: dict) -> _Prepared:
+    """Trace every candidate at `site` (the other sites at `chosen`): those the
+    objective refuses, with their reasons, and the rest, compiled into one measuring
+    program (`lax.switch` on the candidate, so the site compiles once, not once per
+    candidate)."""
     refused = dict(site.refused)
     results: dict = {}
     allowed = []
+    keys = jax.random.split(key, 3 * estimates).reshape(3, estimates)
     for candidate in auto.candidates(site.dist):
         choices = tuple({**chosen, site.addr: candidate}.items())
         if candidate in refused:
@@ -201,14 +248,26 @@ def _measure_site(objective: Expectation, site: auto.AutoSite, chosen: dict, arg
             allowed.append((candidate, tuned))
         else:
             results[candidate] = Measured(site.name, candidate, refused=message)
+    program = None
     if allowed:
         program_key = ("measure",) + tuple(t.choices for _, t in allowed)
         program = compiled.get(program_key)
         if program is None:
             program = compiled[program_key] = _variance_program([t for _, t in allowed])
-        for (candidate, _), (variance, seconds) in zip(allowed,
-                                                       _run(program, len(allowed), args, key,
-                                                            estimates)):
+        # compiled here, into the program's own cache: the thread that measures finds it
+        # there (or, under a configuration this thread does not share, compiles it again)
+        program.lower(0, keys[0], args).compile()
+    return _Prepared(results, allowed, program, keys)
+
+
+def _measure_site(site: auto.AutoSite, prepared: _Prepared, args: tuple,
+                  estimates: int) -> list[Measured]:
+    """Every candidate at `site`, in rank order: the refused ones as prepared, the
+    allowed ones measured by the prepared program."""
+    results = dict(prepared.refused)
+    if prepared.allowed:
+        timed = _run(prepared.program, len(prepared.allowed), args, prepared.keys, estimates)
+        for (candidate, _), (variance, seconds) in zip(prepared.allowed, timed):
             results[candidate] = (
                 Measured(site.name, candidate, variance, seconds, 2 * estimates)
                 if math.isfinite(variance) else
@@ -218,7 +277,7 @@ def _measure_site(objective: Expectation, site: auto.AutoSite, chosen: dict, arg
 
 
 def _variance_program(tuned: list[Expectation]) -> Any:
-    """A compiled `(index, keys, args) -> variance`: candidate `index`'s gradient
+    """A jitted `(index, keys, args) -> variance`: candidate `index`'s gradient
     estimates at `keys` under one loop (no dispatch between them, as in a fit), their
     variance summed over every entry (Welford's update, so memory stays at one
     gradient)."""
@@ -240,13 +299,12 @@ def _variance_program(tuned: list[Expectation]) -> Any:
     return jax.jit(run)
 
 
-def _run(program: Any, candidates: int, args: tuple, key: jax.Array,
+def _run(program: Any, candidates: int, args: tuple, keys: jax.Array,
          estimates: int) -> list[tuple[float, float]]:
-    """(variance, seconds per estimate) of each candidate of `program`: a warm-up, then
-    two rounds of `estimates` estimates, the candidates interleaved within each round
-    (the variance: their mean; the time: the faster round's)."""
-    keys = jax.random.split(key, 3 * estimates).reshape(3, estimates)
-    jax.block_until_ready(program(0, keys[0], args))  # compiles
+    """(variance, seconds per estimate) of each candidate of `program`: a
+    warm-up, then two rounds of `estimates` estimates, the candidates interleaved
+    within each round (the variance: their mean; the time: the faster round's)."""
+    jax.block_until_ready(program(0, keys[0], args))
     variances = [[] for _ in range(candidates)]
     times = [[] for _ in range(candidates)]
     for k in keys[1:]:
@@ -255,38 +313,6 @@ def _run(program: Any, candidates: int, args: tuple, key: jax.Array,
             variances[i].append(float(jax.block_until_ready(program(i, k, args))))
             times[i].append(time.perf_counter() - t0)
     return [(float(np.mean(v)), min(t) / estimates) for v, t in zip(variances, times)]
-
-
-class FitTuning:
-    """`gv.fit`'s `gv.AUTO`: the objective a fit runs (the user's with the current
-    choices; each set of choices is one objective object, so compiled chunks are
-    reused when a retuning returns to earlier choices), tuned at the start and at
-    every multiple of `every` steps, each `Tuning` kept in `tunings`.
-
-    Example:
-        >>> FitTuning.__name__
-        'FitTuning'
-    """
-
-    def __init__(self, objective: Expectation, every: int | None, key: jax.Array):
-        self.base, self.every, self.key = objective, every, jax.random.fold_in(key, 2 ** 31 - 2)
-        self.tunings: list[Tuning] = []
-        self._objectives: dict = {}
-        self._measured: dict = {}  # each measured choice's objective, compiled once
-
-    def tune(self, args: tuple, step: int) -> Expectation:
-        """Measure at `args` (the parameters, then a batch of the data) and return the
-        objective with the choices."""
-        tuning = tune(self.base, *args, key=jax.random.fold_in(self.key, step), step=step,
-                      compiled=self._measured)
-        self.tunings.append(tuning)
-        objective = self._objectives.get(tuning.choices)
-        if objective is None:
-            objective = self._objectives[tuning.choices] = tuning.apply(self.base)
-        return objective
-
-    def due(self, step: int) -> bool:
-        return bool(self.every) and step % self.every == 0
 
 
 def has_auto_sites(objective: Expectation, args: tuple) -> bool:

@@ -1,0 +1,165 @@
+"""`gv.fit`'s `gv.AUTO`: train with each site's untuned choice while the candidates
+compile on a thread of their own, measure them between chunks, and switch to the
+choice once its training program has compiled.
+
+Compiling is most of what measuring costs (a site's candidates make one program of
+several estimators), and on a short run it can be most of the run. So a fit does not
+wait for it: it starts at once with the untuned choices (each site's first candidate
+that the objective allows, in rank order), hands every compile to a worker thread
+(XLA compiles without holding Python's lock, so training goes on), and at each chunk
+boundary takes what has finished. The timing runs there, on the training thread with
+nothing else running, at the parameters and batch of the step the tuning was due at;
+once the choice is known, the worker compiles that choice's chunk and training
+switches to it at the next boundary. Each `Tuning` records the step it measured
+(`step`) and the step training took its choices from (`applied`; None where the fit
+ended first). That step depends on how fast the machine compiles, as the choice
+depends on its timings: a run that must repeat exactly passes
+`tune_in_background=False` (measure, then train) or fits `gv.tune(...).apply(objective)`.
+
+Example:
+    >>> import genvi as gv, jax, optax
+    >>> @gv.expectation
+    ... def e(mu):
+    ...     return -(gv.sample(gv.normal(mu, 1.0, grad=gv.AUTO), name="x") - 2.0) ** 2
+    >>> r = gv.fit(e, 0.0, optimizer=optax.adam(0.1), steps=200, key=jax.random.key(0),
+    ...            progress=False)
+    >>> r.tunings[0].choice("x"), r.tunings[0].step
+    (gv.REPARAM, 0)
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+
+import jax
+
+from genvi.adev.expectation import Expectation
+from genvi.training.tune import Tuning, auto_sites, run_now, tuning_steps
+
+ESTIMATES = 64  # per round of a candidate's measurement (two rounds)
+
+
+class FitTuning:
+    """A fit's `gv.AUTO` sites: `current`, the objective to train with now (the
+    user's with the choices in force; one object per set of choices, so compiled
+    chunks are reused when a retuning returns to earlier choices); `begin(args, step)`
+    starts a measurement, `poll(step)` advances it at a chunk boundary, `close(ended)`
+    ends the fit's part. `precompile(objective)` compiles that objective's chunk (run on
+    the worker); `background=False` measures in place, before training goes on.
+
+    Example:
+        >>> FitTuning.__name__
+        'FitTuning'
+    """
+
+    def __init__(self, objective: Expectation, every: int | None, key: jax.Array,
+                 background: bool, precompile: Callable[[Expectation], Any]):
+        self.base, self.every, self.precompile = objective, every, precompile
+        self.key = jax.random.fold_in(key, 2 ** 31 - 2)
+        self.current = objective       # AUTO sites at their untuned choices
+        self.tunings: list[Tuning] = []
+        self._objectives: dict = {}
+        self._measured: dict = {}      # each candidate's objective and each site's program
+        self._worker = ThreadPoolExecutor(1, "genvi-tune") if background else None
+        self._pending: _Pending | None = None
+
+    def due(self, step: int) -> bool:
+        return bool(self.every) and step % self.every == 0
+
+    def begin(self, args: tuple, step: int) -> None:
+        """Measure at `args` (step `step`'s parameters, then a batch of the data); a
+        measurement still under way is finished first and applied at `step`."""
+        if self._pending is not None:
+            self._finish(step, apply=True)
+        if not self._objectives:   # choices equal to the untuned ones keep the user's objective
+            self._objectives[untuned(self.base, args)] = self.base
+        steps = tuning_steps(self.base, args, jax.random.fold_in(self.key, step), ESTIMATES,
+                             step, self._measured)
+        if self._worker is None:
+            self._adopt(run_now(steps), step)
+        else:   # handed to the worker at the next boundary: the training thread traces
+            # its own chunk first, without the worker's tracing taking turns at the GIL
+            self._pending = _Pending(steps, next(steps))
+
+    def poll(self, step: int) -> None:
+        """At the boundary before step `step`: take every piece of work the worker has
+        finished (measure with it, hand it the next), without waiting."""
+        if self._pending is not None and not isinstance(self._pending.work, Future):
+            self._pending.work = self._submit(self._pending.work)
+        while self._pending is not None and self._pending.work.done():
+            self._advance(step, apply=True)
+
+    def close(self, ended: bool) -> None:
+        """The fit's end: a measurement under way is finished (waiting for its compiles)
+        and recorded, not applied, when the fit `ended` normally; dropped when it
+        raised. The worker is stopped either way (the fit leaves nothing running)."""
+        try:
+            if ended and self._pending is not None:
+                self._finish(None, apply=False)
+        finally:
+            self._pending = None
+            if self._worker is not None:
+                self._worker.shutdown(wait=True, cancel_futures=True)
+
+    def _finish(self, step: int | None, apply: bool) -> None:
+        while self._pending is not None:
+            if not isinstance(self._pending.work, Future):
+                self._pending.work = self._submit(self._pending.work)
+            self._pending.work.result()    # waits; raises what the work raised
+            self._advance(step, apply)
+
+    def _advance(self, step: int | None, apply: bool) -> None:
+        """The worker's piece of work is done: measure with it and submit the next one,
+        or, the tuning done, compile its choice's chunk; that done, switch to it."""
+        pending = self._pending
+        done = pending.work.result()
+        if pending.tuning is not None:   # the choice's chunk has compiled
+            self._adopt(pending.tuning, step)
+            return
+        try:
+            pending.work = self._submit(pending.steps.send(done))
+        except StopIteration as finished:
+            tuning = finished.value
+            if not apply:
+                self._adopt(tuning, None)
+                return
+            target = self._objective(tuning)
+            if target is self.current:
+                self._adopt(tuning, step)
+            else:
+                pending.tuning = tuning
+                pending.work = self._submit(lambda: self.precompile(target))
+
+    def _adopt(self, tuning: Tuning, step: int | None) -> None:
+        self.tunings.append(dataclasses.replace(tuning, applied=step))
+        if step is not None:
+            self.current = self._objective(tuning)
+        self._pending = None
+
+    def _objective(self, tuning: Tuning) -> Expectation:
+        objective = self._objectives.get(tuning.choices)
+        if objective is None:
+            objective = self._objectives[tuning.choices] = tuning.apply(self.base)
+        return objective
+
+    def _submit(self, work: Callable[[], Any]) -> Future:
+        # the work traces with the fit's run context (genvi's context variables)
+        return self._worker.submit(contextvars.copy_context().run, work)
+
+
+class _Pending:
+    """A measurement under way: its steps (`tune.tuning_steps`), the worker's piece of
+    work (a `Future` once submitted), and once chosen, the `Tuning` whose chunk is
+    compiling."""
+
+    def __init__(self, steps: Any, work: Any):
+        self.steps, self.work, self.tuning = steps, work, None
+
+
+def untuned(objective: Expectation, args: tuple) -> tuple:
+    """The choices `objective`'s AUTO sites take before any tuning: ((address,
+    strategy), ...)."""
+    return tuple((site.addr, site.default) for site in auto_sites(objective, args))

@@ -1,0 +1,132 @@
+"""`gv.fit`'s `gv.AUTO` in the background: training starts at once with the untuned
+choices while the candidates compile on a worker thread, and switches to the choice
+at a chunk boundary once that choice's chunk has compiled. Whatever the step of the
+switch (it depends on the machine's speed), the run is exactly the untuned objective's
+up to that step and the chosen objective's from it; `tune_in_background=False`
+measures first and repeats exactly; a fit that ends or fails leaves no thread
+running."""
+
+import threading
+from concurrent.futures import Future
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import genvi as gv
+from genvi.training.fit_tuning import FitTuning
+
+KEY = jax.random.key(3)
+DATA = jax.random.normal(jax.random.key(1), (64, 2))
+CHUNK = 50
+
+
+@gv.gen
+def model(params, x):
+    z = gv.bernoulli(jnp.full(3, 0.3)) @ "z"
+    gv.observe(gv.normal((z * 1.0) @ params["w"], 1.0), x)
+
+
+def guide_with(strategy):
+    @gv.gen
+    def guide(params, x):
+        gv.bernoulli(jax.nn.sigmoid(x @ params["enc"]), grad=strategy) @ "z"
+    return guide
+
+
+def objective(strategy):
+    return gv.batch_mean(gv.elbo(model, guide_with(strategy)))
+
+
+PARAMS = {"w": jnp.ones((3, 2)), "enc": jnp.zeros((2, 3))}
+
+
+def fit(obj, params, steps, **kw):
+    return gv.fit(obj, params, DATA, optimizer=optax.adam(1e-2), steps=steps,
+                  batch_size=16, chunk_size=CHUNK, progress=False, **kw)
+
+
+def tune_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("genvi-tune")]
+
+
+def slow_callback(step, params, history):
+    # gives the worker time to finish, so that runs on an idle machine switch in the fit
+    threading.Event().wait(0.3)
+
+
+def done_at_once(self, work):
+    future = Future()
+    future.set_result(work())
+    return future
+
+
+@pytest.mark.parametrize("worker", ["thread", "inline"])
+def test_the_run_is_the_untuned_objective_then_the_choice(worker, monkeypatch):
+    if worker == "inline":   # each piece of work done when handed over: a switch at the
+        monkeypatch.setattr(FitTuning, "_submit", done_at_once)  # first boundary
+    steps = 8 * CHUNK
+    result = fit(objective(gv.AUTO), PARAMS, steps, key=KEY, callbacks=[slow_callback])
+    (tuning,) = result.tunings
+    assert tuning.step == 0
+    switch = tuning.applied
+    assert switch is None or (0 < switch < steps and switch % CHUNK == 0)
+    if worker == "inline":
+        assert switch == CHUNK
+    assert not tune_threads()
+    # the same run, rebuilt: the untuned choice (gv.ENUM, the first candidate) up to the
+    # switch, then the choice, continuing the same FitResult (same keys, same batches)
+    first = fit(objective(gv.ENUM), PARAMS, steps if switch is None else switch, key=KEY)
+    if switch is not None:
+        first = fit(objective(tuning.choice("z")), first, steps - switch)
+    np.testing.assert_array_equal(result.history["objective"], first.history["objective"])
+    for a, b in zip(jax.tree_util.tree_leaves(result.params),
+                    jax.tree_util.tree_leaves(first.params)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_measuring_first_repeats_exactly():
+    runs = [fit(objective(gv.AUTO), PARAMS, 4 * CHUNK, key=KEY, tune_in_background=False)
+            for _ in range(2)]
+    assert [t.applied for t in runs[0].tunings] == [0]
+    assert runs[0].tunings[0].step == 0
+    # both measured the same variances (common keys); the choices could differ only by
+    # timing, and where they agree the runs agree bit for bit
+    assert ([m.variance for m in runs[0].tunings[0].measured]
+            == [m.variance for m in runs[1].tunings[0].measured])
+    if runs[0].tunings[0].choices == runs[1].tunings[0].choices:
+        np.testing.assert_array_equal(runs[0].history["objective"],
+                                      runs[1].history["objective"])
+
+
+def test_a_fit_shorter_than_the_measurement_records_it_unapplied():
+    result = fit(objective(gv.AUTO), PARAMS, CHUNK, key=KEY)
+    (tuning,) = result.tunings
+    assert tuning.step == 0 and tuning.applied is None
+    assert tuning.choice("z") in (gv.ENUM, gv.RLOO(2), gv.MVD, gv.SD, gv.DisARM,
+                                  gv.DisARM.whole_site())
+    assert "trained with" not in str(tuning)
+    assert not tune_threads()
+
+
+def test_a_failing_fit_leaves_no_thread_running():
+    class Stop(Exception):
+        pass
+
+    def stop(step, params, history):
+        if step >= 2 * CHUNK:
+            raise Stop
+    with pytest.raises(Stop):
+        fit(objective(gv.AUTO), PARAMS, 20 * CHUNK, key=KEY, callbacks=[stop])
+    assert not tune_threads()
+
+
+def test_a_retuning_due_while_one_is_under_way_finishes_it_first():
+    result = fit(objective(gv.AUTO), PARAMS, 3 * CHUNK, key=KEY, retune_every=CHUNK)
+    assert [t.step for t in result.tunings] == [0, CHUNK, 2 * CHUNK]
+    # each earlier one was finished and applied, at the latest, where the next was due
+    assert [t.applied is not None and t.applied <= t.step + CHUNK
+            for t in result.tunings[:-1]] == [True, True]
+    assert not tune_threads()
