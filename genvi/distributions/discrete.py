@@ -62,12 +62,19 @@ def _flip_terms(x, dp):
 
 
 def _flip_sd(x, p, dp, m):
-    """x = 0 → 1 with w = ∂p / (1 − p) (E[w (f(1) − f(0))] = ∂p (f(1) − f(0))); the
-    magnitude `m` is w per unit of tangent. A lane at p = 0 is dropped: its
-    alternative has probability 0 (as MVD's)."""
-    off = ~jnp.asarray(x).astype(bool) & (p > 0) & (p < 1)
-    q = jnp.where(off, 1 - p, 1.0)
-    return (jnp.ones_like(x), jnp.where(off, dp / q, 0.0), jnp.where(off, m / q, 0.0))
+    """∂E f = ∂p (f(1) − f(0)), carried by the more probable value so that no weight
+    is large (|w| ≤ 2 |∂p|): at p < ½, x = 0 → 1 with w = ∂p / (1 − p); at p ≥ ½,
+    x = 1 → 0 with w = −∂p / p. (Carried by x = 0 alone, a flip near p = 1 would put
+    the whole derivative on a rare draw with weight 1 / (1 − p): unbiased, but a mean
+    of many estimates would miss it.) The magnitude `m` is w per unit of tangent. A
+    lane at p = 0 or 1 is dropped: its alternative has probability 0 (as MVD's)."""
+    one = jnp.asarray(x).astype(bool)
+    low = p < 0.5
+    on = jnp.where(low, ~one, one) & (p > 0) & (p < 1)
+    q = jnp.where(on, jnp.where(low, 1 - p, p), 1.0)
+    w = jnp.where(low, dp, -dp) / q
+    return (jnp.logical_not(one).astype(jnp.asarray(x).dtype), jnp.where(on, w, 0.0),
+            jnp.where(on, m / q, 0.0))
 
 
 @jax.custom_jvp
@@ -237,11 +244,16 @@ class Categorical(Distribution):
         return terms + [(x, -jnp.sum(w, -1))]
 
     def sd_terms(self, x, params, tangents):
-        """From the inversion sampler (x = k iff F_{k−1} < U ≤ F_k):
-        ∂E f = Σ_k ∂F_k (f(k) − f(next(k))), next(k) the next class of positive
-        probability; so x = k → next(k) with weight −∂F_k / p_k. With
-        ∂F_k = S_k A_k − F_k B_k (A_k = Σ_{j≤k} p_j ∂l_j, B_k = Σ_{j>k} p_j ∂l_j,
-        S_k = 1 − F_k), the magnitude is F_k S_k / p_k."""
+        """From an inversion coupling over the classes in decreasing order of
+        probability (x = c_r iff F_{r−1} < U ≤ F_r, c_0 the likeliest):
+        ∂E f = Σ_r ∂F_r (f(c_r) − f(c_{r+1})), so x = c_r → c_{r+1} with weight
+        −∂F_r / p(c_r). With ∂F_r = S_r A_r − F_r B_r (A_r = Σ_{j≤r} p ∂l,
+        B_r = Σ_{j>r} p ∂l, S_r = 1 − F_r), |w| ≤ 2 F_r S_r / p(c_r) · max|∂l| and
+        S_r ≤ (K − 1) p(c_{r+1}) ≤ (K − 1) p(c_r): every weight is bounded, the
+        magnitude F_r S_r / p(c_r) ≤ K − 1. (In the classes' own order a rare class
+        below a likely one would carry its boundary's whole term with weight
+        ~1 / p: unbiased, but a mean of many estimates would miss it.) The order is
+        the primal probabilities' (no tangent), ties by index."""
         (t,) = tangents
         if t is None:
             return None
@@ -249,19 +261,23 @@ class Categorical(Distribution):
         k = logits.shape[-1]
         p = jnp.broadcast_to(jax.nn.softmax(logits, -1), x.shape + (k,))
         t = jnp.broadcast_to(t, x.shape + (k,))
+        order = jnp.argsort(-p, axis=-1)                 # classes, likeliest first
+        rank = jnp.argsort(order, axis=-1)               # each class's place in it
         xi = jnp.asarray(x, jnp.int32)[..., None]
-        below = jnp.arange(k) <= xi                      # classes j ≤ x
-        f_k = jnp.sum(jnp.where(below, p, 0.0), -1)      # F_x
-        s_k = jnp.sum(jnp.where(below, 0.0, p), -1)      # S_x = 1 − F_x, accurately
-        a_k = jnp.sum(jnp.where(below, p * t, 0.0), -1)
-        b_k = jnp.sum(jnp.where(below, 0.0, p * t), -1)
-        later = ~below & (p > 0)
-        alt = jnp.argmax(later, -1).astype(x.dtype)     # next class of positive probability
+        r_x = jnp.take_along_axis(rank, xi, -1)          # x's place
+        below = rank <= r_x                              # classes up to x in the order
+        f_r = jnp.sum(jnp.where(below, p, 0.0), -1)      # F_r
+        s_r = jnp.sum(jnp.where(below, 0.0, p), -1)      # S_r = 1 − F_r, accurately
+        a_r = jnp.sum(jnp.where(below, p * t, 0.0), -1)
+        b_r = jnp.sum(jnp.where(below, 0.0, p * t), -1)
+        alt = jnp.take_along_axis(order, jnp.minimum(r_x + 1, k - 1), -1)[..., 0]
         p_x = jnp.take_along_axis(p, xi, -1)[..., 0]
-        live = jnp.any(later, -1) & (p_x > 0)
+        p_alt = jnp.take_along_axis(p, alt[..., None], -1)[..., 0]
+        # the next class has positive probability (after it in the order, none has)
+        live = (r_x[..., 0] < k - 1) & (p_alt > 0) & (p_x > 0)
         q = jnp.where(live, p_x, 1.0)
-        w = jnp.where(live, -(s_k * a_k - f_k * b_k) / q, 0.0)
-        return alt, w, jnp.where(live, f_k * s_k / q, 0.0)
+        w = jnp.where(live, -(s_r * a_r - f_r * b_r) / q, 0.0)
+        return alt.astype(x.dtype), w, jnp.where(live, f_r * s_r / q, 0.0)
 
 
 class Geometric(Distribution):
