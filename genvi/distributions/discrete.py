@@ -63,7 +63,7 @@ def _flip_terms(x, dp):
 
 def _flip_sd(x, p, dp, m):
     """∂E f = ∂p (f(1) − f(0)), carried by the more probable value so that no weight
-    is large (|w| ≤ 2 |∂p|): at p < ½, x = 0 → 1 with w = ∂p / (1 − p); at p ≥ ½,
+    is large (abs(w) ≤ 2 abs(∂p)): at p < ½, x = 0 → 1 with w = ∂p / (1 − p); at p ≥ ½,
     x = 1 → 0 with w = −∂p / p. (Carried by x = 0 alone, a flip near p = 1 would put
     the whole derivative on a rare draw with weight 1 / (1 − p): unbiased, but a mean
     of many estimates would miss it.) The magnitude `m` is w per unit of tangent. A
@@ -248,7 +248,7 @@ class Categorical(Distribution):
         probability (x = c_r iff F_{r−1} < U ≤ F_r, c_0 the likeliest):
         ∂E f = Σ_r ∂F_r (f(c_r) − f(c_{r+1})), so x = c_r → c_{r+1} with weight
         −∂F_r / p(c_r). With ∂F_r = S_r A_r − F_r B_r (A_r = Σ_{j≤r} p ∂l,
-        B_r = Σ_{j>r} p ∂l, S_r = 1 − F_r), |w| ≤ 2 F_r S_r / p(c_r) · max|∂l| and
+        B_r = Σ_{j>r} p ∂l, S_r = 1 − F_r), abs(w) ≤ 2 F_r S_r / p(c_r) · max abs(∂l) and
         S_r ≤ (K − 1) p(c_{r+1}) ≤ (K − 1) p(c_r): every weight is bounded, the
         magnitude F_r S_r / p(c_r) ≤ K − 1. (In the classes' own order a rare class
         below a likely one would carry its boundary's whole term with weight
