@@ -339,3 +339,15 @@ def test_zero_mass_gives_no_nan():
 def test_sd_refused_in_switch():
     with pytest.raises(TypeError, match="gv.switch cannot hold gv.SD"):
         gv.switch(jnp.int32(0), [gv.SD, gv.MVD])
+
+
+def test_class_ranks_count_or_sort_alike():
+    # SD's categorical order: counted for few classes, sorted for many; ties by index
+    from genvi.distributions.discrete import _ranks
+    p = jax.random.dirichlet(jax.random.key(2), jnp.ones(12), (5,))
+    p = p.at[:, 3].set(p[:, 7])   # ties
+    sorted_ranks = jnp.argsort(jnp.argsort(-p, axis=-1, stable=True), axis=-1, stable=True)
+    np.testing.assert_array_equal(_ranks(p), sorted_ranks)
+    wide = jnp.tile(p, (1, 4))     # 48 classes: the sorting path
+    np.testing.assert_array_equal(
+        _ranks(wide), jnp.argsort(jnp.argsort(-wide, axis=-1, stable=True), axis=-1, stable=True))

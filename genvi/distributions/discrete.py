@@ -261,8 +261,7 @@ class Categorical(Distribution):
         k = logits.shape[-1]
         p = jnp.broadcast_to(jax.nn.softmax(logits, -1), x.shape + (k,))
         t = jnp.broadcast_to(t, x.shape + (k,))
-        order = jnp.argsort(-p, axis=-1)                 # classes, likeliest first
-        rank = jnp.argsort(order, axis=-1)               # each class's place in it
+        rank = _ranks(p)                                 # each class's place, likeliest first
         xi = jnp.asarray(x, jnp.int32)[..., None]
         r_x = jnp.take_along_axis(rank, xi, -1)          # x's place
         below = rank <= r_x                              # classes up to x in the order
@@ -270,7 +269,7 @@ class Categorical(Distribution):
         s_r = jnp.sum(jnp.where(below, 0.0, p), -1)      # S_r = 1 − F_r, accurately
         a_r = jnp.sum(jnp.where(below, p * t, 0.0), -1)
         b_r = jnp.sum(jnp.where(below, 0.0, p * t), -1)
-        alt = jnp.take_along_axis(order, jnp.minimum(r_x + 1, k - 1), -1)[..., 0]
+        alt = jnp.argmax(rank == r_x + 1, -1)            # the class after x (0 if none)
         p_x = jnp.take_along_axis(p, xi, -1)[..., 0]
         p_alt = jnp.take_along_axis(p, alt[..., None], -1)[..., 0]
         # the next class has positive probability (after it in the order, none has)
@@ -278,6 +277,20 @@ class Categorical(Distribution):
         q = jnp.where(live, p_x, 1.0)
         w = jnp.where(live, -(s_r * a_r - f_r * b_r) / q, 0.0)
         return alt.astype(x.dtype), w, jnp.where(live, f_r * s_r / q, 0.0)
+
+
+def _ranks(p: jax.Array) -> jax.Array:
+    """Each class's place (last axis) in decreasing order of probability, ties by
+    index. Few classes: by counting the classes before each, elementwise, which XLA
+    fuses into the step (a sort inside a scan's body keeps XLA:CPU from compiling the
+    loop whole); many: by sorting."""
+    k = p.shape[-1]
+    if k > 32:
+        return jnp.argsort(jnp.argsort(-p, axis=-1), axis=-1)
+    i = jnp.arange(k)
+    p_i, p_j = p[..., :, None], p[..., None, :]
+    before = (p_i > p_j) | ((p_i == p_j) & (i[:, None] < i[None, :]))
+    return jnp.sum(before, axis=-2)
 
 
 class Geometric(Distribution):
