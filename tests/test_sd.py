@@ -59,19 +59,24 @@ CASES = {
 }
 
 
+def site_and_exact(make, law, scale):
+    """E[f(x) · scale(q)] at one site `make(q)`: the objective and its exact sum over
+    `law(q)` (support, log pmf)."""
+    @gv.expectation
+    def obj(q):
+        return f_of(gv.sample(make(q))) * scale(q)
+
+    def exact(q):
+        xs, logp = law(q)
+        return jnp.sum(jnp.exp(logp) * f_of(xs)) * scale(q)
+    return obj, exact
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_single_site_unbiased(name):
     make, q, law = CASES[name]
     q = jnp.asarray(q, F32)
-
-    @gv.expectation
-    def obj(q):
-        return f_of(gv.sample(make(q))) * (1.0 + 0.1 * q[0])  # ∂f too
-
-    def exact(q):
-        xs, logp = law(q)
-        return jnp.sum(jnp.exp(logp) * f_of(xs)) * (1.0 + 0.1 * q[0])
-
+    obj, exact = site_and_exact(make, law, lambda q: 1.0 + 0.1 * q[0])  # ∂f too
     values, g = grads_of(obj, q)
     assert_unbiased(values, exact(q), f"{name} value")
     assert_unbiased(g, jax.grad(exact)(q), f"{name} gradient")
@@ -93,15 +98,7 @@ RARE = {
 def test_a_rare_value_carries_no_large_weight(name):
     make, q, law = RARE[name]
     q = jnp.asarray(q, F32)
-
-    @gv.expectation
-    def obj(q):
-        return f_of(gv.sample(make(q)))
-
-    def exact(q):
-        xs, logp = law(q)
-        return jnp.sum(jnp.exp(logp) * f_of(xs))
-
+    obj, exact = site_and_exact(make, law, lambda q: 1.0)
     _, g = grads_of(obj, q)
     # nearly every estimate of the flip is the same number (the likely draw's term,
     # Δf / p): float32 resolves it to ~1e-6 of its size
