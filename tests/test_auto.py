@@ -5,7 +5,8 @@ every `retune_every` steps and records each tuning. It picks REPARAM at a smooth
 Gaussian site, never REPARAM where the continuation is discontinuous, the strategy
 the estimator lab ranks first where the ranking is clear, and RLOO with a measured
 number of samples where REINFORCE is the only strategy; the estimate it runs is
-unbiased."""
+unbiased. While a fit measures, it trains with the cheapest candidate by the
+cost model."""
 
 import math
 
@@ -18,6 +19,7 @@ import pytest
 import genvi as gv
 from estimates import within
 from genvi.adev.auto import candidates
+from genvi.training.tune import cheapest_choices
 from programs import model
 
 KEY = jax.random.key(0)
@@ -198,3 +200,15 @@ def test_a_candidate_whose_estimates_are_not_finite_is_ruled_out():
         assert rows[name].refused == "its gradient estimates are not finite here", rows[name]
     assert rows["gv.RLOO(2)"].refused is None and math.isfinite(rows["gv.RLOO(2)"].variance)
     assert tuning.choice("b") not in (gv.ENUM, gv.MVD)
+
+
+def test_a_fit_trains_with_the_cheapest_candidate_while_it_measures():
+    # the cost model's cheapest step among the allowed candidates; a score-function
+    # one (RLOO) only where nothing else is allowed
+    assert cheapest_choices(smooth(), (0.0,), KEY, {}) == ((("x",), gv.REPARAM),)
+    assert cheapest_choices(step(), (0.0,), KEY, {}) == ((("x",), gv.MVD),)
+
+    @gv.expectation
+    def e(rate):
+        return jnp.sqrt(gv.sample(Counts()(rate, grad=gv.AUTO), name="n") * 1.0)
+    assert cheapest_choices(e, (3.0,), KEY, {}) == ((("n",), gv.RLOO(2)),)

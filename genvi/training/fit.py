@@ -105,9 +105,10 @@ def fit(objective: Expectation, params: Any, *data: Any,
       with the least gradient variance × step time; `retune_every=n` measures again
       every n steps (at the current parameters). Each `gv.Tuning` is in
       `result.tunings`; `print` one for its table. The candidates compile on a thread
-      of their own while training starts with each site's untuned choice, and
-      training switches to the choice at a chunk boundary once it has compiled
-      (`Tuning.applied`, a step that depends on the machine's speed);
+      of their own while training starts with each site's cheapest candidate by the
+      cost model (`Tuning.before`), and training switches to the choice at a chunk
+      boundary once it has compiled (`Tuning.applied`, a step that depends on the
+      machine's speed);
       `tune_in_background=False` measures first and then trains, in order
       (`genvi/training/fit_tuning.py`).
     * `chunk_size`: steps per jitted call (the progress bar, callbacks, evaluations

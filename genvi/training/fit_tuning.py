@@ -1,20 +1,24 @@
-"""`gv.fit`'s `gv.AUTO`: train with each site's untuned choice while the candidates
-compile on a thread of their own, measure them between chunks, and switch to the
-choice once its training program has compiled.
+"""`gv.fit`'s `gv.AUTO`: train with each site's cheapest candidate while the
+candidates compile on a thread of their own, measure them between chunks, and switch
+to the choice once its training program has compiled.
 
 Compiling is most of what measuring costs (a site's candidates make one program of
 several estimators), and on a short run it can be most of the run. So a fit does not
-wait for it: it starts at once with the untuned choices (each site's first candidate
-that the objective allows, in rank order), hands every compile to a worker thread
-(XLA compiles without holding Python's lock, so training goes on), and at each chunk
-boundary takes what has finished. The timing runs there, on the training thread with
-nothing else running, at the parameters and batch of the step the tuning was due at;
-once the choice is known, the worker compiles that choice's chunk and training
-switches to it at the next boundary. Each `Tuning` records the step it measured
-(`step`) and the step training took its choices from (`applied`; None where the fit
-ended first). That step depends on how fast the machine compiles, as the choice
-depends on its timings: a run that must repeat exactly passes
-`tune_in_background=False` (measure, then train) or fits `gv.tune(...).apply(objective)`.
+wait for it: it starts at once, and until the measurement has chosen it trains with
+each site's cheapest candidate by the cost model (`tune.cheapest_choices`: its step is
+the fastest to compile and to run, so the time spent measuring is spent training at
+the quickest pace; the first candidate in rank order, ENUM on a latent vector, can cost
+two of the cheapest's steps). It hands every compile to a worker thread (XLA compiles
+without holding Python's lock, so training goes on), and at each chunk boundary takes
+what has finished. The timing runs there, on the training thread with nothing else
+running, at the parameters and batch of the step the tuning was due at; once the choice
+is known, the worker compiles that choice's chunk (nothing, when training already has
+it) and training switches to it at the next boundary. Each `Tuning` records the step it
+measured (`step`), the step training took its choices from (`applied`; None where the
+fit ended first) and the choices it trained with before (`before`). That step depends on
+how fast the machine compiles, as the choice depends on its timings: a run that must
+repeat exactly passes `tune_in_background=False` (measure, then train) or fits
+`gv.tune(...).apply(objective)`.
 
 Example:
     >>> import genvi as gv, jax, optax
@@ -37,15 +41,16 @@ from typing import Any, Callable
 import jax
 
 from genvi.adev.expectation import Expectation
-from genvi.training.tune import Tuning, auto_sites, run_now, tuning_steps
+from genvi.adev.auto import Tuned
+from genvi.training.tune import Tuning, auto_sites, cheapest_choices, run_now, tuning_steps
 
 ESTIMATES = 64  # per round of a candidate's measurement (two rounds)
 
 
 class FitTuning:
     """A fit's `gv.AUTO` sites: `current`, the objective to train with now (the
-    user's with the choices in force; one object per set of choices, so compiled
-    chunks are reused when a retuning returns to earlier choices); `begin(args, step)`
+    user's with the choices in force, `choices`; one object per set of choices, so
+    compiled chunks are reused when a retuning returns to earlier choices); `begin(args, step)`
     starts a measurement, `poll(step)` advances it at a chunk boundary, `close(ended)`
     ends the fit's part. `precompile(objective)` compiles that objective's chunk (run on
     the worker); `background=False` measures in place, before training goes on.
@@ -59,7 +64,8 @@ class FitTuning:
                  background: bool, precompile: Callable[[Expectation], Any]):
         self.base, self.every, self.precompile = objective, every, precompile
         self.key = jax.random.fold_in(key, 2 ** 31 - 2)
-        self.current = objective       # AUTO sites at their untuned choices
+        self.current = objective       # AUTO sites at their untuned choices, until begin
+        self.choices: tuple = ()
         self.tunings: list[Tuning] = []
         self._objectives: dict = {}
         self._measured: dict = {}      # each candidate's objective and each site's program
@@ -75,7 +81,10 @@ class FitTuning:
         if self._pending is not None:
             self._finish(step, apply=True)
         if not self._objectives:   # choices equal to the untuned ones keep the user's objective
-            self._objectives[untuned(self.base, args)] = self.base
+            self.choices = untuned(self.base, args)
+            self._objectives[self.choices] = self.base
+            if self._worker is not None:   # trained with while the measurement runs
+                self._switch(cheapest_choices(self.base, args, self.key, self._measured))
         steps = tuning_steps(self.base, args, jax.random.fold_in(self.key, step), ESTIMATES,
                              step, self._measured)
         if self._worker is None:
@@ -126,7 +135,7 @@ class FitTuning:
             if not apply:
                 self._adopt(tuning, None)
                 return
-            target = self._objective(tuning)
+            target = self._objective(tuning.choices, tuning)
             if target is self.current:
                 self._adopt(tuning, step)
             else:
@@ -134,15 +143,20 @@ class FitTuning:
                 pending.work = self._submit(lambda: self.precompile(target))
 
     def _adopt(self, tuning: Tuning, step: int | None) -> None:
-        self.tunings.append(dataclasses.replace(tuning, applied=step))
+        self.tunings.append(dataclasses.replace(tuning, applied=step, before=self.choices))
         if step is not None:
-            self.current = self._objective(tuning)
+            self._switch(tuning.choices, tuning)
         self._pending = None
 
-    def _objective(self, tuning: Tuning) -> Expectation:
-        objective = self._objectives.get(tuning.choices)
+    def _switch(self, choices: tuple, tuning: Tuning | None = None) -> None:
+        self.choices, self.current = choices, self._objective(choices, tuning)
+
+    def _objective(self, choices: tuple, tuning: Tuning | None = None) -> Expectation:
+        """The user's objective at `choices` (with `tuning`'s table for `explain`)."""
+        objective = self._objectives.get(choices)
         if objective is None:
-            objective = self._objectives[tuning.choices] = tuning.apply(self.base)
+            objective = self._objectives[choices] = (
+                Tuned(self.base, choices) if tuning is None else tuning.apply(self.base))
         return objective
 
     def _submit(self, work: Callable[[], Any]) -> Future:

@@ -46,6 +46,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from genvi.adev import auto
+from genvi.adev.cost import work
 from genvi.adev.expectation import Expectation
 from genvi.core.context import using
 from genvi.core.mistakes import check_key
@@ -91,6 +92,7 @@ class Tuning:
     step: int = 0
     notes: tuple = ()
     applied: int | None = None
+    before: tuple = ()
 
     def choice(self, addr: str | tuple) -> Any:
         """The strategy chosen at `addr` ("outer/inner" or a tuple)."""
@@ -118,6 +120,9 @@ class Tuning:
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         applied = ("" if self.applied is None or self.applied == self.step
                    else f", trained with from step {self.applied}")
+        if applied and self.before and self.before != self.choices:
+            applied += " (before it: " + ", ".join(
+                f"{'/'.join(map(str, a))} {s!r}" for a, s in self.before) + ")"
         lines = [f"gv.AUTO, measured at step {self.step}{applied} (gradient variance × time "
                  "per estimate):"]
         for j, r in enumerate(rows):
@@ -202,6 +207,54 @@ def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates:
     return Tuning(tuple(chosen.items()), tuple(measured), step, tuple(notes))
 
 
+def cheapest_choices(objective: Expectation, args: tuple, key: jax.Array,
+                     compiled: dict) -> tuple:
+    """What a fit trains with while it measures: at each `gv.AUTO` site, the candidate
+    the objective allows whose gradient step the cost model counts cheapest (the
+    elements its traced jaxpr writes, `genvi.adev.cost.work`; nothing runs), a
+    score-function candidate (RLOO) only where no other is allowed, ties to the higher
+    rank. The measurement may choose otherwise; until it has, training moves at the
+    cheapest step's pace. Sites in order, each with the sites before it at these
+    choices and those after at their untuned ones. Each candidate's objective is kept
+    in `compiled`, so measuring it later does not trace it again.
+
+    Example:
+        >>> import genvi as gv, jax
+        >>> @gv.expectation
+        ... def e(mu):
+        ...     return gv.sample(gv.normal(mu, 1.0, grad=gv.AUTO), name="x") ** 2
+        >>> cheapest_choices(e, (0.5,), jax.random.key(0), {})
+        ((('x',), gv.REPARAM),)
+    """
+    sites = auto_sites(objective, args)
+    chosen = {site.addr: site.default for site in sites}
+    for site in sites:
+        refused = dict(site.refused)
+        counted = []
+        for rank, candidate in enumerate(auto.candidates(site.dist)):
+            if candidate in refused:
+                continue
+            tuned = _candidate(objective, {**chosen, site.addr: candidate}, compiled)
+            traced: list = []
+            if auto.refusal(lambda t=tuned: traced.append(
+                    jax.make_jaxpr(t.value_and_grad_estimate)(key, *args))) is None:
+                score_function = candidate.kind == "REINFORCE"
+                counted.append((score_function, work(traced[0])[1], rank, candidate))
+        if counted:
+            chosen[site.addr] = min(counted, key=lambda c: c[:3])[3]
+    return tuple(chosen.items())
+
+
+def _candidate(objective: Expectation, choices: dict, compiled: dict) -> Expectation:
+    """`objective` at `choices`, one object per set of choices (kept in `compiled`:
+    its jitted estimator keeps its trace)."""
+    key = tuple(choices.items())
+    tuned = compiled.get(key)
+    if tuned is None:
+        tuned = compiled[key] = auto.Tuned(objective, key)
+    return tuned
+
+
 def run_now(steps: Generator[Callable[[], Any], Any, Tuning]) -> Tuning:
     """Run a `tuning_steps` generator to its end, each piece of work in place."""
     try:
@@ -234,13 +287,10 @@ def _prepare_site(objective: Expectation, site: auto.AutoSite, chosen: dict, arg
     allowed = []
     keys = jax.random.split(key, 3 * estimates).reshape(3, estimates)
     for candidate in auto.candidates(site.dist):
-        choices = tuple({**chosen, site.addr: candidate}.items())
         if candidate in refused:
             results[candidate] = Measured(site.name, candidate, refused=refused[candidate])
             continue
-        tuned = compiled.get(choices)
-        if tuned is None:
-            tuned = compiled[choices] = auto.Tuned(objective, choices)
+        tuned = _candidate(objective, {**chosen, site.addr: candidate}, compiled)
         # the jitted estimator's trace is kept, so the program below traces it no more
         message = auto.refusal(lambda t=tuned: jax.eval_shape(t.value_and_grad_estimate,
                                                               key, *args))
