@@ -5,8 +5,8 @@ every `retune_every` steps and records each tuning. It picks REPARAM at a smooth
 Gaussian site, never REPARAM where the continuation is discontinuous, the strategy
 the estimator lab ranks first where the ranking is clear, and RLOO with a measured
 number of samples where REINFORCE is the only strategy; the estimate it runs is
-unbiased. While a fit measures, it trains with the cheapest candidate by the
-cost model."""
+unbiased. While a fit measures, it trains with the untuned choice where that step is
+cheap, else with the cheapest candidate by the cost model."""
 
 import math
 
@@ -19,7 +19,7 @@ import pytest
 import genvi as gv
 from estimates import within
 from genvi.adev.auto import candidates
-from genvi.training.tune import cheapest_choices
+from genvi.training.tune import starting_choices
 from programs import model
 
 KEY = jax.random.key(0)
@@ -202,13 +202,24 @@ def test_a_candidate_whose_estimates_are_not_finite_is_ruled_out():
     assert tuning.choice("b") not in (gv.ENUM, gv.MVD)
 
 
-def test_a_fit_trains_with_the_cheapest_candidate_while_it_measures():
-    # the cost model's cheapest step among the allowed candidates; a score-function
-    # one (RLOO) only where nothing else is allowed
-    assert cheapest_choices(smooth(), (0.0,), KEY, {}) == ((("x",), gv.REPARAM),)
-    assert cheapest_choices(step(), (0.0,), KEY, {}) == ((("x",), gv.MVD),)
+def test_a_fit_starts_with_a_cheap_step_while_it_measures():
+    # untuned choices whose step costs a few of the score function's are kept
+    assert starting_choices(smooth(), (0.0,), KEY, {}) == ((("x",), gv.REPARAM),)
+    assert starting_choices(step(), (0.0,), KEY, {}) == ((("x",), gv.RLOO(2)),)
+    # 32 flips coupled by a dense layer: ENUM's, MVD's and per-lane DisARM's replays
+    # evaluate the layer once per lane (22 times the score function's elements), and
+    # the cheapest candidate by the cost model is taken instead
+    w = jax.random.normal(jax.random.key(2), (32, 256))
 
     @gv.expectation
-    def e(rate):
-        return jnp.sqrt(gv.sample(Counts()(rate, grad=gv.AUTO), name="n") * 1.0)
-    assert cheapest_choices(e, (3.0,), KEY, {}) == ((("n",), gv.RLOO(2)),)
+    def coupled(logits):
+        b = gv.sample(gv.bernoulli(logits, grad=gv.AUTO), name="b")
+        return jnp.sum(jnp.tanh((b * 1.0) @ w))
+    assert starting_choices(coupled, (jnp.zeros(32),), KEY, {}) == ((("b",), gv.SD),)
+
+    # where REINFORCE is all there is: the fewest samples
+    @gv.expectation
+    def counted(rate):
+        n = gv.sample(Counts()(rate, grad=gv.AUTO), name="n")
+        return jnp.sum(jnp.tanh((n * 1.0) @ w))
+    assert starting_choices(counted, (jnp.full(32, 3.0),), KEY, {}) == ((("n",), gv.RLOO(2)),)

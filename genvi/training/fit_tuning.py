@@ -1,14 +1,17 @@
-"""`gv.fit`'s `gv.AUTO`: train with each site's cheapest candidate while the
-candidates compile on a thread of their own, measure them between chunks, and switch
-to the choice once its training program has compiled.
+"""`gv.fit`'s `gv.AUTO`: train with a cheap starting choice while the candidates
+compile on a thread of their own, measure them between chunks, and switch to the
+choice once its training program has compiled.
 
 Compiling is most of what measuring costs (a site's candidates make one program of
 several estimators), and on a short run it can be most of the run. So a fit does not
 wait for it: it starts at once, and until the measurement has chosen it trains with
-each site's cheapest candidate by the cost model (`tune.cheapest_choices`: its step is
-the fastest to compile and to run, so the time spent measuring is spent training at
-the quickest pace; the first candidate in rank order, ENUM on a latent vector, can cost
-two of the cheapest's steps). It hands every compile to a worker thread (XLA compiles
+`tune.starting_choices`: each site's untuned choice (the first candidate in rank
+order) where that step is cheap by the cost model, else each site's cheapest candidate.
+The untuned choice can replay the rest of the objective once per lane of a latent
+vector (ENUM on a VAE's code: 7 times the score function's elements, and 1.55 times
+the cheapest's step time), and that pace would last the whole measurement. Looking
+for the cheapest traces every candidate before training starts, so it is done only
+where that pays. It hands every compile to a worker thread (XLA compiles
 without holding Python's lock, so training goes on), and at each chunk boundary takes
 what has finished. The timing runs there, on the training thread with nothing else
 running, at the parameters and batch of the step the tuning was due at; once the choice
@@ -42,7 +45,7 @@ import jax
 
 from genvi.adev.expectation import Expectation
 from genvi.adev.auto import Tuned
-from genvi.training.tune import Tuning, auto_sites, cheapest_choices, run_now, tuning_steps
+from genvi.training.tune import Tuning, auto_sites, starting_choices, run_now, tuning_steps
 
 ESTIMATES = 64  # per round of a candidate's measurement (two rounds)
 
@@ -84,7 +87,7 @@ class FitTuning:
             self.choices = untuned(self.base, args)
             self._objectives[self.choices] = self.base
             if self._worker is not None:   # trained with while the measurement runs
-                self._switch(cheapest_choices(self.base, args, self.key, self._measured))
+                self._switch(starting_choices(self.base, args, self.key, self._measured))
         steps = tuning_steps(self.base, args, jax.random.fold_in(self.key, step), ESTIMATES,
                              step, self._measured)
         if self._worker is None:

@@ -150,10 +150,17 @@ def auto_sites(objective: Expectation, args: tuple) -> list:
     if shapes not in seen:
         log: list = []
         with using(auto_sites=log):
-            jax.eval_shape(lambda k, a: objective._value_and_grad_uncached(k, a, (0,)),
-                           jax.random.key(0), args)
+            forward_trace(objective, jax.random.key(0), args)
         seen[shapes] = log
     return seen[shapes]
+
+
+def forward_trace(objective: Expectation, key: jax.Array, args: tuple) -> Any:
+    """The jaxpr of `objective`'s forward-mode estimator at `args`, differentiated in
+    `args[0]`: the sites and replays its gradient step has, traced without JAX's
+    linearization and transposition (about half the tracing)."""
+    tangents = (jax.tree_util.tree_map(jnp.ones_like, args[0]),) + (None,) * (len(args) - 1)
+    return jax.make_jaxpr(lambda k, a: objective.jvp_estimate(k, a, tangents))(key, args)
 
 
 def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
@@ -207,27 +214,40 @@ def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates:
     return Tuning(tuple(chosen.items()), tuple(measured), step, tuple(notes))
 
 
-def cheapest_choices(objective: Expectation, args: tuple, key: jax.Array,
+# The untuned choices are kept to start with where their step writes at most this
+# many times the elements of the score function's (one evaluation of the objective): a
+# few evaluations, as ENUM's over a small support or lane-local replays in a plate.
+# Beyond it (a replay per coupled lane), the candidates are traced to find the cheapest.
+CHEAP_ENOUGH = 4.0
+
+
+def starting_choices(objective: Expectation, args: tuple, key: jax.Array,
                      compiled: dict) -> tuple:
-    """What a fit trains with while it measures: at each `gv.AUTO` site, the candidate
-    the objective allows whose gradient step the cost model counts cheapest (the
-    elements its traced jaxpr writes, `genvi.adev.cost.work`; nothing runs), a
-    score-function candidate (RLOO) only where no other is allowed, ties to the higher
-    rank. The measurement may choose otherwise; until it has, training moves at the
-    cheapest step's pace. Sites in order, each with the sites before it at these
-    choices and those after at their untuned ones. Each candidate's objective is kept
-    in `compiled`, so measuring it later does not trace it again.
+    """What a fit trains with while it measures. The untuned choices, where their
+    gradient step is cheap by the cost model (the elements its traced forward-mode
+    estimator writes, `genvi.adev.cost.work`, at most `CHEAP_ENOUGH` times those of
+    the score function's step); otherwise, at each `gv.AUTO` site, the candidate the
+    objective allows whose step writes the fewest elements, a score-function candidate
+    (RLOO) only where no other is allowed, ties to the higher rank. The measurement may
+    choose otherwise; until it has, training moves at that step's pace. Sites in order,
+    each with the sites before it at these choices and those after at their untuned
+    ones. Nothing runs: a forward trace per candidate (`forward_trace`), and where the
+    untuned step is cheap, only two.
 
     Example:
         >>> import genvi as gv, jax
         >>> @gv.expectation
         ... def e(mu):
         ...     return gv.sample(gv.normal(mu, 1.0, grad=gv.AUTO), name="x") ** 2
-        >>> cheapest_choices(e, (0.5,), jax.random.key(0), {})
+        >>> starting_choices(e, (0.5,), jax.random.key(0), {})
         ((('x',), gv.REPARAM),)
     """
     sites = auto_sites(objective, args)
     chosen = {site.addr: site.default for site in sites}
+    score = _candidate(objective, {s.addr: auto.placeholder(s.dist) for s in sites}, compiled)
+    if (work(forward_trace(objective, key, args))[1]
+            <= CHEAP_ENOUGH * work(forward_trace(score, key, args))[1]):
+        return tuple(chosen.items())
     for site in sites:
         refused = dict(site.refused)
         counted = []
@@ -236,8 +256,7 @@ def cheapest_choices(objective: Expectation, args: tuple, key: jax.Array,
                 continue
             tuned = _candidate(objective, {**chosen, site.addr: candidate}, compiled)
             traced: list = []
-            if auto.refusal(lambda t=tuned: traced.append(
-                    jax.make_jaxpr(t.value_and_grad_estimate)(key, *args))) is None:
+            if auto.refusal(lambda t=tuned: traced.append(forward_trace(t, key, args))) is None:
                 score_function = candidate.kind == "REINFORCE"
                 counted.append((score_function, work(traced[0])[1], rank, candidate))
         if counted:
