@@ -45,7 +45,7 @@ import jax
 
 from genvi.adev.expectation import Expectation
 from genvi.adev.auto import Tuned
-from genvi.training.tune import Tuning, auto_sites, starting_choices, run_now, tuning_steps
+from genvi.training.tune import Tuning, auto_sites, run_now, starting_choices, tuning_steps
 
 ESTIMATES = 64  # per round of a candidate's measurement (two rounds)
 
