@@ -7,6 +7,7 @@ that step and the chosen objective's from it; `tune_in_background=False`
 measures first and repeats exactly; a fit that ends or fails leaves no thread
 running."""
 
+import sys
 import threading
 from concurrent.futures import Future
 
@@ -121,9 +122,11 @@ def test_a_failing_fit_leaves_no_thread_running():
     def stop(step, params, history):
         if step >= 2 * CHUNK:
             raise Stop
+    interval = sys.getswitchinterval()
     with pytest.raises(Stop):
         fit(objective(gv.AUTO), PARAMS, 20 * CHUNK, key=KEY, callbacks=[stop])
     assert not tune_threads()
+    assert sys.getswitchinterval() == interval   # shortened while the worker ran
 
 
 def test_a_retuning_due_while_one_is_under_way_finishes_it_first():

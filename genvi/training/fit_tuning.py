@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -48,6 +49,10 @@ from genvi.adev.auto import Tuned
 from genvi.training.tune import Tuning, auto_sites, run_now, starting_choices, tuning_steps
 
 ESTIMATES = 64  # per round of a candidate's measurement (two rounds)
+# While the worker traces (Python, holding the interpreter's lock), the training thread
+# waits for the lock at every dispatch of a chunk; Python's default 5 ms between thread
+# switches made a mixture's 10-ms chunks take 40-120 ms. Restored when the fit ends.
+SWITCH_INTERVAL = 0.0005
 
 
 class FitTuning:
@@ -74,6 +79,7 @@ class FitTuning:
         self._measured: dict = {}      # each candidate's objective and each site's program
         self._worker = ThreadPoolExecutor(1, "genvi-tune") if background else None
         self._pending: _Pending | None = None
+        self._interval: float | None = None   # the interpreter's, while the worker runs
 
     def due(self, step: int) -> bool:
         return bool(self.every) and step % self.every == 0
@@ -115,6 +121,9 @@ class FitTuning:
             self._pending = None
             if self._worker is not None:
                 self._worker.shutdown(wait=True, cancel_futures=True)
+            if self._interval is not None:
+                sys.setswitchinterval(self._interval)
+                self._interval = None
 
     def _finish(self, step: int | None, apply: bool) -> None:
         while self._pending is not None:
@@ -163,6 +172,9 @@ class FitTuning:
         return objective
 
     def _submit(self, work: Callable[[], Any]) -> Future:
+        if self._interval is None:
+            self._interval = sys.getswitchinterval()
+            sys.setswitchinterval(min(self._interval, SWITCH_INTERVAL))
         # the work traces with the fit's run context (genvi's context variables)
         return self._worker.submit(contextvars.copy_context().run, work)
 

@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import gc
 import math
 import time
 from typing import Any, Protocol
@@ -172,6 +173,7 @@ def trajectories(model: FrontierModel, strategies: dict, budget: float, train: j
         out[label] = []
         for seed in range(seeds):
             points: list = []
+            gc.collect()   # each start from a clean heap: the earlier starts' traces freed
             begin = time.perf_counter()
 
             def note(step, params, history, points=points, begin=begin):
