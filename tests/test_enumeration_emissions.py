@@ -346,8 +346,11 @@ def test_enumerated_model_with_auto_guide_sites_is_tuned_and_unbiased():
     tuning = gv.tune(obj, jnp.asarray(phi, jnp.float32), jnp.asarray(X),
                      key=jax.random.key(0), estimates=32)
     assert {where for where, _ in tuning.choices} == {("mu",), ("regime",)}
-    # REPARAM is the smooth site's best; the flip's choice is measured, not assumed.
-    assert tuning.choice("mu") == gv.REPARAM
+    # REPARAM has the smooth site's least variance (common keys; the choice also weighs
+    # times of a few microseconds, which a loaded machine can reorder, so it is not
+    # asserted); the flip's choice is measured, not assumed.
+    mu = {repr(r.strategy): r.variance for r in tuning.measured if r.site == "mu"}
+    assert mu["gv.REPARAM"] < min(v for k, v in mu.items() if k != "gv.REPARAM"), tuning
     tuned = tuning.apply(obj)
     shown = str(tuned.explain(jnp.asarray(phi, jnp.float32), jnp.asarray(X)))
     assert "gv.AUTO →" in shown
