@@ -145,13 +145,19 @@ def auto_sites(objective: Expectation, args: tuple) -> list:
     """The `gv.AUTO` sites of `objective` at `args` (gradient in `args[0]`), with their
     untuned choices: a trial trace (nothing runs), once per objective and argument
     shapes."""
+    return _untuned_trace(objective, args)[0]
+
+
+def _untuned_trace(objective: Expectation, args: tuple) -> tuple[list, Any]:
+    """`auto_sites`' trial trace, kept: (the AUTO sites, the forward-mode jaxpr of
+    `objective` with them at their untuned choices)."""
     seen = _SITES.setdefault(objective, {})
     shapes = shapes_key(args)
     if shapes not in seen:
         log: list = []
         with using(auto_sites=log):
-            forward_trace(objective, jax.random.key(0), args)
-        seen[shapes] = log
+            jaxpr = forward_trace(objective, jax.random.key(0), args)
+        seen[shapes] = (log, jaxpr)
     return seen[shapes]
 
 
@@ -242,11 +248,10 @@ def starting_choices(objective: Expectation, args: tuple, key: jax.Array,
         >>> starting_choices(e, (0.5,), jax.random.key(0), {})
         ((('x',), gv.REPARAM),)
     """
-    sites = auto_sites(objective, args)
+    sites, untuned = _untuned_trace(objective, args)
     chosen = {site.addr: site.default for site in sites}
     score = _candidate(objective, {s.addr: auto.placeholder(s.dist) for s in sites}, compiled)
-    if (work(forward_trace(objective, key, args))[1]
-            <= CHEAP_ENOUGH * work(forward_trace(score, key, args))[1]):
+    if work(untuned)[1] <= CHEAP_ENOUGH * work(forward_trace(score, key, args))[1]:
         return tuple(chosen.items())
     for site in sites:
         refused = dict(site.refused)
