@@ -44,8 +44,7 @@ def step():
 
 def test_candidates_follow_the_distribution():
     assert candidates(gv.normal) == (gv.REPARAM, gv.RLOO(2), gv.MVD)
-    assert candidates(gv.flip) == (gv.ENUM, gv.RLOO(2), gv.MVD, gv.SD, gv.DisARM,
-                                   gv.DisARM.whole_site())
+    assert candidates(gv.flip) == (gv.ENUM, gv.RLOO(2), gv.MVD, gv.SD, gv.DisARM)
     assert candidates(gv.categorical) == (gv.ENUM, gv.RLOO(2), gv.MVD, gv.SD)
     assert candidates(gv.uniform) == (gv.REPARAM,)
 

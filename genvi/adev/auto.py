@@ -16,7 +16,7 @@ Example:
     >>> import genvi as gv
     >>> from genvi.adev.auto import candidates
     >>> candidates(gv.flip)
-    (gv.ENUM, gv.RLOO(2), gv.MVD, gv.SD, gv.DisARM, gv.DisARM.whole_site())
+    (gv.ENUM, gv.RLOO(2), gv.MVD, gv.SD, gv.DisARM)
 """
 
 from __future__ import annotations
@@ -48,10 +48,9 @@ def candidates(dist: Any) -> tuple:
     built_in = built_in_strategies(dist)
     if [s.kind for s in built_in] == ["REINFORCE"]:
         return (RLOO(2), RLOO(4), RLOO(8))
-    chosen = tuple(RLOO(2) if s.kind == "REINFORCE" else s for s in built_in)
-    # DisARM in both forms: lane by lane, and one partner for a whole site (cheaper
-    # where a site is one datapoint's latent vector)
-    return chosen + tuple(s.whole_site() for s in chosen if s.kind == "DisARM")
+    # DisARM takes its whole-site form by itself where lane-by-lane replays would
+    # cost more (a datapoint's latent vector), so one DisARM candidate covers both
+    return tuple(RLOO(2) if s.kind == "REINFORCE" else s for s in built_in)
 
 
 def only_reinforce(dist: Any) -> bool:

@@ -36,8 +36,8 @@ from genvi.adev import dual as d
 from genvi.adev.continuation import Deferred
 from genvi.adev.dual import Dual
 from genvi.adev.explain import note_enumeration, note_path, note_replays, note_site, note_total
-from genvi.replays.engine import (AfterSite, Replay, ScanReplays, draw, split_keys,
-                                  total_at_site)
+from genvi.replays.engine import (AfterSite, Replay, ScanReplays, draw, lanes_couple,
+                                  split_keys, total_at_site)
 from genvi.core import jaxpr as jx
 from genvi.core.context import RunContext, current, using
 from genvi.core.draws import DrawEqn, draw_p
@@ -78,14 +78,25 @@ class _Continuation:
         added to its offset."""
         if res.replays is None:
             return res
-        # a site at the top level: the rest of the run after it, lane by lane
-        after = (AfterSite(self._jaxpr, self._index, self._env, self._keys, self._steps)
-                 if self._top and not self._run.replay else None)
         total = total_at_site(self._run.replay_context(), self.location, res.value,
-                              res.replays, after)
+                              res.replays, self._after())
         note_total(self._run.context.log, self._jaxpr.eqns[self._index],
                    res.replays.alternatives, total)
         return Deferred(res.value, res.tangent, res.score, d.add(res.offset, total.value))
+
+    def _after(self) -> AfterSite | None:
+        """A site at the top level: the rest of the run after it (lane by lane)."""
+        if self._top and not self._run.replay:
+            return AfterSite(self._jaxpr, self._index, self._env, self._keys, self._steps)
+        return None
+
+    def lanes_couple(self, value: Any) -> bool:
+        """Whether replays of this site lane by lane (`plus_replays`) would cost more
+        than two evaluations of the rest of the objective, its lanes meeting in work
+        done once per lane (a decoder reading a latent vector); False inside a scan or
+        cond body (see `genvi.replays.engine.lanes_couple`). A strategy with a
+        whole-site form takes it where this is True."""
+        return lanes_couple(self._run.replay_context(), self._after(), value)
 
     @property
     def location(self) -> tuple:

@@ -62,7 +62,8 @@ from genvi.replays.values import Coupled, Local, Perturbed
 #: the engine's public names: its door, and the lane values and rules it is built on
 __all__ = ["AfterSite", "AtLocation", "Coupled", "ELEMENTWISE", "EveryStep", "Exact",
            "Fallback", "Local", "Perturbed", "RULES", "Replay", "Replays", "ScanReplays",
-           "Total", "draw", "elementwise", "replay_values", "replays_total", "same_site",
+           "Total", "draw", "elementwise", "lanes_couple", "replay_values", "replays_total",
+           "same_site",
            "split_keys", "total_at_site", "whole_objective_replays"]
 
 def whole_objective_replays() -> contextlib.AbstractContextManager:
@@ -83,11 +84,14 @@ class Exact(NamedTuple):
 
     `values`: `[J, *lanes]` (after a site, at a location) or `[J, T, *lanes]` (every
     step); `coupled`: the primitives where lanes coupled (evaluated once per lane
-    there); `windows`: per scan over the steps, how many steps a step's value reaches."""
+    there); `windows`: per scan over the steps, how many steps a step's value reaches;
+    `work`: (elements written once per lane, elements one evaluation of the same
+    equations writes), per alternative (after a site only)."""
 
     values: Any
     coupled: tuple = ()
     windows: tuple = ()
+    work: tuple = (0, 0)
 
 
 class Fallback(NamedTuple):
@@ -167,7 +171,45 @@ def _after_site(replay: Replay, where: AfterSite, x: Any, alternatives: Any) -> 
         return evaluator.materialize(out).values.reshape(x.shape)
 
     values = jax.vmap(one)(alternatives)
-    return Exact(values, tuple(evaluator.coupled))
+    return Exact(values, tuple(evaluator.coupled),
+                 work=(evaluator.per_lane_elements, evaluator.once_elements))
+
+
+def lanes_couple(replay: Replay, after: AfterSite | None, x: Any) -> bool:
+    """Whether replaying the site met at `after` lane by lane (each lane at another
+    value, the others kept) costs more than two evaluations of the rest of the
+    objective: the rest carries an array per lane (more than a number: the lanes meet
+    before the rest is reduced to one) through more elements than one evaluation of it
+    writes (a decoder reading every lane of a latent vector), or cannot be evaluated
+    lane by lane at all. A strategy with a whole-site form (one
+    replay with every lane changed, as DisARM's and RELAX's papers write them) takes
+    it there. False for a single lane, and where `after` is None (a site in a scan
+    or cond body, whose replays are evaluated after the scan). Traces the rest under
+    `jax.eval_shape`: nothing of it is left in the estimator.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from genvi.replays.engine import Replay, lanes_couple
+        >>> replay = Replay(None, None, [], (), None, None)
+        >>> lanes_couple(replay, None, jnp.zeros(3))
+        False
+    """
+    if after is None or jnp.size(x) <= 1:
+        return False
+    probe = replay._replace(lane_local=True)  # the objective's form, not the run's path
+    found: list = []
+
+    def lane_by_lane():
+        got = replay_values(probe, after, x, jnp.asarray(x)[None])
+        found.append(got)
+        return got.values if isinstance(got, Exact) else None
+
+    jax.eval_shape(lane_by_lane)
+    got = found[0]
+    if not isinstance(got, Exact):
+        return True
+    per_lane, once = got.work
+    return per_lane > once
 
 
 def _from_the_start(replay: Replay, shape: tuple, alternatives: Any, axis: int,

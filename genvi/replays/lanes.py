@@ -64,6 +64,12 @@ class LaneEval:
         self.lanes = math.prod(self.site_shape)
         self.coupled: list[str] = []  # primitives where lanes coupled (for `explain`)
         self.windows: list[int] = []  # steps a change reaches, per Markov-local scan
+        # elements written once per lane as arrays (`Perturbed` results holding more
+        # than a number per lane: a scalar per lane costs what an elementwise operation
+        # on the lanes does), and what the same equations write in one evaluation:
+        # lane-by-lane replays' cost against one more evaluation of the rest
+        self.per_lane_elements = 0
+        self.once_elements = 0
 
     def sub(self, site_shape: tuple, target: tuple | None) -> "LaneEval":
         """An evaluator for one step's body of a Markov-local scan: lanes `site_shape`
@@ -102,8 +108,14 @@ class LaneEval:
     # -- evaluation -----------------------------------------------------------------
     def level(self, jaxpr: Any, start: int, env: dict, keys: dict, steps: tuple) -> list:
         """Evaluate `jaxpr.eqns[start:]` lane-tracked (a walk on `genvi.core.walk`)."""
-        return walk(jaxpr, env, lambda i, eqn, ins: self._at(eqn, ins, keys.get(i), steps),
-                    start=start)
+        def at(i, eqn, ins):
+            outs = self._at(eqn, ins, keys.get(i), steps)
+            self.once_elements += sum(math.prod(v.aval.shape) for v in eqn.outvars)
+            self.per_lane_elements += sum(jnp.size(o.values) for o in outs
+                                          if isinstance(o, Perturbed)
+                                          and jnp.size(o.values) > self.lanes)
+            return outs
+        return walk(jaxpr, env, at, start=start)
 
     def _at(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
         same = all(not isinstance(x, (Local, Perturbed)) for x in ins)

@@ -11,9 +11,9 @@ its discrete site per row,
 * `trajectories` and `time_to_target`: wall-clock training runs (compiling, and
   AUTO's measurements, counted) and the seconds each took to reach a target.
 
-A model is an object with `name`, `strategies` ({label: strategy}, `RELAX` and
-`RELAX_WHOLE` for `gv.RELAX` and its `.whole_site()` form with the model's own
-surrogate, one per form in `params["relax"]`), `leaves` (the parameter prefixes measured),
+A model is an object with `name`, `strategies` ({label: strategy}, `RELAX`,
+`RELAX_WHOLE` and `RELAX_PER_LANE` for `gv.RELAX` and its `.whole_site()` and
+`.per_lane()` forms with the model's own surrogate, one per form in `params["relax"]`), `leaves` (the parameter prefixes measured),
 `init(key)`, `objective(strategy)`, `score` (the evaluation objective) and `lr`.
 
 Example:
@@ -40,7 +40,8 @@ from genvi_experiments.bench.results import command, on_platform, record
 
 RELAX = "RELAX"  # gv.RELAX with the model's learned surrogate (its `strategy`)
 RELAX_WHOLE = "RELAX-whole-site"  # the same without the lane-local replay baseline
-RELAX_FORMS = (RELAX, RELAX_WHOLE)
+RELAX_PER_LANE = "RELAX-per-lane"  # the same with it, even where the lanes couple
+RELAX_FORMS = (RELAX, RELAX_WHOLE, RELAX_PER_LANE)
 
 
 def site_strategy(strategy: Any, surrogate: Any, params: dict, logits: jax.Array) -> Any:
@@ -58,7 +59,7 @@ def site_strategy(strategy: Any, surrogate: Any, params: dict, logits: jax.Array
         return strategy
     relax = gv.RELAX(surrogate, {"net": params["relax"][strategy],
                                  "logits": jax.lax.stop_gradient(logits)})
-    return relax.whole_site() if strategy == RELAX_WHOLE else relax
+    return {RELAX_WHOLE: relax.whole_site(), RELAX_PER_LANE: relax.per_lane()}.get(strategy, relax)
 
 
 def relax_init(init: Any) -> dict:
@@ -66,13 +67,15 @@ def relax_init(init: Any) -> dict:
     return {form: init() for form in RELAX_FORMS}
 
 
-def relax_note(lane: str, inputs: str, held: str) -> str:
+def relax_note(lane: str, inputs: str, held: str, default: str) -> str:
     """The tables' sentence on the RELAX rows: what a `lane` is, what the surrogate
-    network reads (`inputs`) and which parameters are `held` while it is fitted."""
-    return (f" RELAX (each {lane}'s score term with a lane-local replay baseline) and "
-            "RELAX-whole-site (the papers' form, one evaluation) each have a surrogate (a "
-            f"network of {inputs}), trained for its variance 5,000 steps at the initial "
-            f"{held}; in training it starts untrained and learns in the same step.")
+    network reads (`inputs`), which parameters are `held` while it is fitted, and which
+    form `gv.RELAX` takes on this model (`default`)."""
+    return (f" RELAX takes {default} here; RELAX-per-lane is each {lane}'s score term with "
+            "a lane-local replay baseline, RELAX-whole-site the papers' form (one "
+            f"evaluation). Each row has a surrogate (a network of {inputs}), trained for "
+            f"its variance 5,000 steps at the initial {held}; in training it starts "
+            "untrained and learns in the same step.")
 
 
 class FrontierModel(Protocol):

@@ -38,10 +38,14 @@ from genvi.core.strategy import Strategy, register_built_in
 
 
 class DisARM(Strategy):
-    """The DisARM estimator at a binary site, lane by lane (see the module docstring):
-    needs a distribution whose lanes take the values 0 and 1 (`binary`), its sampler
-    and its per-lane log density. `gv.DisARM.whole_site()` flips every lane with its
-    partner at once: two evaluations of the rest of the objective in all.
+    """The DisARM estimator at a binary site (see the module docstring): needs a
+    distribution whose lanes take the values 0 and 1 (`binary`), its sampler and its
+    per-lane log density. Lane by lane where that is cheap (a plate's datapoints: one
+    lane-tracked replay); where the rest of the objective couples the site's lanes
+    (a decoder reading a latent vector, where a lane's replay runs it again) every lane
+    flips with its partner at once: the paper's multivariate estimator, two
+    evaluations of the rest in all. `gv.DisARM.whole_site()` and `gv.DisARM.per_lane()`
+    fix the form.
 
     Example:
         >>> import genvi as gv
@@ -51,23 +55,30 @@ class DisARM(Strategy):
 
     kind = "DisARM"
     needs = ("sample", "lane_log_prob", "binary")
+    why_whole = ": the rest couples the lanes (a lane's replay would run it again)"
 
     def jvp(self, dist, key, primals, tangents, k):
         b, pair = _antithetic(dist, key, primals, tangents)
         if pair is None:
             return k.dual(b)
+        if self.whole(k, b):
+            return _whole_site(k, b, pair, self.why_whole)
         partner, differ, weight = pair
         return k.dual(b).plus(score=jnp.sum(weight)).plus_replays(partner[None], -weight[None],
                                                                    differ[None])
 
-    def whole_site(self) -> "WholeSiteDisARM":
-        """DisARM with one antithetic partner for the whole site: the weights of every
-        lane multiply f(b) − f(b̃) with all lanes at their partners, so the rest of the
-        objective is evaluated twice whatever the number of lanes (the multivariate
-        estimator of the DisARM paper). The cheap form where a site is one datapoint's
-        latent vector (a model under `gv.batch_mean`); across a plate's datapoints
-        each datapoint's difference adds to every other's variance, so there keep
-        `gv.DisARM`, whose replays are lane-local.
+    def whole(self, k, b) -> bool:
+        """Whether this site takes one partner for all its lanes: where lane-by-lane
+        replays would cost more than two evaluations of the rest (`k.lanes_couple`)."""
+        return k.lanes_couple(b)
+
+    def whole_site(self) -> "DisARM":
+        """DisARM with one antithetic partner for the whole site, always: the weights
+        of every lane multiply f(b) − f(b̃) with all lanes at their partners, so the rest
+        of the objective is evaluated twice whatever the number of lanes (the
+        multivariate estimator of the DisARM paper, which `gv.DisARM` takes where the
+        lanes couple). Across a plate's datapoints each datapoint's difference adds to
+        every other's variance, where `gv.DisARM`'s lane-local replays do not.
 
         Example:
             >>> import genvi as gv
@@ -76,21 +87,47 @@ class DisARM(Strategy):
         """
         return WHOLE_SITE
 
+    def per_lane(self) -> "DisARM":
+        """DisARM lane by lane, always: each lane's weight multiplies f(b) − f(b with
+        that lane at its partner), the other lanes kept. Where the rest of the objective
+        couples the lanes, each lane's replay runs it again (one evaluation per lane, as
+        ENUM and MVD), for less variance than the whole-site form.
+
+        Example:
+            >>> import genvi as gv
+            >>> gv.DisARM.per_lane()
+            gv.DisARM.per_lane()
+        """
+        return PER_LANE
+
 
 class WholeSiteDisARM(DisARM):
     """`gv.DisARM.whole_site()`: see `DisARM.whole_site`."""
 
-    def jvp(self, dist, key, primals, tangents, k):
-        b, pair = _antithetic(dist, key, primals, tangents)
-        if pair is None:
-            return k.dual(b)
-        partner, _, weight = pair
-        total = jnp.sum(weight)  # linear in the tangents; f(b̃) is a primal value
-        k.note("1 replay of the rest of the objective, every lane at its antithetic partner")
-        return k.dual(b).plus(score=total, tangent=-total * k.pure(partner))
+    why_whole = ""
+
+    def whole(self, k, b) -> bool:
+        return True
 
     def __repr__(self) -> str:
         return "gv.DisARM.whole_site()"
+
+
+class PerLaneDisARM(DisARM):
+    """`gv.DisARM.per_lane()`: see `DisARM.per_lane`."""
+
+    def whole(self, k, b) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return "gv.DisARM.per_lane()"
+
+
+def _whole_site(k, b, pair, why):
+    partner, _, weight = pair
+    total = jnp.sum(weight)  # linear in the tangents; f(b̃) is a primal value
+    k.note("1 replay of the rest of the objective, every lane at its antithetic partner" + why)
+    return k.dual(b).plus(score=total, tangent=-total * k.pure(partner))
 
 
 def _antithetic(dist, key, primals, tangents):
@@ -121,4 +158,5 @@ def _antithetic(dist, key, primals, tangents):
 
 DISARM = DisARM()
 WHOLE_SITE = WholeSiteDisARM()
+PER_LANE = PerLaneDisARM()
 register_built_in(DISARM, rank=5)  # after REPARAM, ENUM, REINFORCE, MVD and SD

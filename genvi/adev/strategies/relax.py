@@ -27,7 +27,7 @@ binary site (σ of the logistic variable, > ½ exactly where b = 1), on the simp
 uses the model (REBAR) takes the model's parameters in `phi` behind
 `jax.lax.stop_gradient`, which keeps the variance gradient off them.
 
-Lane-local (the default). In a plate, f(b) is the whole minibatch's objective, and a
+Lane-local (the default where it is cheap). In a plate, f(b) is the whole minibatch's objective, and a
 lane's score term f(b) ∂ℓᵢ log p(bᵢ) carries every other lane's part of it as noise
 that a surrogate of lane i's relaxation cannot cancel. So each lane also takes a
 replay baseline, f(b with lane i := b'ᵢ) for b' an independent draw of the site, and
@@ -42,12 +42,12 @@ parts cancel exactly in f(b) − f(b₋ᵢ, b'ᵢ), and the surrogate cancels wh
 of lane i's part at bᵢ and at b'ᵢ. The replays are the lane-local ones MVD and RLOO use
 (O(lanes) in plates, Markov-local in scans where the rest of the objective allows); a
 lane whose b'ᵢ equals bᵢ has no replay. The surrogate runs once more per lane.
-`gv.RELAX(surrogate, phi).whole_site()` is the papers' form, without both terms: one
-evaluation of the rest of the objective. It is the better form where lanes are few
-and the surrogate models f well (at a single flip a trained linear surrogate leaves
-it 4% of its variance, the lane-local form 50%: b'ᵢ's noise stays), and the cheaper
-one where a site is one datapoint's latent vector, whose lanes are coupled through a
-decoder and each replay runs it again.
+Where the rest of the objective couples the site's lanes, so that a lane's replay would
+run it again (a decoder reading a latent vector), the default takes the papers' form,
+without both terms: one evaluation of the rest of the objective.
+`.whole_site()` and `.per_lane()` fix the form. The papers' form is also the better one
+where lanes are few and the surrogate models f well (at a single flip a trained linear
+surrogate leaves it 4% of its variance, the lane-local form 50%: b'ᵢ's noise stays).
 
 b is the distribution's own draw with the site's key (replays of other sites see the
 run's own value), and z is drawn given b, which is (b, z)'s joint law. f(b) enters as
@@ -99,7 +99,9 @@ class RELAX(Strategy):
     phi: Any = None
     phi_tangent: Any = None
     ranks: tuple | None = None  # phi's leaves' ranks as written (the static part's)
-    whole: bool = False  # the papers' form: no lane-local replay baseline
+    # the papers' form (no lane-local replay baseline): True, False (lane by lane), or
+    # None: where the rest of the objective couples the lanes (`k.lanes_couple`)
+    whole: bool | None = None
     kind = "RELAX"
     needs = ("sample", "lane_log_prob", "support")
 
@@ -129,10 +131,11 @@ class RELAX(Strategy):
         return type(self)(self.surrogate, phi, dphi, self.ranks, self.whole)
 
     def whole_site(self) -> "RELAX":
-        """RELAX without the lane-local replay baseline: every lane's score term
-        multiplies f(b), one evaluation of the rest of the objective (Grathwohl et al.'s
-        and REBAR's form). The cheap form where a site is one datapoint's latent vector;
-        across a plate's datapoints keep the default, whose baselines are lane-local.
+        """RELAX without the lane-local replay baseline, always: every lane's score
+        term multiplies f(b), one evaluation of the rest of the objective (Grathwohl et
+        al.'s and REBAR's form, which the default takes where the rest couples the
+        site's lanes). Across a plate's datapoints the default's baselines are
+        lane-local and cancel the other datapoints' noise.
 
         Example:
             >>> import genvi as gv, jax.numpy as jnp
@@ -140,6 +143,18 @@ class RELAX(Strategy):
             True
         """
         return dataclasses.replace(self, whole=True)
+
+    def per_lane(self) -> "RELAX":
+        """RELAX with the lane-local replay baseline, always, even where the rest of
+        the objective couples the site's lanes and each lane's replay runs it again (one
+        evaluation per lane, for less variance).
+
+        Example:
+            >>> import genvi as gv, jax.numpy as jnp
+            >>> gv.RELAX(lambda phi, z: phi * jnp.sum(z), 1.0).per_lane().whole
+            False
+        """
+        return dataclasses.replace(self, whole=False)
 
     def __hash__(self):
         return hash((type(self), self.surrogate, self.whole))
@@ -151,13 +166,19 @@ class RELAX(Strategy):
 
     def __repr__(self) -> str:
         name = f"gv.RELAX({getattr(self.surrogate, '__name__', 'surrogate')}, phi)"
-        return name + (".whole_site()" if self.whole else "")
+        return name + {None: "", True: ".whole_site()", False: ".per_lane()"}[self.whole]
 
     def jvp(self, dist, key, primals, tangents, k):
         b = dist.sample(key, *primals)
         if all(t is None for t in tangents) and self.phi_tangent is None:
             return k.dual(b)
         binary = getattr(dist, "binary", False) is True
+        whole = self.whole
+        if whole is None:  # lane by lane unless a lane's replay would run the rest again
+            whole = k.lanes_couple(b)
+            if whole:
+                k.note("the papers' form, no replay baseline: the rest couples the lanes "
+                       "(a lane's replay would run it again)")
         logits, dlogits = d.jvp(lambda *p: _site_logits(dist, b, binary, *p), primals, tangents)
         relax = _Binary(b) if binary else _Categorical(b)
         # z: drawn given b, then reparameterized with its noise held; z̃: given b
@@ -167,13 +188,13 @@ class RELAX(Strategy):
         plated = jnp.ndim(leaves[0]) - self.ranks[0] if leaves and self.ranks else 0  # vmap axes
 
         # the replay baseline's draw b', independent of b, and its relaxation z̃' given b'
-        other = None if self.whole else self.baseline_draw(dist, key, primals)
-        v_other = None if self.whole else relax.uniforms(jax.random.fold_in(key, 4), logits)
+        other = None if whole else self.baseline_draw(dist, key, primals)
+        v_other = None if whole else relax.uniforms(jax.random.fold_in(key, 4), logits)
 
         def pieces(phi):  # ∂ℓ Σ (c(z) − c(z̃)); c(z̃) per plate lane; c(z̃ with lane := z̃')
             def differences(ell):
                 diff, at_z_tilde = self.control_variates(phi, relax, ell, noise, v_tilde, plated)
-                swapped = None if self.whole else self.swapped_control_variates(
+                swapped = None if whole else self.swapped_control_variates(
                     phi, relax, type(relax)(other), ell, v_tilde, v_other, plated)
                 return jnp.sum(diff), (at_z_tilde, swapped)
             grad_cv, (at_z_tilde, swapped) = jax.grad(differences, has_aux=True)(logits)
@@ -188,10 +209,10 @@ class RELAX(Strategy):
         running = jnp.broadcast_to(running, b.shape)
         live = lanes(running)
         # a lane where b' equals b has f(b₋ᵢ, b'ᵢ) = f(b): no score term and no replay
-        replayed = None if self.whole else (other != b) & running
+        replayed = None if whole else (other != b) & running
 
         def on_f(weights):  # [logits' shape] weights of ∂ℓ on f(b): (score, replay weights)
-            if self.whole:
+            if whole:
                 return jnp.sum(weights), None
             per_lane = jnp.where(replayed, relax.per_lane(weights), 0.0)
             return jnp.sum(per_lane), -per_lane
