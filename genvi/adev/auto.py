@@ -16,7 +16,7 @@ Example:
     >>> import genvi as gv
     >>> from genvi.adev.auto import candidates
     >>> candidates(gv.flip)
-    (gv.ENUM, gv.RLOO(2), gv.MVD, gv.SD, gv.DisARM)
+    (gv.ENUM, gv.RLOO(2), gv.MVD, gv.DisARM, gv.SD)
 """
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ def register_built_in(strategy: Strategy, rank: int) -> None:
 
 def built_in_strategies(dist: Any) -> tuple[Strategy, ...]:
     """The built-in strategies `dist` supports, in rank order (REPARAM, ENUM,
-    REINFORCE, MVD, SD, DisARM): `gv.AUTO`'s candidates before it measures.
+    REINFORCE, MVD, DisARM, SD): `gv.AUTO`'s candidates before it measures.
 
     Example:
         >>> import genvi as gv
@@ -208,7 +208,7 @@ def supported_kinds(dist: Any) -> tuple[str, ...]:
     Example:
         >>> import genvi as gv
         >>> supported_kinds(gv.normal), supported_kinds(gv.flip)
-        (('REPARAM', 'REINFORCE', 'MVD'), ('ENUM', 'REINFORCE', 'MVD', 'SD', 'DisARM'))
+        (('REPARAM', 'REINFORCE', 'MVD'), ('ENUM', 'REINFORCE', 'MVD', 'DisARM', 'SD'))
     """
     ranked = sorted((rank, kind) for kind, (rank, needs, _) in _BUILT_IN.items()
                     if all(_has(dist, name) for name in needs))

@@ -220,25 +220,26 @@ def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates:
     return Tuning(tuple(chosen.items()), tuple(measured), step, tuple(notes))
 
 
-# The untuned choices are kept to start with where their step writes at most this
-# many times the elements of the score function's (one evaluation of the objective): a
-# few evaluations, as ENUM's over a small support or lane-local replays in a plate.
-# Beyond it (a replay per coupled lane), the candidates are traced to find the cheapest.
+# A step is cheap enough to start with where it writes at most this many times the
+# elements of the score function's (one evaluation of the objective): a few
+# evaluations, as ENUM's over a small support, lane-local replays in a plate, or a
+# whole-site estimator's two. Beyond it lies a replay per coupled lane.
 CHEAP_ENOUGH = 4.0
 
 
 def starting_choices(objective: Expectation, args: tuple, key: jax.Array,
                      compiled: dict) -> tuple:
     """What a fit trains with while it measures. The untuned choices, where their
-    gradient step is cheap by the cost model (the elements its traced forward-mode
-    estimator writes, `genvi.adev.cost.work`, at most `CHEAP_ENOUGH` times those of
-    the score function's step); otherwise, at each `gv.AUTO` site, the candidate the
-    objective allows whose step writes the fewest elements, a score-function candidate
-    (RLOO) only where no other is allowed, ties to the higher rank. The measurement may
-    choose otherwise; until it has, training moves at that step's pace. Sites in order,
-    each with the sites before it at these choices and those after at their untuned
-    ones. Nothing runs: a forward trace per candidate (`forward_trace`), and where the
-    untuned step is cheap, only two.
+    gradient step is cheap enough by the cost model (the elements its traced
+    forward-mode estimator writes, `genvi.adev.cost.work`, at most `CHEAP_ENOUGH` times
+    those of the score function's step); otherwise, at each `gv.AUTO` site, the first
+    candidate in rank order that the objective allows and whose step is cheap enough,
+    a score-function candidate (RLOO) only where no other is allowed; where none is
+    cheap enough, the one writing the fewest elements. The measurement may choose
+    otherwise; until it has, training moves at that step's pace. Sites in order, each
+    with the sites before it at these choices and those after at their untuned ones.
+    Nothing runs: forward traces (`forward_trace`), two where the untuned step is
+    cheap, else one per candidate up to the first cheap one.
 
     Example:
         >>> import genvi as gv, jax
@@ -251,21 +252,35 @@ def starting_choices(objective: Expectation, args: tuple, key: jax.Array,
     sites, untuned = _untuned_trace(objective, args)
     chosen = {site.addr: site.default for site in sites}
     score = _candidate(objective, {s.addr: auto.placeholder(s.dist) for s in sites}, compiled)
-    if work(untuned)[1] <= CHEAP_ENOUGH * work(forward_trace(score, key, args))[1]:
+    cheap_enough = CHEAP_ENOUGH * work(forward_trace(score, key, args))[1]
+    if work(untuned)[1] <= cheap_enough:
         return tuple(chosen.items())
+
+    def elements(site, candidate):  # its step's, or None where the objective refuses it
+        tuned = _candidate(objective, {**chosen, site.addr: candidate}, compiled)
+        traced: list = []
+        if auto.refusal(lambda: traced.append(forward_trace(tuned, key, args))) is None:
+            return work(traced[0])[1]
+        return None
+
     for site in sites:
         refused = dict(site.refused)
-        counted = []
-        for rank, candidate in enumerate(auto.candidates(site.dist)):
-            if candidate in refused:
+        # in rank order, score-function candidates last
+        allowed = sorted((c for c in auto.candidates(site.dist) if c not in refused),
+                         key=lambda c: c.kind == "REINFORCE")
+        priced: list = []   # (elements, candidate) of those allowed, in rank order
+        for candidate in allowed:
+            if candidate.kind == "REINFORCE" and priced:
+                break       # RLOO only where nothing else is allowed
+            cost = elements(site, candidate)
+            if cost is None:
                 continue
-            tuned = _candidate(objective, {**chosen, site.addr: candidate}, compiled)
-            traced: list = []
-            if auto.refusal(lambda t=tuned: traced.append(forward_trace(t, key, args))) is None:
-                score_function = candidate.kind == "REINFORCE"
-                counted.append((score_function, work(traced[0])[1], rank, candidate))
-        if counted:
-            chosen[site.addr] = min(counted, key=lambda c: c[:3])[3]
+            priced.append((cost, candidate))
+            if cost <= cheap_enough:   # the first cheap one is taken
+                priced = priced[-1:]
+                break
+        if priced:
+            chosen[site.addr] = min(priced, key=lambda c: c[0])[1]
     return tuple(chosen.items())
 
 

@@ -159,4 +159,8 @@ def _antithetic(dist, key, primals, tangents):
 DISARM = DisARM()
 WHOLE_SITE = WholeSiteDisARM()
 PER_LANE = PerLaneDisARM()
-register_built_in(DISARM, rank=5)  # after REPARAM, ENUM, REINFORCE, MVD and SD
+# after REPARAM, ENUM, REINFORCE and MVD; before SD, which also evaluates the rest twice
+# per site: DisARM's antithetic pairs measured less variance on every binary site of the
+# frontier tables (the binary VAE's encoder 13.3 against 16.9, AIR's z_pres 2,930
+# against 3,360), so where a fit starts with a cheap step it starts with DisARM
+register_built_in(DISARM, rank=4)

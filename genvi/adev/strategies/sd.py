@@ -205,4 +205,4 @@ class _LaneSet:
 
 SD.run_state = Pruning  # the pool spans the whole run: kept through RunState's hooks
 SD_ = SD()
-register_built_in(SD_, rank=4)  # after REPARAM, ENUM, REINFORCE and MVD
+register_built_in(SD_, rank=5)  # after REPARAM, ENUM, REINFORCE, MVD and DisARM
