@@ -105,8 +105,8 @@ def fit(objective: Expectation, params: Any, *data: Any,
       with the least gradient variance × step time; `retune_every=n` measures again
       every n steps (at the current parameters). Each `gv.Tuning` is in
       `result.tunings`; `print` one for its table. The candidates compile on a thread
-      of their own while training starts with each site's untuned choice, or its
-      cheapest candidate by the cost model where that step is costly
+      of their own while training starts with each site's untuned choice, or where
+      that step is costly by the cost model its first cheap candidate in rank order
       (`Tuning.before`), and training switches to the choice at a chunk
       boundary once it has compiled (`Tuning.applied`, a step that depends on the
       machine's speed);

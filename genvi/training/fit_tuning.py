@@ -6,12 +6,12 @@ Compiling is most of what measuring costs (a site's candidates make one program 
 several estimators), and on a short run it can be most of the run. So a fit does not
 wait for it: it starts at once, and until the measurement has chosen it trains with
 `tune.starting_choices`: each site's untuned choice (the first candidate in rank
-order) where that step is cheap by the cost model, else each site's cheapest candidate.
-The untuned choice can replay the rest of the objective once per lane of a latent
-vector (ENUM on a VAE's code: 7 times the score function's elements, and 1.55 times
-the cheapest's step time), and that pace would last the whole measurement. Looking
-for the cheapest traces every candidate before training starts, so it is done only
-where that pays. It hands every compile to a worker thread (XLA compiles
+order) where that step is cheap by the cost model, else each site's first candidate in
+rank order whose step is. The untuned choice can replay the rest of the objective once
+per lane of a latent vector (ENUM on a VAE's code: 7 times the score function's
+elements, and 1.55 times a two-evaluation estimator's step time), and that pace would
+last the whole measurement. Looking further traces candidates before training starts,
+so it is done only where that pays. It hands every compile to a worker thread (XLA compiles
 without holding Python's lock, so training goes on), and at each chunk boundary takes
 what has finished. The timing runs there, on the training thread with nothing else
 running, at the parameters and batch of the step the tuning was due at; once the choice

@@ -233,9 +233,9 @@ def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv
             f"{target:.2f}, what the strategy with the best final value reached at a quarter "
             f"of its run ({best} is the fastest to it); – : not reached, and a ratio "
             "\"> r\" for a strategy that did not reach it: the run's length over the other's "
-            "time. AUTO trains with its starting choice (the untuned one, or the cheapest "
-            "by the cost model where that step is costly) while its candidates compile "
-            "and are measured, then with its choice.")
+            "time. AUTO trains with its starting choice (the untuned one, or where that "
+            "step is costly by the cost model the first cheap candidate in rank order) "
+            "while its candidates compile and are measured, then with its choice.")
     record(on_platform(name), command(bench, argv), columns, rows, note=note)
 
 
