@@ -233,9 +233,9 @@ def starting_choices(objective: Expectation, args: tuple, key: jax.Array,
     gradient step is cheap enough by the cost model (the elements its traced
     forward-mode estimator writes, `genvi.adev.cost.work`, at most `CHEAP_ENOUGH` times
     those of the score function's step); otherwise, at each `gv.AUTO` site, the first
-    candidate in rank order that the objective allows and whose step is cheap enough,
-    a score-function candidate (RLOO) only where no other is allowed; where none is
-    cheap enough, the one writing the fewest elements. The measurement may choose
+    candidate in rank order that the objective allows and whose step is cheap enough;
+    where none is, the one writing the fewest elements, a score-function candidate
+    (RLOO) only where no other is allowed. The measurement may choose
     otherwise; until it has, training moves at that step's pace. Sites in order, each
     with the sites before it at these choices and those after at their untuned ones.
     Nothing runs: forward traces (`forward_trace`), two where the untuned step is
@@ -265,22 +265,17 @@ def starting_choices(objective: Expectation, args: tuple, key: jax.Array,
 
     for site in sites:
         refused = dict(site.refused)
-        # in rank order, score-function candidates last
-        allowed = sorted((c for c in auto.candidates(site.dist) if c not in refused),
-                         key=lambda c: c.kind == "REINFORCE")
-        priced: list = []   # (elements, candidate) of those allowed, in rank order
-        for candidate in allowed:
-            if candidate.kind == "REINFORCE" and priced:
-                break       # RLOO only where nothing else is allowed
-            cost = elements(site, candidate)
+        priced: list = []   # (score function?, elements, candidate), in rank order
+        for candidate in auto.candidates(site.dist):
+            cost = None if candidate in refused else elements(site, candidate)
             if cost is None:
                 continue
-            priced.append((cost, candidate))
+            priced.append((candidate.kind == "REINFORCE", cost, candidate))
             if cost <= cheap_enough:   # the first cheap one is taken
                 priced = priced[-1:]
                 break
         if priced:
-            chosen[site.addr] = min(priced, key=lambda c: c[0])[1]
+            chosen[site.addr] = min(priced, key=lambda c: c[:2])[2]
     return tuple(chosen.items())
 
 
