@@ -63,8 +63,7 @@ from genvi.replays.values import Coupled, Local, Perturbed
 __all__ = ["AfterSite", "AtLocation", "Coupled", "ELEMENTWISE", "EveryStep", "Exact",
            "Fallback", "Local", "Perturbed", "RULES", "Replay", "Replays", "ScanReplays",
            "Total", "draw", "elementwise", "lanes_couple", "replay_values", "replays_total",
-           "same_site",
-           "split_keys", "total_at_site", "whole_objective_replays"]
+           "same_site", "split_keys", "total_at_site", "whole_objective_replays"]
 
 def whole_objective_replays() -> contextlib.AbstractContextManager:
     """Inside this block, objectives *traced* here replay the whole objective per lane
@@ -181,9 +180,8 @@ def lanes_couple(replay: Replay, after: AfterSite | None, x: Any) -> bool:
     objective: the rest carries an array per lane (more than a number: the lanes meet
     before the rest is reduced to one) through more elements than one evaluation of it
     writes (a decoder reading every lane of a latent vector), or cannot be evaluated
-    lane by lane at all. A strategy with a whole-site form (one
-    replay with every lane changed, as DisARM's and RELAX's papers write them) takes
-    it there. False for a single lane, and where `after` is None (a site in a scan
+    lane by lane at all. A strategy with a whole-site form (one replay with every lane
+    changed, as DisARM's and RELAX's papers write them) takes it there. False for a single lane, and where `after` is None (a site in a scan
     or cond body, whose replays are evaluated after the scan). Traces the rest under
     `jax.eval_shape`: nothing of it is left in the estimator.
 
