@@ -48,7 +48,7 @@ from genvi.adev.expectation import Expectation
 from genvi.adev.auto import Tuned
 from genvi.training.tune import Tuning, auto_sites, run_now, starting_choices, tuning_steps
 
-ESTIMATES = 64  # per round of a candidate's measurement (two rounds)
+ESTIMATES = 64  # a candidate's measurement: up to twice this many (`tune._run`)
 # While the worker traces (Python, holding the interpreter's lock), the training thread
 # waits for the lock at every dispatch of a chunk; Python's default 5 ms between thread
 # switches made a mixture's 10-ms chunks take 40-120 ms. Restored when the fit ends.

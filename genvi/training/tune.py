@@ -8,8 +8,11 @@ candidate, so a site compiles once rather than once per candidate: compiling is 
 what measuring costs), whose estimates run in one loop (`lax.scan` over keys, no
 dispatch between estimates, as in a fit's compiled chunk): the loop's gradient
 variance, summed over every entry of every leaf (a running Welford update, so memory
-stays at one gradient), and its time per estimate (warm, the faster of two runs, the
-candidates interleaved). A candidate the objective refuses, or whose estimates are not
+stays at one gradient), and its time per estimate (warm, its fastest batch). The
+estimates come in batches, run as a race (`_run`): a batch of every candidate, then
+more batches, interleaved, of those whose variance × time is within twice the best's,
+so that a candidate far behind costs one batch rather than four. A candidate the
+objective refuses, or whose estimates are not
 finite, is ruled out with its reason. Sites are tuned one after another, each with the
 sites before it at their choices and the ones after it at their untuned choices (one
 pass of coordinate descent). The choice depends on timings, so two machines may choose
@@ -173,7 +176,8 @@ def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
          estimates: int = 64, step: int = 0, compiled: dict | None = None) -> Tuning:
     """Choose a strategy at each `gv.AUTO` site of `objective(params, *data)` by
     measured gradient variance (in `params`) × time per estimate (see the module
-    docstring), from 2 × `estimates` estimates per candidate. `compiled`, a dict kept
+    docstring), from up to 2 × `estimates` estimates per candidate (`estimates` / 2
+    for one that falls out of the race in its first batch). `compiled`, a dict kept
     across calls, holds each choice's objective so that measuring again (a fit's
     retuning) compiles nothing anew.
 
@@ -279,6 +283,20 @@ def starting_choices(objective: Expectation, args: tuple, key: jax.Array,
     return tuple(chosen.items())
 
 
+# The measurement's estimates per candidate come in batches of half `estimates`: a first
+# batch of every candidate, then up to `BATCHES` - 1 more of those still racing, the
+# ones whose first batch's variance × time is within `RACE_MARGIN` of the best. A batch
+# of 32 estimates measures a variance to about a quarter (a sample variance of n draws
+# spreads about sqrt(2 / n) of the truth), so a candidate twice as costly as the best
+# is out of the race, and the racing ones' further batches decide among them.
+BATCHES = 4
+RACE_MARGIN = 2.0
+
+
+def _batch(estimates: int) -> int:
+    return max(2, estimates // 2)
+
+
 def _candidate(objective: Expectation, choices: dict, compiled: dict) -> Expectation:
     """`objective` at `choices`, one object per set of choices (kept in `compiled`:
     its jitted estimator keeps its trace)."""
@@ -302,7 +320,7 @@ def run_now(steps: Generator[Callable[[], Any], Any, Tuning]) -> Tuning:
 class _Prepared(NamedTuple):
     """A site made ready to measure: the candidates refused (Measured rows), those
     allowed ((candidate, objective) pairs), their measuring program, compiled (None
-    when none is allowed) and its keys (a warm-up's and two rounds')."""
+    when none is allowed) and its keys (a warm-up's batch and `BATCHES` more)."""
 
     refused: dict
     allowed: list
@@ -319,7 +337,8 @@ def _prepare_site(objective: Expectation, site: auto.AutoSite, chosen: dict, arg
     refused = dict(site.refused)
     results: dict = {}
     allowed = []
-    keys = jax.random.split(key, 3 * estimates).reshape(3, estimates)
+    batch = _batch(estimates)
+    keys = jax.random.split(key, (1 + BATCHES) * batch).reshape(1 + BATCHES, batch)
     for candidate in auto.candidates(site.dist):
         if candidate in refused:
             results[candidate] = Measured(site.name, candidate, refused=refused[candidate])
@@ -350,12 +369,12 @@ def _measure_site(site: auto.AutoSite, prepared: _Prepared, args: tuple,
     allowed ones measured by the prepared program."""
     results = dict(prepared.refused)
     if prepared.allowed:
-        timed = _run(prepared.program, len(prepared.allowed), args, prepared.keys, estimates)
-        for (candidate, _), (variance, seconds) in zip(prepared.allowed, timed):
+        timed = _run(prepared.program, len(prepared.allowed), args, prepared.keys)
+        for (candidate, _), (variance, seconds, taken) in zip(prepared.allowed, timed):
             results[candidate] = (
-                Measured(site.name, candidate, variance, seconds, 2 * estimates)
+                Measured(site.name, candidate, variance, seconds, taken)
                 if math.isfinite(variance) else
-                Measured(site.name, candidate, estimates=2 * estimates,
+                Measured(site.name, candidate, estimates=taken,
                          refused="its gradient estimates are not finite here"))
     return [results[c] for c in auto.candidates(site.dist)]
 
@@ -383,20 +402,36 @@ def _variance_program(tuned: list[Expectation]) -> Any:
     return jax.jit(run)
 
 
-def _run(program: Any, candidates: int, args: tuple, keys: jax.Array,
-         estimates: int) -> list[tuple[float, float]]:
-    """(variance, seconds per estimate) of each candidate of `program`: a
-    warm-up, then two rounds of `estimates` estimates, the candidates interleaved
-    within each round (the variance: their mean; the time: the faster round's)."""
+def _run(program: Any, candidates: int, args: tuple,
+         keys: jax.Array) -> list[tuple[float, float, int]]:
+    """(variance, seconds per estimate, estimates taken) of each candidate of
+    `program`, as a race: a warm-up batch, then a batch of each candidate; those whose
+    variance × time is within `RACE_MARGIN` of the best so far take the remaining
+    batches, interleaved (the variance: the mean of its batches'; the time: its
+    fastest batch's), while the others keep their first batch's numbers. A race of one
+    ends after the first batch: there is nothing left to choose."""
+    batch = keys.shape[1]
     jax.block_until_ready(program(0, keys[0], args))
-    variances = [[] for _ in range(candidates)]
-    times = [[] for _ in range(candidates)]
-    for k in keys[1:]:
-        for i in range(candidates):
-            t0 = time.perf_counter()
-            variances[i].append(float(jax.block_until_ready(program(i, k, args))))
-            times[i].append(time.perf_counter() - t0)
-    return [(float(np.mean(v)), min(t) / estimates) for v, t in zip(variances, times)]
+    variances: list[list[float]] = [[] for _ in range(candidates)]
+    times: list[list[float]] = [[] for _ in range(candidates)]
+
+    def one_batch(i: int, k: jax.Array) -> None:
+        t0 = time.perf_counter()
+        variances[i].append(float(jax.block_until_ready(program(i, k, args))))
+        times[i].append(time.perf_counter() - t0)
+
+    for i in range(candidates):
+        one_batch(i, keys[1])
+    work = [v[0] * t[0] if math.isfinite(v[0]) else math.inf
+            for v, t in zip(variances, times)]
+    best = min(work)
+    racing = [i for i, w in enumerate(work) if math.isfinite(w) and w <= RACE_MARGIN * best]
+    if len(racing) > 1:
+        for k in keys[2:]:
+            for i in racing:
+                one_batch(i, k)
+    return [(float(np.mean(v)), min(t) / batch, batch * len(v))
+            for v, t in zip(variances, times)]
 
 
 def has_auto_sites(objective: Expectation, args: tuple) -> bool:

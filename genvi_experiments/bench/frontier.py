@@ -168,29 +168,39 @@ def trajectories(model: FrontierModel, strategies: dict, budget: float, train: j
     `batch`. Every start compiles its own objective: the persistent compilation cache
     is turned off (it keeps only compiles over a second, so it would load a fixed
     strategy's training step from an earlier run while AUTO's shorter candidate
-    compiles ran again)."""
+    compiles ran again). The runs are interleaved, each start's strategies in an order
+    rotated by one from the last start's, so that a machine whose speed drifts over the
+    minutes (a shared one's does, by a third) slows every strategy alike; an untimed
+    chunk of training first sets up what every run shares (JAX's own programs, the
+    data's first batches)."""
     jax.config.update("jax_enable_compilation_cache", False)
     optimizer = optax.adam(model.lr)
-    out = {}
-    for label, strategy in strategies.items():
-        out[label] = []
-        for seed in range(seeds):
-            points: list = []
-            gc.collect()   # each start from a clean heap: the earlier starts' traces freed
-            begin = time.perf_counter()
+    labels = list(strategies)
 
-            def note(step, params, history, points=points, begin=begin):
-                elapsed = time.perf_counter() - begin
-                points.append((elapsed, float(np.mean(history["objective"][-chunk:]))))
-                if elapsed > budget:
-                    raise _OutOfTime
-            try:
-                gv.fit(model.objective(strategy), model.init(jax.random.key(10 + seed)), train,
-                       optimizer=optimizer, steps=10 ** 7, key=jax.random.key(100 + seed),
-                       batch_size=batch, chunk_size=chunk, callbacks=[note], progress=False)
-            except (_OutOfTime, gv.NonFiniteError):
-                pass
-            out[label].append(points)
+    def run(label: str, seed: int, limit: float | None) -> list:
+        points: list = []
+        gc.collect()   # each start from a clean heap: the earlier starts' traces freed
+        begin = time.perf_counter()
+
+        def note(step, params, history):
+            elapsed = time.perf_counter() - begin
+            points.append((elapsed, float(np.mean(history["objective"][-chunk:]))))
+            if limit is not None and elapsed > limit:
+                raise _OutOfTime
+        try:
+            gv.fit(model.objective(strategies[label]), model.init(jax.random.key(10 + seed)),
+                   train, optimizer=optimizer, steps=10 ** 7 if limit else chunk,
+                   key=jax.random.key(100 + seed), batch_size=batch, chunk_size=chunk,
+                   callbacks=[note], progress=False)
+        except (_OutOfTime, gv.NonFiniteError):
+            pass
+        return points
+
+    run(labels[0], seeds, None)
+    out: dict = {label: [] for label in labels}
+    for seed in range(seeds):
+        for label in labels[seed % len(labels):] + labels[:seed % len(labels)]:
+            out[label].append(run(label, seed, budget))
     return out
 
 
@@ -229,13 +239,17 @@ def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv
     note = (f"Training objective (mean of the last 200 steps' estimates, minibatches of "
             f"{batch}) from {len(next(iter(runs.values())))} starts, each for {budget:g} s "
             f"of wall-clock time, compiling (no persistent compilation cache) and AUTO's "
-            f"measurements included. Target: "
+            f"measurements included; the starts interleaved (each start runs every "
+            f"strategy, in an order rotated by one from the last start's), after an untimed "
+            f"chunk of training. Target: "
             f"{target:.2f}, what the strategy with the best final value reached at a quarter "
             f"of its run ({best} is the fastest to it); – : not reached, and a ratio "
             "\"> r\" for a strategy that did not reach it: the run's length over the other's "
             "time. AUTO trains with its starting choice (the untuned one, or where that "
             "step is costly by the cost model the first cheap candidate in rank order) "
-            "while its candidates compile and are measured, then with its choice.")
+            "while its candidates compile and are measured (a batch of estimates each, "
+            "more for those within twice the best's variance × time), then with its "
+            "choice.")
     record(on_platform(name), command(bench, argv), columns, rows, note=note)
 
 
