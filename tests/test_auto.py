@@ -19,7 +19,7 @@ import pytest
 import genvi as gv
 from estimates import within
 from genvi.adev.auto import candidates
-from genvi.training.tune import starting_choices
+from genvi.training.tune import _run, starting_choices
 from programs import model
 
 KEY = jax.random.key(0)
@@ -227,3 +227,32 @@ def test_a_fit_starts_with_a_cheap_step_while_it_measures():
         n = gv.sample(Counts()(rate, grad=gv.AUTO), name="n")
         return jnp.sum(jnp.tanh((n * 1.0) @ w))
     assert starting_choices(counted, (jnp.full(32, 3.0),), KEY, {}) == ((("n",), gv.RLOO(2)),)
+
+
+def _timed_program(seconds, variances):
+    """A stand-in for a site's measuring program: candidate i's batch takes
+    `seconds[i]` and measures `variances[i]`."""
+    import time
+
+    def program(i, keys, args):
+        time.sleep(seconds[i])
+        return variances[i]
+    return program
+
+
+def test_the_measurement_races_the_candidates():
+    keys = jnp.zeros((5, 4))   # a warm-up batch and four of 4 estimates
+    # candidate 1's variance × time is 10 times the best's: one batch, then out; the
+    # second-best, within twice, races on with the best
+    slow = _timed_program([0.02, 0.02, 0.02], [1.0, 10.0, 1.5])
+    taken = [n for _, _, n in _run(slow, 3, (), keys)]
+    assert taken == [16, 4, 16]
+    # a first round quicker than RACE_FROM: its times rank nothing, every candidate races
+    quick = _timed_program([0.0, 0.0, 0.0], [1.0, 10.0, 1.5])
+    assert [n for _, _, n in _run(quick, 3, (), keys)] == [16, 16, 16]
+    # alone in the race after the first batch: nothing is left to choose
+    lone = _timed_program([0.03, 0.03], [1.0, 10.0])
+    assert [n for _, _, n in _run(lone, 2, (), keys)] == [4, 4]
+    # a candidate whose first batch is not finite leaves at once
+    broken = _timed_program([0.0, 0.0], [math.nan, 1.0])
+    assert [n for _, _, n in _run(broken, 2, (), keys)] == [4, 4]

@@ -289,8 +289,12 @@ def starting_choices(objective: Expectation, args: tuple, key: jax.Array,
 # of 32 estimates measures a variance to about a quarter (a sample variance of n draws
 # spreads about sqrt(2 / n) of the truth), so a candidate twice as costly as the best
 # is out of the race, and the racing ones' further batches decide among them.
+# Where the first round takes less than `RACE_FROM` seconds (a scalar site's batch takes
+# tens of microseconds, mostly the dispatch), its times cannot rank the candidates and
+# measuring all of them costs little: every candidate runs every batch.
 BATCHES = 4
 RACE_MARGIN = 2.0
+RACE_FROM = 0.05
 
 
 def _batch(estimates: int) -> int:
@@ -408,8 +412,10 @@ def _run(program: Any, candidates: int, args: tuple,
     `program`, as a race: a warm-up batch, then a batch of each candidate; those whose
     variance × time is within `RACE_MARGIN` of the best so far take the remaining
     batches, interleaved (the variance: the mean of its batches'; the time: its
-    fastest batch's), while the others keep their first batch's numbers. A race of one
-    ends after the first batch: there is nothing left to choose."""
+    fastest batch's), while the others keep their first batch's numbers. Where the
+    first round took less than `RACE_FROM` seconds, every candidate with finite
+    estimates races on. A race of one ends after the first batch: there is nothing
+    left to choose."""
     batch = keys.shape[1]
     jax.block_until_ready(program(0, keys[0], args))
     variances: list[list[float]] = [[] for _ in range(candidates)]
@@ -425,7 +431,11 @@ def _run(program: Any, candidates: int, args: tuple,
     work = [v[0] * t[0] if math.isfinite(v[0]) else math.inf
             for v, t in zip(variances, times)]
     best = min(work)
-    racing = [i for i, w in enumerate(work) if math.isfinite(w) and w <= RACE_MARGIN * best]
+    # where the first round was quick, its times are mostly dispatch and the timer's
+    # noise, and more batches of every candidate cost next to nothing: all race on
+    quick = sum(t[0] for t in times) < RACE_FROM
+    racing = [i for i, w in enumerate(work)
+              if math.isfinite(w) and (quick or w <= RACE_MARGIN * best)]
     if len(racing) > 1:
         for k in keys[2:]:
             for i in racing:
