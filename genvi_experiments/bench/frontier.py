@@ -237,7 +237,7 @@ def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv
              _ratio(median[a], auto, budget), ", ".join(_seconds(t) for t in reach[a])]
             for a in runs]
     note = (f"Training objective (mean of the last 200 steps' estimates, minibatches of "
-            f"{batch}) from {len(next(iter(runs.values())))} starts, each for {budget:g} s "
+            f"{batch}) from {_starts(len(next(iter(runs.values()))))}, each for {budget:g} s "
             f"of wall-clock time, compiling (no persistent compilation cache) and AUTO's "
             f"measurements included; the starts interleaved (each start runs every "
             f"strategy, in an order rotated by one from the last start's), after an untimed "
@@ -258,6 +258,10 @@ def _ratio(t: float, other: float, budget: float) -> str:
     if not math.isfinite(other):
         return "–"
     return f"{t / other:.2f}" if math.isfinite(t) else f"> {budget / other:.1f}"
+
+
+def _starts(n: int) -> str:
+    return f"{n} start" + ("" if n == 1 else "s")
 
 
 def _seconds(t: float) -> str:
