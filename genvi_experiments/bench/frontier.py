@@ -225,7 +225,7 @@ def _value_at(points: list, seconds: float) -> float:
 
 
 def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv,
-                          batch: int) -> None:
+                          batch: int, chunk: int = 200) -> None:
     """Record the seconds to the target of `runs` (from `trajectories`) as table `name`."""
     target, reach = time_to_target(runs)
     median = {a: float(np.median(reach[a])) for a in reach}
@@ -236,7 +236,7 @@ def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv
     rows = [[a, _seconds(median[a]), _ratio(median[a], median[best], budget),
              _ratio(median[a], auto, budget), ", ".join(_seconds(t) for t in reach[a])]
             for a in runs]
-    note = (f"Training objective (mean of the last 200 steps' estimates, minibatches of "
+    note = (f"Training objective (mean of the last {chunk} steps' estimates, minibatches of "
             f"{batch}) from {_starts(len(next(iter(runs.values()))))}, each for {budget:g} s "
             f"of wall-clock time, compiling (no persistent compilation cache) and AUTO's "
             f"measurements included; the starts interleaved (each start runs every "
