@@ -216,7 +216,7 @@ def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates:
                          "RLOO with the number of samples measured")
         prepared = yield functools.partial(_prepare_site, objective, site, dict(chosen), args,
                                            keys[i], estimates, compiled)
-        results = _measure_site(site, prepared, args, estimates)
+        results = _measure_site(site, prepared, args)
         usable = [m for m in results if m.refused is None]
         if usable:
             chosen[site.addr] = min(usable, key=lambda m: m.work).strategy
@@ -367,8 +367,7 @@ def _prepare_site(objective: Expectation, site: auto.AutoSite, chosen: dict, arg
     return _Prepared(results, allowed, program, keys)
 
 
-def _measure_site(site: auto.AutoSite, prepared: _Prepared, args: tuple,
-                  estimates: int) -> list[Measured]:
+def _measure_site(site: auto.AutoSite, prepared: _Prepared, args: tuple) -> list[Measured]:
     """Every candidate at `site`, in rank order: the refused ones as prepared, the
     allowed ones measured by the prepared program."""
     results = dict(prepared.refused)
