@@ -10,7 +10,7 @@ relaxed presences that the AIR guide does not have; it is measured on the VAEs a
 mixture instead (`discrete_vae`, `frontier_gmm`).
 
     python -m genvi_experiments.bench.frontier_air [--batch 8] [--samples 300] [--record]
-    python -m genvi_experiments.bench.frontier_air --time-to-target 90 --seeds 2 [--record]
+    python -m genvi_experiments.bench.frontier_air --time-to-target 60 --seeds 2 [--record]
 
 With `--time-to-target S`, each strategy trains AIR (its learning rate, minibatches of
 `--batch` of 2,000 generated canvases) for S wall-clock seconds from each start
