@@ -7,9 +7,10 @@ that step and the chosen objective's from it; `tune_in_background=False`
 measures first and repeats exactly; a fit that ends or fails leaves no thread
 running."""
 
+import os
 import sys
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +19,7 @@ import optax
 import pytest
 
 import genvi as gv
-from genvi.training.fit_tuning import FitTuning
+from genvi.training.fit_tuning import FitTuning, _yield_to_training
 
 KEY = jax.random.key(3)
 DATA = jax.random.normal(jax.random.key(1), (64, 2))
@@ -137,3 +138,15 @@ def test_a_retuning_due_while_one_is_under_way_finishes_it_first():
     assert [t.applied is not None and t.applied <= t.step + CHUNK
             for t in result.tunings[:-1]] == [True, True]
     assert not tune_threads()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's priority: Linux")
+def test_the_worker_yields_to_the_training():
+    def priority():
+        _yield_to_training()
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    here = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    with ThreadPoolExecutor(1) as worker:
+        assert worker.submit(priority).result() == 19
+    # the training thread's own priority is untouched
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == here < 19
