@@ -181,8 +181,9 @@ def lanes_couple(replay: Replay, after: AfterSite | None, x: Any) -> bool:
     before the rest is reduced to one) through more elements than one evaluation of it
     writes (a decoder reading every lane of a latent vector), or cannot be evaluated
     lane by lane at all. A strategy with a whole-site form (one replay with every lane
-    changed, as DisARM's and RELAX's papers write them) takes it there. False for a single lane, and where `after` is None (a site in a scan
-    or cond body, whose replays are evaluated after the scan). Traces the rest under
+    changed, as DisARM's and RELAX's papers write them) takes it there. False for a
+    single lane, and where `after` is None (a site in a scan or cond body, whose
+    replays are evaluated after the scan). Traces the rest under
     `jax.eval_shape`: nothing of it is left in the estimator.
 
     Example:
