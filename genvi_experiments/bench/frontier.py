@@ -225,8 +225,9 @@ def _value_at(points: list, seconds: float) -> float:
 
 
 def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv,
-                          batch: int, chunk: int = 200) -> None:
-    """Record the seconds to the target of `runs` (from `trajectories`) as table `name`."""
+                          batch: int, chunk: int = 200, lr: float | None = None) -> None:
+    """Record the seconds to the target of `runs` (from `trajectories`) as table `name`;
+    `lr`, where given, is named in the note."""
     target, reach = time_to_target(runs)
     median = {a: float(np.median(reach[a])) for a in reach}
     best = min((a for a in median if a != "AUTO"), key=median.get)
@@ -237,7 +238,7 @@ def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv
              _ratio(median[a], auto, budget), ", ".join(_seconds(t) for t in reach[a])]
             for a in runs]
     note = (f"Training objective (mean of the last {chunk} steps' estimates, minibatches of "
-            f"{batch}) from {_starts(len(next(iter(runs.values()))))}, each for {budget:g} s "
+            f"{batch}{'' if lr is None else f', Adam {lr:g}'}) from {_starts(len(next(iter(runs.values()))))}, each for {budget:g} s "
             f"of wall-clock time, compiling (no persistent compilation cache) and AUTO's "
             f"measurements included; the starts interleaved (each start runs every "
             f"strategy, in an order rotated by one from the last start's), after an untimed "
