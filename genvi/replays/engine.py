@@ -183,8 +183,8 @@ def lanes_couple(replay: Replay, after: AfterSite | None, x: Any) -> bool:
     lane by lane at all. A strategy with a whole-site form (one replay with every lane
     changed, as DisARM's and RELAX's papers write them) takes it there. False for a
     single lane, and where `after` is None (a site in a scan or cond body, whose
-    replays are evaluated after the scan). Traces the rest under
-    `jax.eval_shape`: nothing of it is left in the estimator.
+    replays are evaluated after the scan). Traces the rest under `jax.eval_shape`:
+    nothing of it is left in the estimator.
 
     Example:
         >>> import jax, jax.numpy as jnp

@@ -11,9 +11,9 @@ rank order whose step is. The untuned choice can replay the rest of the objectiv
 per lane of a latent vector (ENUM on a VAE's code: 7 times the score function's
 elements, and 1.55 times a two-evaluation estimator's step time), and that pace would
 last the whole measurement. Looking further traces candidates before training starts,
-so it is done only where that pays. It hands every compile to a worker thread, at the lowest priority (XLA compiles
-without holding Python's lock, so training goes on), and at each chunk boundary takes
-what has finished. The timing runs there, on the training thread with nothing else
+so it is done only where that pays. It hands every compile to a worker thread, at the
+lowest priority (XLA compiles without holding Python's lock, so training goes on), and
+at each chunk boundary takes what has finished. The timing runs there, on the training thread with nothing else
 running, at the parameters and batch of the step the tuning was due at; once the choice
 is known, the worker compiles that choice's chunk (nothing, when training already has
 it) and training switches to it at the next boundary. Each `Tuning` records the step it

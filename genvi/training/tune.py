@@ -59,8 +59,8 @@ from genvi.core.tracing import shapes_key
 @dataclass(frozen=True)
 class Measured:
     """One candidate at one site: its gradient variance (summed over entries), the
-    seconds per estimate (its fastest batch's), their product, the estimates taken, and why it
-    was ruled out (None: it was not)."""
+    seconds per estimate (its fastest batch's), their product, the estimates taken, and
+    why it was ruled out (None: it was not)."""
 
     site: str
     strategy: Any

@@ -237,9 +237,10 @@ def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv
     rows = [[a, _seconds(median[a]), _ratio(median[a], median[best], budget),
              _ratio(median[a], auto, budget), ", ".join(_seconds(t) for t in reach[a])]
             for a in runs]
+    optimizer = "" if lr is None else f", Adam {lr:g}"
     note = (f"Training objective (mean of the last {chunk} steps' estimates, minibatches of "
-            f"{batch}{'' if lr is None else f', Adam {lr:g}'}) from {_starts(len(next(iter(runs.values()))))}, each for {budget:g} s "
-            f"of wall-clock time, compiling (no persistent compilation cache) and AUTO's "
+            f"{batch}{optimizer}) from {_starts(len(next(iter(runs.values()))))}, each for "
+            f"{budget:g} s of wall-clock time, compiling (no persistent compilation cache) and AUTO's "
             f"measurements included; the starts interleaved (each start runs every "
             f"strategy, in an order rotated by one from the last start's), after an untimed "
             f"chunk of training. Target: "

@@ -29,6 +29,7 @@ target within 1.2 times the best's time).
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import jax
 
@@ -53,9 +54,8 @@ class AIRPresence:
     strategies = STRATEGIES
     leaves = ("guide",)
 
-    def __init__(self, cfg: AIRConfig, lr: float | None = None):
-        self.cfg, self.nets = cfg, AIRNets(cfg)
-        self.lr = cfg.lr if lr is None else lr
+    def __init__(self, cfg: AIRConfig):
+        self.cfg, self.nets, self.lr = cfg, AIRNets(cfg), cfg.lr
 
     def init(self, key: jax.Array) -> dict:
         return self.nets.init(key)
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:
         chosen = STRATEGIES if args.strategies is None else \
             {a: STRATEGIES[a] for a in args.strategies}
         train = jax.numpy.asarray(make_canvases(train=args.canvases, test=1).train)
-        runs = trajectories(AIRPresence(cfg, args.lr), chosen, args.time_to_target, train,
+        runs = trajectories(AIRPresence(replace(cfg, lr=args.lr)), chosen, args.time_to_target, train,
                             args.seeds, args.train_batch, chunk=50)
         target, reach = time_to_target(runs)
         print(f"# AIR z_pres: target {target:.2f}; seconds to it: {reach}")
