@@ -256,3 +256,7 @@ def test_the_measurement_races_the_candidates():
     # a candidate whose first batch is not finite leaves at once
     broken = _timed_program([0.0, 0.0], [math.nan, 1.0])
     assert [n for _, _, n in _run(broken, 2, (), keys)] == [4, 4]
+    # a budget for the rounds after the first: a round of the two racers (0.04 s at
+    # their first-round times) fits in 0.05 s, a second would not; none fits in 0
+    assert [n for _, _, n in _run(slow, 3, (), keys, 0.05)] == [8, 4, 8]
+    assert [n for _, _, n in _run(slow, 3, (), keys, 0.0)] == [4, 4, 4]

@@ -19,6 +19,7 @@ import optax
 import pytest
 
 import genvi as gv
+from genvi.training import fit_tuning
 from genvi.training.fit_tuning import FitTuning, _yield_to_training
 
 KEY = jax.random.key(3)
@@ -115,6 +116,18 @@ def test_a_fit_shorter_than_the_measurement_records_it_unapplied():
     assert tuning.choice("z") in (gv.ENUM, gv.RLOO(2), gv.MVD, gv.DisARM, gv.SD)
     assert "trained with" not in str(tuning)
     assert not tune_threads()
+
+
+def test_a_background_measurement_races_within_a_share_of_the_fit(monkeypatch):
+    # with no share of the fit's time to spend, every candidate stops at its first
+    # batch (half of ESTIMATES); measured first (not in the background), they race on
+    monkeypatch.setattr(fit_tuning, "RACE_SHARE", 0.0)
+    (background,) = fit(objective(gv.AUTO), PARAMS, 2 * CHUNK, key=KEY).tunings
+    taken = [m.estimates for m in background.measured if m.refused is None]
+    assert taken and set(taken) == {fit_tuning.ESTIMATES // 2}
+    (first,) = fit(objective(gv.AUTO), PARAMS, 2 * CHUNK, key=KEY,
+                   tune_in_background=False).tunings
+    assert max(m.estimates for m in first.measured) > fit_tuning.ESTIMATES // 2
 
 
 def test_a_failing_fit_leaves_no_thread_running():

@@ -13,8 +13,10 @@ elements, and 1.55 times a two-evaluation estimator's step time), and that pace 
 last the whole measurement. Looking further traces candidates before training starts,
 so it is done only where that pays. It hands every compile to a worker thread, at the
 lowest priority (XLA compiles without holding Python's lock, so training goes on), and
-at each chunk boundary takes what has finished. The timing runs there, on the training thread with nothing else
-running, at the parameters and batch of the step the tuning was due at; once the choice
+at each chunk boundary takes what has finished. The timing runs there, on the training
+thread with nothing else running, at the parameters and batch of the step the tuning was
+due at, its race held to a share of the fit's time so far (`RACE_SHARE`, as training
+waits for it); once the choice
 is known, the worker compiles that choice's chunk (nothing, when training already has
 it) and training switches to it at the next boundary. Each `Tuning` records the step it
 measured (`step`), the step training took its choices from (`applied`; None where the
@@ -42,6 +44,7 @@ import dataclasses
 import os
 import sys
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -52,6 +55,12 @@ from genvi.adev.auto import Tuned
 from genvi.training.tune import Tuning, auto_sites, run_now, starting_choices, tuning_steps
 
 ESTIMATES = 64  # a candidate's measurement: up to twice this many (`tune._run`)
+# The race's rounds after the first (`tune._run`) pause training, so in a background
+# measurement they spend at most this share of the fit's time so far: a measurement
+# early in a fit chooses from its first round, a later one (`retune_every`) races more.
+# On AIR (a 30-ms step, five candidates within 1.13 times of each other's variance ×
+# time) the three further rounds paused training for 16 s of the 131 s to its target.
+RACE_SHARE = 0.05
 # While the worker traces (Python, holding the interpreter's lock), the training thread
 # waits for the lock at every dispatch of a chunk; Python's default 5 ms between thread
 # switches made a mixture's 10-ms chunks take 40-120 ms. Restored when the fit ends.
@@ -84,6 +93,7 @@ class FitTuning:
                         if background else None)
         self._pending: _Pending | None = None
         self._interval: float | None = None   # the interpreter's, while the worker runs
+        self._began = time.perf_counter()
 
     def due(self, step: int) -> bool:
         return bool(self.every) and step % self.every == 0
@@ -99,7 +109,8 @@ class FitTuning:
             if self._worker is not None:   # trained with while the measurement runs
                 self._switch(starting_choices(self.base, args, self.key, self._measured))
         steps = tuning_steps(self.base, args, jax.random.fold_in(self.key, step), ESTIMATES,
-                             step, self._measured)
+                             step, self._measured,
+                             self._race_budget if self._worker is not None else lambda: None)
         if self._worker is None:
             self._adopt(run_now(steps), step)
         else:   # handed to the worker at the next boundary: the training thread traces
@@ -128,6 +139,10 @@ class FitTuning:
             if self._interval is not None:
                 sys.setswitchinterval(self._interval)
                 self._interval = None
+
+    def _race_budget(self) -> float:
+        """Seconds a site's race may spend beyond its first round (`RACE_SHARE`)."""
+        return RACE_SHARE * (time.perf_counter() - self._began)
 
     def _finish(self, step: int | None, apply: bool) -> None:
         while self._pending is not None:

@@ -11,7 +11,9 @@ variance, summed over every entry of every leaf (a running Welford update, so me
 stays at one gradient), and its time per estimate (warm, its fastest batch). The
 estimates come in batches, run as a race (`_run`): a batch of every candidate, then
 more batches, interleaved, of those whose variance × time is within twice the best's,
-so that a candidate far behind costs one batch rather than four. A candidate the
+so that a candidate far behind costs one batch rather than four (in a fit, whose
+training waits for the race, the rounds after the first spend at most a share of the
+fit's time so far: `genvi.training.fit_tuning.RACE_SHARE`). A candidate the
 objective refuses, or whose estimates are not
 finite, is ruled out with its reason. Sites are tuned one after another, each with the
 sites before it at their choices and the ones after it at their untuned choices (one
@@ -196,13 +198,17 @@ def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
 
 
 def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates: int,
-                 step: int, compiled: dict) -> Generator[Callable[[], Any], Any, Tuning]:
+                 step: int, compiled: dict,
+                 race_budget: Callable[[], float | None] = lambda: None,
+                 ) -> Generator[Callable[[], Any], Any, Tuning]:
     """`gv.tune` in steps: a generator that yields each piece of work that compiles (a
     site's candidates traced and its measuring program compiled), is sent that work's
     result back, measures with it, and returns the `Tuning`. `run_now` does the work
     in place; a fit hands it to a thread of its own and trains meanwhile
     (`genvi.training.fit_tuning`), while the measuring itself, which times the
-    candidates, runs between its chunks."""
+    candidates, runs between its chunks. `race_budget()`, asked as each site's
+    measurement starts, is the seconds its race may spend beyond the first round
+    (None: no limit; `_run`)."""
     sites = auto_sites(objective, args)
     if not sites:
         raise ValueError("gv.tune: the objective has no site with grad=gv.AUTO to tune")
@@ -216,7 +222,7 @@ def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates:
                          "RLOO with the number of samples measured")
         prepared = yield functools.partial(_prepare_site, objective, site, dict(chosen), args,
                                            keys[i], estimates, compiled)
-        results = _measure_site(site, prepared, args)
+        results = _measure_site(site, prepared, args, race_budget())
         usable = [m for m in results if m.refused is None]
         if usable:
             chosen[site.addr] = min(usable, key=lambda m: m.work).strategy
@@ -367,12 +373,14 @@ def _prepare_site(objective: Expectation, site: auto.AutoSite, chosen: dict, arg
     return _Prepared(results, allowed, program, keys)
 
 
-def _measure_site(site: auto.AutoSite, prepared: _Prepared, args: tuple) -> list[Measured]:
+def _measure_site(site: auto.AutoSite, prepared: _Prepared, args: tuple,
+                  budget: float | None = None) -> list[Measured]:
     """Every candidate at `site`, in rank order: the refused ones as prepared, the
-    allowed ones measured by the prepared program."""
+    allowed ones measured by the prepared program (racing for at most `budget` seconds
+    beyond the first round)."""
     results = dict(prepared.refused)
     if prepared.allowed:
-        timed = _run(prepared.program, len(prepared.allowed), args, prepared.keys)
+        timed = _run(prepared.program, len(prepared.allowed), args, prepared.keys, budget)
         for (candidate, _), (variance, seconds, taken) in zip(prepared.allowed, timed):
             results[candidate] = (
                 Measured(site.name, candidate, variance, seconds, taken)
@@ -405,8 +413,8 @@ def _variance_program(tuned: list[Expectation]) -> Any:
     return jax.jit(run)
 
 
-def _run(program: Any, candidates: int, args: tuple,
-         keys: jax.Array) -> list[tuple[float, float, int]]:
+def _run(program: Any, candidates: int, args: tuple, keys: jax.Array,
+         budget: float | None = None) -> list[tuple[float, float, int]]:
     """(variance, seconds per estimate, estimates taken) of each candidate of
     `program`, as a race: a warm-up batch, then a batch of each candidate; those whose
     variance × time is within `RACE_MARGIN` of the best so far take the remaining
@@ -414,7 +422,9 @@ def _run(program: Any, candidates: int, args: tuple,
     fastest batch's), while the others keep their first batch's numbers. Where the
     first round took less than `RACE_FROM` seconds, every candidate with finite
     estimates races on. A race of one ends after the first batch: there is nothing
-    left to choose."""
+    left to choose. A further round is run only where, at its racers' first-round
+    times, it keeps the race's further rounds within `budget` seconds (None: no
+    limit)."""
     batch = keys.shape[1]
     jax.block_until_ready(program(0, keys[0], args))
     variances: list[list[float]] = [[] for _ in range(candidates)]
@@ -436,9 +446,14 @@ def _run(program: Any, candidates: int, args: tuple,
     racing = [i for i, w in enumerate(work)
               if math.isfinite(w) and (quick or w <= RACE_MARGIN * best)]
     if len(racing) > 1:
+        spent, round_cost = 0.0, sum(times[i][0] for i in racing)
         for k in keys[2:]:
+            if budget is not None and spent + round_cost > budget:
+                break
+            began = time.perf_counter()
             for i in racing:
                 one_batch(i, k)
+            spent += time.perf_counter() - began
     return [(float(np.mean(v)), min(t) / batch, batch * len(v))
             for v, t in zip(variances, times)]
 
