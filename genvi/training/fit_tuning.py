@@ -16,13 +16,12 @@ lowest priority (XLA compiles without holding Python's lock, so training goes on
 at each chunk boundary takes what has finished. The timing runs there, on the training
 thread with nothing else running, at the parameters and batch of the step the tuning was
 due at, its race held to a share of the fit's time so far (`RACE_SHARE`, as training
-waits for it); once the choice
-is known, the worker compiles that choice's chunk (nothing, when training already has
-it) and training switches to it at the next boundary. Each `Tuning` records the step it
-measured (`step`), the step training took its choices from (`applied`; None where the
-fit ended first) and the choices it trained with before (`before`). That step depends on
-how fast the machine compiles, as the choice depends on its timings: a run that must
-repeat exactly passes `tune_in_background=False` (measure, then train) or fits
+waits for it); once the choice is known, the worker compiles that choice's chunk
+(nothing, when training already has it) and training switches to it at the next
+boundary. Each `Tuning` records the step it measured (`step`), the step training took
+its choices from (`applied`; None where the fit ended first) and the choices it trained
+with before (`before`). That step depends on how fast the machine compiles, as the
+choice depends on its timings: a run that must repeat exactly passes `tune_in_background=False` (measure, then train) or fits
 `gv.tune(...).apply(objective)`.
 
 Example:
@@ -109,8 +108,7 @@ class FitTuning:
             if self._worker is not None:   # trained with while the measurement runs
                 self._switch(starting_choices(self.base, args, self.key, self._measured))
         steps = tuning_steps(self.base, args, jax.random.fold_in(self.key, step), ESTIMATES,
-                             step, self._measured,
-                             self._race_budget if self._worker is not None else lambda: None)
+                             step, self._measured, self._race_budget)
         if self._worker is None:
             self._adopt(run_now(steps), step)
         else:   # handed to the worker at the next boundary: the training thread traces
@@ -140,8 +138,11 @@ class FitTuning:
                 sys.setswitchinterval(self._interval)
                 self._interval = None
 
-    def _race_budget(self) -> float:
-        """Seconds a site's race may spend beyond its first round (`RACE_SHARE`)."""
+    def _race_budget(self) -> float | None:
+        """Seconds a site's race may spend beyond its first round (`RACE_SHARE`); None
+        (no limit) where the fit measures first and then trains."""
+        if self._worker is None:
+            return None
         return RACE_SHARE * (time.perf_counter() - self._began)
 
     def _finish(self, step: int | None, apply: bool) -> None:

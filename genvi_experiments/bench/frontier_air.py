@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:
         chosen = STRATEGIES if args.strategies is None else \
             {a: STRATEGIES[a] for a in args.strategies}
         train = jax.numpy.asarray(make_canvases(train=args.canvases, test=1).train)
-        runs = trajectories(AIRPresence(replace(cfg, lr=args.lr)), chosen, args.time_to_target, train,
-                            args.seeds, args.train_batch, chunk=50)
+        runs = trajectories(AIRPresence(replace(cfg, lr=args.lr)), chosen,
+                            args.time_to_target, train, args.seeds, args.train_batch, chunk=50)
         target, reach = time_to_target(runs)
         print(f"# AIR z_pres: target {target:.2f}; seconds to it: {reach}")
         if args.record:
