@@ -19,6 +19,7 @@ import pytest
 import genvi as gv
 from estimates import within
 from genvi.adev.auto import candidates
+from genvi.training import tune
 from genvi.training.tune import _run, starting_choices
 from programs import model
 
@@ -230,12 +231,12 @@ def test_a_fit_starts_with_a_cheap_step_while_it_measures():
 
 
 def _timed_program(seconds, variances):
-    """A stand-in for a site's measuring program: candidate i's batch takes
-    `seconds[i]` and measures `variances[i]`."""
+    """A stand-in for a site's measuring program: `count` estimates of candidate i take
+    `seconds[i]` each and measure `variances[i]`."""
     import time
 
-    def program(i, keys, args):
-        time.sleep(seconds[i])
+    def program(i, keys, count, args):
+        time.sleep(seconds[i] * count)
         return variances[i]
     return program
 
@@ -244,19 +245,42 @@ def test_the_measurement_races_the_candidates():
     keys = jnp.zeros((5, 4))   # a warm-up batch and four of 4 estimates
     # candidate 1's variance × time is 10 times the best's: one batch, then out; the
     # second-best, within twice, races on with the best
-    slow = _timed_program([0.02, 0.02, 0.02], [1.0, 10.0, 1.5])
+    slow = _timed_program([0.005, 0.005, 0.005], [1.0, 10.0, 1.5])
     taken = [n for _, _, n in _run(slow, 3, (), keys)]
     assert taken == [16, 4, 16]
     # a first round quicker than RACE_FROM: its times rank nothing, every candidate races
     quick = _timed_program([0.0, 0.0, 0.0], [1.0, 10.0, 1.5])
     assert [n for _, _, n in _run(quick, 3, (), keys)] == [16, 16, 16]
     # alone in the race after the first batch: nothing is left to choose
-    lone = _timed_program([0.03, 0.03], [1.0, 10.0])
+    lone = _timed_program([0.008, 0.008], [1.0, 10.0])
     assert [n for _, _, n in _run(lone, 2, (), keys)] == [4, 4]
     # a candidate whose first batch is not finite leaves at once
     broken = _timed_program([0.0, 0.0], [math.nan, 1.0])
     assert [n for _, _, n in _run(broken, 2, (), keys)] == [4, 4]
-    # a budget for the rounds after the first: a round of the two racers (0.04 s at
-    # their first-round times) fits in 0.05 s, a second would not; none fits in 0
-    assert [n for _, _, n in _run(slow, 3, (), keys, 0.05)] == [8, 4, 8]
-    assert [n for _, _, n in _run(slow, 3, (), keys, 0.0)] == [4, 4, 4]
+
+
+def test_a_budgeted_race_sizes_its_batches_to_fit():
+    keys = jnp.zeros((5, 32))   # a warm-up batch and four of 32 estimates
+    slow = _timed_program([0.002, 0.002, 0.002], [1.0, 10.0, 1.5])
+    # a first round of 32 each (0.19 s) and two further rounds of the two racers
+    # (0.13 s each) fit in 0.5 s; a third would not
+    assert [n for _, _, n in _run(slow, 3, (), keys, 0.5)] == [96, 32, 96]
+    # 0.1 s: batches sized at the warm-up's pace so that the first round fits, and no
+    # further round
+    taken = [n for _, _, n in _run(slow, 3, (), keys, 0.1)]
+    assert len(set(taken)) == 1 and tune.FEWEST < taken[0] < 32
+    # nothing to spend: the fewest estimates, once
+    assert [n for _, _, n in _run(slow, 3, (), keys, 0.0)] == [tune.FEWEST] * 3
+
+
+def test_a_site_keeps_what_training_runs_within_the_margin():
+    site = type("Site", (), {"name": "b"})()
+
+    def row(strategy, work):
+        return tune.Measured("b", strategy, variance=work, seconds=1.0, estimates=32)
+    usable = [row(gv.ENUM, 1.2), row(gv.DisARM, 1.0), row(gv.REINFORCE, 50.0)]
+    assert tune._choose(site, usable, None) == (gv.DisARM, "")
+    choice, note = tune._choose(site, usable, gv.ENUM)   # 1.2 times the best's: kept
+    assert choice == gv.ENUM and "kept gv.ENUM" in note and "1.20 times gv.DisARM" in note
+    assert tune._choose(site, usable, gv.REINFORCE) == (gv.DisARM, "")   # far behind
+    assert tune._choose(site, usable, gv.DisARM) == (gv.DisARM, "")

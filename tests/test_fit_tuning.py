@@ -19,7 +19,7 @@ import optax
 import pytest
 
 import genvi as gv
-from genvi.training import fit_tuning
+from genvi.training import fit_tuning, tune
 from genvi.training.fit_tuning import FitTuning, _yield_to_training
 
 KEY = jax.random.key(3)
@@ -119,12 +119,12 @@ def test_a_fit_shorter_than_the_measurement_records_it_unapplied():
 
 
 def test_a_background_measurement_races_within_a_share_of_the_fit(monkeypatch):
-    # with no share of the fit's time to spend, every candidate stops at its first
-    # batch (half of ESTIMATES); measured first (not in the background), they race on
+    # with no share of the fit's time to spend, every candidate takes one batch of the
+    # fewest estimates; measured first (not in the background), they race on
     monkeypatch.setattr(fit_tuning, "RACE_SHARE", 0.0)
     (background,) = fit(objective(gv.AUTO), PARAMS, 2 * CHUNK, key=KEY).tunings
     taken = [m.estimates for m in background.measured if m.refused is None]
-    assert taken and set(taken) == {fit_tuning.ESTIMATES // 2}
+    assert taken and set(taken) == {tune.FEWEST}
     (first,) = fit(objective(gv.AUTO), PARAMS, 2 * CHUNK, key=KEY,
                    tune_in_background=False).tunings
     assert max(m.estimates for m in first.measured) > fit_tuning.ESTIMATES // 2

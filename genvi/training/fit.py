@@ -109,7 +109,8 @@ def fit(objective: Expectation, params: Any, *data: Any,
       that step is costly by the cost model its first cheap candidate in rank order
       (`Tuning.before`), and training switches to the choice at a chunk
       boundary once it has compiled (`Tuning.applied`, a step that depends on the
-      machine's speed);
+      machine's speed; a site keeps what training runs where that measured within
+      `tune.KEEP_MARGIN` of the best);
       `tune_in_background=False` measures first and then trains, in order
       (`genvi/training/fit_tuning.py`).
     * `chunk_size`: steps per jitted call (the progress bar, callbacks, evaluations

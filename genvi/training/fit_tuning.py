@@ -12,17 +12,20 @@ per lane of a latent vector (ENUM on a VAE's code: 7 times the score function's
 elements, and 1.55 times a two-evaluation estimator's step time), and that pace would
 last the whole measurement. Looking further traces candidates before training starts,
 so it is done only where that pays. It hands every compile to a worker thread, at the
-lowest priority (XLA compiles without holding Python's lock, so training goes on), and
-at each chunk boundary takes what has finished. The timing runs there, on the training
-thread with nothing else running, at the parameters and batch of the step the tuning was
-due at, its race held to a share of the fit's time so far (`RACE_SHARE`, as training
-waits for it); once the choice is known, the worker compiles that choice's chunk
-(nothing, when training already has it) and training switches to it at the next
-boundary. Each `Tuning` records the step it measured (`step`), the step training took
+lowest priority (XLA compiles without holding Python's lock, so training goes on; its
+LLVM code generation runs on XLA's own process-wide threads, at the priority of the
+thread that first compiled, so about half of a compile's work still competes with
+training), and at each chunk boundary takes what has finished. The timing runs there,
+on the training thread with nothing else running, at the parameters and batch of the
+step the tuning was due at, its race held to a share of the fit's time so far
+(`RACE_SHARE`, as training waits for it); once the choice is known, the worker compiles
+that choice's chunk and training switches to it at the next boundary. Nothing compiles
+where training already runs the choice: a site keeps what training runs while that
+measures within `tune.KEEP_MARGIN` of the best. Each `Tuning` records the step it measured (`step`), the step training took
 its choices from (`applied`; None where the fit ended first) and the choices it trained
 with before (`before`). That step depends on how fast the machine compiles, as the
-choice depends on its timings: a run that must repeat exactly passes `tune_in_background=False` (measure, then train) or fits
-`gv.tune(...).apply(objective)`.
+choice depends on its timings: a run that must repeat exactly passes
+`tune_in_background=False` (measure, then train) or fits `gv.tune(...).apply(objective)`.
 
 Example:
     >>> import genvi as gv, jax, optax
@@ -54,11 +57,12 @@ from genvi.adev.auto import Tuned
 from genvi.training.tune import Tuning, auto_sites, run_now, starting_choices, tuning_steps
 
 ESTIMATES = 64  # a candidate's measurement: up to twice this many (`tune._run`)
-# The race's rounds after the first (`tune._run`) pause training, so in a background
-# measurement they spend at most this share of the fit's time so far: a measurement
-# early in a fit chooses from its first round, a later one (`retune_every`) races more.
-# On AIR (a 30-ms step, five candidates within 1.13 times of each other's variance ×
-# time) the three further rounds paused training for 16 s of the 131 s to its target.
+# The race (`tune._run`) pauses training, so in a background measurement it spends at
+# most this share of the fit's time so far: its batches sized to fit its first round in
+# that (down to `tune.FEWEST` estimates each), a measurement early in a fit chooses
+# from its first round, a later one (`retune_every`) races more. On AIR (a 33-ms
+# estimate, five candidates within 1.13 times of each other's variance × time) the
+# race paused training for 22 s unbudgeted, 6.4 s with its first round of 32 each.
 RACE_SHARE = 0.05
 # While the worker traces (Python, holding the interpreter's lock), the training thread
 # waits for the lock at every dispatch of a chunk; Python's default 5 ms between thread
@@ -107,8 +111,10 @@ class FitTuning:
             self._objectives[self.choices] = self.base
             if self._worker is not None:   # trained with while the measurement runs
                 self._switch(starting_choices(self.base, args, self.key, self._measured))
+        # what training runs is compiled, unless the fit measures before it trains
+        running = dict(self.choices) if self._worker is not None or step > 0 else None
         steps = tuning_steps(self.base, args, jax.random.fold_in(self.key, step), ESTIMATES,
-                             step, self._measured, self._race_budget)
+                             step, self._measured, self._race_budget, running)
         if self._worker is None:
             self._adopt(run_now(steps), step)
         else:   # handed to the worker at the next boundary: the training thread traces
@@ -139,8 +145,8 @@ class FitTuning:
                 self._interval = None
 
     def _race_budget(self) -> float | None:
-        """Seconds a site's race may spend beyond its first round (`RACE_SHARE`); None
-        (no limit) where the fit measures first and then trains."""
+        """Seconds a site's race may spend (`RACE_SHARE` of the fit's time so far);
+        None (no limit) where the fit measures first and then trains."""
         if self._worker is None:
             return None
         return RACE_SHARE * (time.perf_counter() - self._began)

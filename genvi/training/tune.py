@@ -12,10 +12,11 @@ stays at one gradient), and its time per estimate (warm, its fastest batch). The
 estimates come in batches, run as a race (`_run`): a batch of every candidate, then
 more batches, interleaved, of those whose variance × time is within twice the best's,
 so that a candidate far behind costs one batch rather than four (in a fit, whose
-training waits for the race, the rounds after the first spend at most a share of the
-fit's time so far: `genvi.training.fit_tuning.RACE_SHARE`). A candidate the
-objective refuses, or whose estimates are not
-finite, is ruled out with its reason. Sites are tuned one after another, each with the
+training waits for the race, the race spends at most a share of the fit's time so far,
+`genvi.training.fit_tuning.RACE_SHARE`, its batches sized to fit). A candidate the
+objective refuses, or whose estimates are not finite, is ruled out with its reason. In
+a fit, a site keeps the candidate training runs where it measures within
+`KEEP_MARGIN` of the best (`_choose`). Sites are tuned one after another, each with the
 sites before it at their choices and the ones after it at their untuned choices (one
 pass of coordinate descent). The choice depends on timings, so two machines may choose
 differently.
@@ -200,6 +201,7 @@ def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
 def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates: int,
                  step: int, compiled: dict,
                  race_budget: Callable[[], float | None] = lambda: None,
+                 running: dict | None = None,
                  ) -> Generator[Callable[[], Any], Any, Tuning]:
     """`gv.tune` in steps: a generator that yields each piece of work that compiles (a
     site's candidates traced and its measuring program compiled), is sent that work's
@@ -207,8 +209,9 @@ def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates:
     in place; a fit hands it to a thread of its own and trains meanwhile
     (`genvi.training.fit_tuning`), while the measuring itself, which times the
     candidates, runs between its chunks. `race_budget()`, asked as each site's
-    measurement starts, is the seconds its race may spend beyond the first round
-    (None: no limit; `_run`)."""
+    measurement starts, is the seconds its race may spend (None: no limit; `_run`).
+    `running` ({address: strategy}) is what training runs now, compiled: a site keeps
+    it where it measured within `KEEP_MARGIN` of the best (`_choose`)."""
     sites = auto_sites(objective, args)
     if not sites:
         raise ValueError("gv.tune: the objective has no site with grad=gv.AUTO to tune")
@@ -225,9 +228,34 @@ def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates:
         results = _measure_site(site, prepared, args, race_budget())
         usable = [m for m in results if m.refused is None]
         if usable:
-            chosen[site.addr] = min(usable, key=lambda m: m.work).strategy
+            choice, note = _choose(site, usable, (running or {}).get(site.addr))
+            chosen[site.addr] = choice
+            notes += [note] if note else []
         measured += results
     return Tuning(tuple(chosen.items()), tuple(measured), step, tuple(notes))
+
+
+# Where training already runs a candidate (a fit's starting choice, or its last
+# tuning's), it is kept while its measured variance × time is within this factor of
+# the best's: a variance of 16 to 64 draws is known to a fifth to a third, so closer
+# candidates are not told apart, and switching compiles another step (on AIR, whose
+# five candidates measure within 1.13 times of each other, 18 s of compiling that
+# slowed training by a fifth).
+KEEP_MARGIN = 1.25
+
+
+def _choose(site: auto.AutoSite, usable: list[Measured], running: Any) -> tuple[Any, str]:
+    """The strategy for `site` from its `usable` measurements: the least variance ×
+    time, or `running` where that is within `KEEP_MARGIN` of it; and a note where it
+    kept `running`."""
+    best = min(usable, key=lambda m: m.work)
+    kept = next((m for m in usable if m.strategy == running), None)
+    if kept is None or kept is best or kept.work > KEEP_MARGIN * best.work:
+        return best.strategy, ""
+    return kept.strategy, (f"{site.name}: kept {kept.strategy!r}, which training runs: its "
+                           f"variance × time is {kept.work / best.work:.2f} times "
+                           f"{best.strategy!r}'s (within {KEEP_MARGIN:g}, closer than "
+                           "the measurement tells apart; switching would compile a step)")
 
 
 # A step is cheap enough to start with where it writes at most this many times the
@@ -301,6 +329,11 @@ def starting_choices(objective: Expectation, args: tuple, key: jax.Array,
 BATCHES = 4
 RACE_MARGIN = 2.0
 RACE_FROM = 0.05
+# A budgeted race (a fit's, which training waits for) sizes its batches to fit its first
+# round in the budget, but never below this many estimates: a variance of 8 draws
+# spreads about half of the truth, enough to tell apart candidates whose variance ×
+# time differ by orders (REINFORCE's and ENUM's), and the closer ones tie anyway.
+FEWEST = 8
 
 
 def _batch(estimates: int) -> int:
@@ -369,7 +402,7 @@ def _prepare_site(objective: Expectation, site: auto.AutoSite, chosen: dict, arg
             program = compiled[program_key] = _variance_program([t for _, t in allowed])
         # compiled here, into the program's own cache: the thread that measures finds it
         # there (or, under a configuration this thread does not share, compiles it again)
-        program.lower(0, keys[0], args).compile()
+        program.lower(0, keys[0], 2, args).compile()
     return _Prepared(results, allowed, program, keys)
 
 
@@ -391,24 +424,25 @@ def _measure_site(site: auto.AutoSite, prepared: _Prepared, args: tuple,
 
 
 def _variance_program(tuned: list[Expectation]) -> Any:
-    """A jitted `(index, keys, args) -> variance`: candidate `index`'s gradient
-    estimates at `keys` under one loop (no dispatch between them, as in a fit), their
-    variance summed over every entry (Welford's update, so memory stays at one
-    gradient)."""
-    def run(index, keys, args):
+    """A jitted `(index, keys, count, args) -> variance`: candidate `index`'s gradient
+    estimates at the first `count` of `keys` under one loop (no dispatch between them,
+    as in a fit; `count` is a run-time value, so a race sizes its rounds without
+    compiling again), their variance summed over every entry (Welford's update, so
+    memory stays at one gradient)."""
+    def run(index, keys, count, args):
         def flat(t):
             return lambda k: ravel_pytree(t.value_and_grad_estimate(k, *args)[1])[0]
         branches = [flat(t) for t in tuned]
 
-        def one(carry, k):
+        def one(i, carry):
             n, mean, m2 = carry
-            g = jax.lax.switch(index, branches, k)
+            g = jax.lax.switch(index, branches, keys[i])
             delta = g - mean
             mean = mean + delta / (n + 1)
-            return (n + 1, mean, m2 + delta * (g - mean)), None
+            return n + 1, mean, m2 + delta * (g - mean)
         size = jax.eval_shape(branches[0], keys[0]).shape
         zeros = jnp.zeros(size, jnp.result_type(float))
-        (n, _, m2), _ = jax.lax.scan(one, (0.0, zeros, zeros), keys)
+        n, _, m2 = jax.lax.fori_loop(0, count, one, (0.0, zeros, zeros))
         return jnp.sum(m2) / (n - 1)
     return jax.jit(run)
 
@@ -416,45 +450,53 @@ def _variance_program(tuned: list[Expectation]) -> Any:
 def _run(program: Any, candidates: int, args: tuple, keys: jax.Array,
          budget: float | None = None) -> list[tuple[float, float, int]]:
     """(variance, seconds per estimate, estimates taken) of each candidate of
-    `program`, as a race: a warm-up batch, then a batch of each candidate; those whose
-    variance × time is within `RACE_MARGIN` of the best so far take the remaining
-    batches, interleaved (the variance: the mean of its batches'; the time: its
-    fastest batch's), while the others keep their first batch's numbers. Where the
+    `program`, as a race: a warm-up of two estimates, then a batch of each candidate;
+    those whose variance × time is within `RACE_MARGIN` of the best so far take the
+    remaining batches, interleaved (the variance: the mean of its batches'; the time:
+    its fastest batch's), while the others keep their first batch's numbers. Where the
     first round took less than `RACE_FROM` seconds, every candidate with finite
     estimates races on. A race of one ends after the first batch: there is nothing
-    left to choose. A further round is run only where, at its racers' first-round
-    times, it keeps the race's further rounds within `budget` seconds (None: no
-    limit)."""
+    left to choose. With a `budget` (seconds; None: no limit), the batches are sized
+    at the warm-up's pace so that the first round fits in it (though never under
+    `FEWEST` estimates), and a further round is run only where, at its racers'
+    first-round times, the race stays within it."""
     batch = keys.shape[1]
-    jax.block_until_ready(program(0, keys[0], args))
+    rows = [keys[j] for j in range(keys.shape[0])]   # sliced before any timing
+    began = time.perf_counter()
+    jax.block_until_ready(program(0, rows[0], 2, args))
+    count = batch
+    if budget is not None:   # the warm-up's pace: its first call's overheads make it slower
+        pace = (time.perf_counter() - began) / 2
+        count = int(min(batch, max(FEWEST, budget / (candidates * pace))))
     variances: list[list[float]] = [[] for _ in range(candidates)]
     times: list[list[float]] = [[] for _ in range(candidates)]
 
     def one_batch(i: int, k: jax.Array) -> None:
         t0 = time.perf_counter()
-        variances[i].append(float(jax.block_until_ready(program(i, k, args))))
+        variances[i].append(float(jax.block_until_ready(program(i, k, count, args))))
         times[i].append(time.perf_counter() - t0)
 
     for i in range(candidates):
-        one_batch(i, keys[1])
+        one_batch(i, rows[1])
     work = [v[0] * t[0] if math.isfinite(v[0]) else math.inf
             for v, t in zip(variances, times)]
     best = min(work)
     # where the first round was quick, its times are mostly dispatch and the timer's
     # noise, and more batches of every candidate cost next to nothing: all race on
-    quick = sum(t[0] for t in times) < RACE_FROM
+    first_round = sum(t[0] for t in times)
+    quick = first_round < RACE_FROM
     racing = [i for i, w in enumerate(work)
               if math.isfinite(w) and (quick or w <= RACE_MARGIN * best)]
     if len(racing) > 1:
-        spent, round_cost = 0.0, sum(times[i][0] for i in racing)
-        for k in keys[2:]:
+        spent, round_cost = first_round, sum(times[i][0] for i in racing)
+        for k in rows[2:]:
             if budget is not None and spent + round_cost > budget:
                 break
             began = time.perf_counter()
             for i in racing:
                 one_batch(i, k)
             spent += time.perf_counter() - began
-    return [(float(np.mean(v)), min(t) / batch, batch * len(v))
+    return [(float(np.mean(v)), min(t) / count, count * len(v))
             for v, t in zip(variances, times)]
 
 

@@ -250,9 +250,9 @@ def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv
             "time. AUTO trains with its starting choice (the untuned one, or where that "
             "step is costly by the cost model the first cheap candidate in rank order) "
             "while its candidates compile and are measured (a batch of estimates each, "
-            "more for those within twice the best's variance × time, as far as a "
-            "twentieth of the fit's time so far allows), then with its "
-            "choice.")
+            "more for those within twice the best's variance × time, the race within "
+            "a twentieth of the fit's time so far), then with its choice (the "
+            "starting one kept where it measured within 1.25 times the best).")
     record(on_platform(name), command(bench, argv), columns, rows, note=note)
 
 
