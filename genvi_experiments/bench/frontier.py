@@ -36,6 +36,7 @@ import numpy as np
 import optax
 
 import genvi as gv
+from genvi.training.tune import KEEP_MARGIN
 from genvi_experiments.bench.results import command, on_platform, record
 
 RELAX = "RELAX"  # gv.RELAX with the model's learned surrogate (its `strategy`)
@@ -252,7 +253,7 @@ def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv
             "while its candidates compile and are measured (a batch of estimates each, "
             "more for those within twice the best's variance × time, the race within "
             "a twentieth of the fit's time so far), then with its choice (the "
-            "starting one kept where it measured within 1.25 times the best).")
+            f"starting one kept where it measured within {KEEP_MARGIN:g} times the best).")
     record(on_platform(name), command(bench, argv), columns, rows, note=note)
 
 
