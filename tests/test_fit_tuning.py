@@ -163,3 +163,19 @@ def test_the_worker_yields_to_the_training():
         assert worker.submit(priority).result() == 19
     # the training thread's own priority is untouched
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == here < 19
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's priority: Linux")
+def test_the_measurement_traces_at_the_normal_priority_and_compiles_at_the_lowest():
+    # tracing holds Python's lock, which a holder at the lowest priority keeps from the
+    # training thread; a chunk compiled in this process runs at the lowest
+    def priority():
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    here = priority()
+    tuning = FitTuning(objective(gv.AUTO), None, KEY, True, precompile=lambda o: None)
+    try:
+        assert tuning._submit(priority).result() == here
+        assert tuning._submit(priority, compiles=True).result() == 19
+    finally:
+        tuning.close(ended=False)
+    assert not tune_threads()

@@ -11,15 +11,20 @@ rank order whose step is. The untuned choice can replay the rest of the objectiv
 per lane of a latent vector (ENUM on a VAE's code: 7 times the score function's
 elements, and 1.55 times a two-evaluation estimator's step time), and that pace would
 last the whole measurement. Looking further traces candidates before training starts,
-so it is done only where that pays. It hands every compile to a worker thread, at the
-lowest priority (XLA compiles without holding Python's lock, so training goes on; its
-LLVM code generation runs on XLA's own process-wide threads, at the priority of the
-thread that first compiled, so about half of a compile's work still competes with
-training), and at each chunk boundary takes what has finished. The timing runs there,
+so it is done only where that pays. It hands the measurement to a worker thread and at
+each chunk boundary takes what has finished. The worker traces the candidates at the
+normal priority (tracing holds Python's lock, which the training thread needs at every
+chunk boundary, and a holder at the lowest priority kept it waiting: on AIR, 10-18 s
+of tracing where it took 6-8 s) and, on a CPU, has their measuring program compiled
+by a helper process at the lowest priority (`genvi.training.compile_aside`; XLA:CPU
+generates code on process-wide threads at the priority of the thread that first
+compiled, so in this process about half of a compile's work would compete with
+training as an equal). A choice's training chunk compiles here, on a thread at the
+lowest priority (XLA compiles without holding Python's lock). The timing runs there,
 on the training thread with nothing else running, at the parameters and batch of the
 step the tuning was due at, its race held to a share of the fit's time so far
-(`RACE_SHARE`, as training waits for it); once the choice is known, the worker compiles
-that choice's chunk and training switches to it at the next boundary. Nothing compiles
+(`RACE_SHARE`, as training waits for it); once the choice is known, the compiling
+thread compiles that choice's chunk and training switches to it at the next boundary. Nothing compiles
 where training already runs the choice: a site keeps what training runs while that
 measures within `tune.KEEP_MARGIN` of the best. Each `Tuning` records the step it
 measured (`step`), the step training took its choices from (`applied`; None where the
@@ -76,7 +81,7 @@ class FitTuning:
     compiled chunks are reused when a retuning returns to earlier choices); `begin(args, step)`
     starts a measurement, `poll(step)` advances it at a chunk boundary, `close(ended)`
     ends the fit's part. `precompile(objective)` compiles that objective's chunk (run on
-    the worker); `background=False` measures in place, before training goes on.
+    the compiling thread); `background=False` measures in place, before training goes on.
 
     Example:
         >>> FitTuning.__name__
@@ -92,8 +97,11 @@ class FitTuning:
         self.tunings: list[Tuning] = []
         self._objectives: dict = {}
         self._measured: dict = {}      # each candidate's objective and each site's program
-        self._worker = (ThreadPoolExecutor(1, "genvi-tune", initializer=_yield_to_training)
-                        if background else None)
+        # the measurement (tracing) at the normal priority, compiles here at the lowest
+        self._worker = ThreadPoolExecutor(1, "genvi-tune") if background else None
+        self._compiler = (ThreadPoolExecutor(1, "genvi-tune-compile",
+                                             initializer=_yield_to_training)
+                          if background else None)
         self._pending: _Pending | None = None
         self._interval: float | None = None   # the interpreter's, while the worker runs
         self._began = time.perf_counter()
@@ -114,7 +122,8 @@ class FitTuning:
         # what training runs is compiled, unless the fit measures before it trains
         running = dict(self.choices) if self._worker is not None or step > 0 else None
         steps = tuning_steps(self.base, args, jax.random.fold_in(self.key, step), ESTIMATES,
-                             step, self._measured, self._race_budget, running)
+                             step, self._measured, self._race_budget, running,
+                             aside=self._worker is not None)
         if self._worker is None:
             self._adopt(run_now(steps), step)
         else:   # handed to the worker at the next boundary: the training thread traces
@@ -138,8 +147,9 @@ class FitTuning:
                 self._finish(None, apply=False)
         finally:
             self._pending = None
-            if self._worker is not None:
-                self._worker.shutdown(wait=True, cancel_futures=True)
+            for executor in (self._worker, self._compiler):
+                if executor is not None:
+                    executor.shutdown(wait=True, cancel_futures=True)
             if self._interval is not None:
                 sys.setswitchinterval(self._interval)
                 self._interval = None
@@ -178,7 +188,7 @@ class FitTuning:
                 self._adopt(tuning, step)
             else:
                 pending.tuning = tuning
-                pending.work = self._submit(lambda: self.precompile(target))
+                pending.work = self._submit(lambda: self.precompile(target), compiles=True)
 
     def _adopt(self, tuning: Tuning, step: int | None) -> None:
         self.tunings.append(dataclasses.replace(tuning, applied=step, before=self.choices))
@@ -197,12 +207,16 @@ class FitTuning:
                 Tuned(self.base, choices) if tuning is None else tuning.apply(self.base))
         return objective
 
-    def _submit(self, work: Callable[[], Any]) -> Future:
+    def _submit(self, work: Callable[[], Any], compiles: bool = False) -> Future:
+        """Hand `work` to the worker (a measurement's step: tracing, with its compile
+        aside on a CPU), or where it `compiles` here (a choice's chunk), to the thread at
+        the lowest priority."""
         if self._interval is None:
             self._interval = sys.getswitchinterval()
             sys.setswitchinterval(min(self._interval, SWITCH_INTERVAL))
         # the work traces with the fit's run context (genvi's context variables)
-        return self._worker.submit(contextvars.copy_context().run, work)
+        executor = self._compiler if compiles else self._worker
+        return executor.submit(contextvars.copy_context().run, work)
 
 
 class _Pending:
@@ -215,11 +229,11 @@ class _Pending:
 
 
 def _yield_to_training() -> None:
-    """Run the worker (and the threads its compiles start) at the lowest priority, on
-    Linux: the measurement is background work, and on a machine with few cores its
-    compiles took a core from the training (a mixture's time to its target: 1.45 times
-    the starting choice's at normal priority, 0.97 times at the lowest). Elsewhere, or
-    where the system refuses, it runs at the normal priority."""
+    """Run the compiling thread (and the threads its compiles start) at the lowest
+    priority, on Linux: its compiles are background work, and on a machine with few
+    cores they took a core from the training (a mixture's time to its target: 1.45
+    times the starting choice's at normal priority, 0.97 times at the lowest).
+    Elsewhere, or where the system refuses, it runs at the normal priority."""
     if sys.platform.startswith("linux"):
         try:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)

@@ -5,8 +5,9 @@ second buys). `gv.fit` tunes at its start and every `retune_every` steps.
 
 A site's candidates are measured by one compiled program (`lax.switch` on the
 candidate, so a site compiles once rather than once per candidate: compiling is most of
-what measuring costs), whose estimates run in one loop (`lax.scan` over keys, no
-dispatch between estimates, as in a fit's compiled chunk): the loop's gradient
+what measuring costs; in a fit, on a CPU, by a helper process, `compile_aside`), whose
+estimates run in one loop (a `fori_loop` over keys, no dispatch between estimates, as
+in a fit's compiled chunk): the loop's gradient
 variance, summed over every entry of every leaf (a running Welford update, so memory
 stays at one gradient), and its time per estimate (warm, its fastest batch). The
 estimates come in batches, run as a race (`_run`): a batch of every candidate, then
@@ -57,6 +58,7 @@ from genvi.adev.expectation import Expectation
 from genvi.core.context import using
 from genvi.core.mistakes import check_key
 from genvi.core.tracing import shapes_key
+from genvi.training.compile_aside import compile_program
 
 
 @dataclass(frozen=True)
@@ -201,7 +203,7 @@ def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
 def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates: int,
                  step: int, compiled: dict,
                  race_budget: Callable[[], float | None] = lambda: None,
-                 running: dict | None = None,
+                 running: dict | None = None, aside: bool = False,
                  ) -> Generator[Callable[[], Any], Any, Tuning]:
     """`gv.tune` in steps: a generator that yields each piece of work that compiles (a
     site's candidates traced and its measuring program compiled), is sent that work's
@@ -211,7 +213,9 @@ def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates:
     candidates, runs between its chunks. `race_budget()`, asked as each site's
     measurement starts, is the seconds its race may spend (None: no limit; `_run`).
     `running` ({address: strategy}) is what training runs now, compiled: a site keeps
-    it where it measured within `KEEP_MARGIN` of the best (`_choose`)."""
+    it where it measured within `KEEP_MARGIN` of the best (`_choose`). `aside`: the
+    measuring programs compile in a helper process at the lowest priority, on a CPU
+    (`genvi.training.compile_aside`; a fit's background measurement)."""
     sites = auto_sites(objective, args)
     if not sites:
         raise ValueError("gv.tune: the objective has no site with grad=gv.AUTO to tune")
@@ -224,7 +228,7 @@ def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates:
             notes.append(f"{site.name}: gv.{site.dist.name} supports only REINFORCE; took "
                          "RLOO with the number of samples measured")
         prepared = yield functools.partial(_prepare_site, objective, site, dict(chosen), args,
-                                           keys[i], estimates, compiled)
+                                           keys[i], estimates, compiled, aside)
         results = _measure_site(site, prepared, args, race_budget())
         usable = [m for m in results if m.refused is None]
         if usable:
@@ -372,11 +376,12 @@ class _Prepared(NamedTuple):
 
 
 def _prepare_site(objective: Expectation, site: auto.AutoSite, chosen: dict, args: tuple,
-                  key: jax.Array, estimates: int, compiled: dict) -> _Prepared:
+                  key: jax.Array, estimates: int, compiled: dict,
+                  aside: bool = False) -> _Prepared:
     """Trace every candidate at `site` (the other sites at `chosen`): those the
     objective refuses, with their reasons, and the rest, compiled into one measuring
     program (`lax.switch` on the candidate, so the site compiles once, not once per
-    candidate)."""
+    candidate; `aside`: in a helper process, `compile_aside`)."""
     refused = dict(site.refused)
     results: dict = {}
     allowed = []
@@ -395,14 +400,12 @@ def _prepare_site(objective: Expectation, site: auto.AutoSite, chosen: dict, arg
         else:
             results[candidate] = Measured(site.name, candidate, refused=message)
     program = None
-    if allowed:
-        program_key = ("measure",) + tuple(t.choices for _, t in allowed)
+    if allowed:   # kept per argument shapes, so that a fit's retuning compiles nothing
+        program_key = ("measure", shapes_key(args)) + tuple(t.choices for _, t in allowed)
         program = compiled.get(program_key)
         if program is None:
-            program = compiled[program_key] = _variance_program([t for _, t in allowed])
-        # compiled here, into the program's own cache: the thread that measures finds it
-        # there (or, under a configuration this thread does not share, compiles it again)
-        program.lower(0, keys[0], 2, args).compile()
+            program = compiled[program_key] = compile_program(
+                _variance_program([t for _, t in allowed]), 0, keys[0], 2, args, aside=aside)
     return _Prepared(results, allowed, program, keys)
 
 

@@ -23,7 +23,9 @@ in which it does; the run must be long enough that its quarter falls after the f
 phase (at 60 s and a learning rate of 1e-4 it did not, and every strategy reached the
 target within 1.2 times the best's time).
 
-`--record` writes the table (`air_frontier`, or `air_frontier_auto`) to BENCHMARKS.md.
+`--record` writes the table (`air_frontier`, or `air_frontier_auto`, or with `--table`
+another name: `air_frontier_auto_pair` is AUTO against ENUM, the best, over more
+starts) to BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -82,6 +84,9 @@ def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:
                     help="minibatch for --time-to-target (genvi run air's)")
     ap.add_argument("--lr", type=float, default=1e-3,
                     help="Adam's learning rate for --time-to-target (genvi run air's)")
+    ap.add_argument("--table", default="air_frontier_auto",
+                    help="the time-to-target table --record writes (another name: a run of "
+                         "some strategies beside the full table)")
     ap.add_argument("--record", action="store_true")
     args = ap.parse_args(argv)
     cfg = AIRConfig()
@@ -94,7 +99,7 @@ def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:
         target, reach = time_to_target(runs)
         print(f"# AIR z_pres: target {target:.2f}; seconds to it: {reach}")
         if args.record:
-            record_time_to_target("air_frontier_auto", "frontier_air", runs,
+            record_time_to_target(args.table, "frontier_air", runs,
                                   args.time_to_target, argv, args.train_batch, chunk=50,
                                   lr=args.lr)
         return runs

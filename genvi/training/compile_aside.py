@@ -1,0 +1,107 @@
+"""Compiling aside: a jitted program compiled by a helper process at the lowest
+priority, for a fit's background measurement on a CPU.
+
+A fit measures its `gv.AUTO` candidates while it trains (`genvi.training.fit_tuning`),
+and on a CPU their compile shares the cores with the training. A thread of its own at
+the lowest priority does not keep the compile out of the training's way: XLA:CPU
+generates code on a process-wide pool of threads, made at the priority of the thread
+that first compiled in the process (the user's), and that half of the compile's work
+competes with the training as an equal (on AIR: 20 of the measuring program's 28
+CPU-seconds, which took 14 s from a 60-s run on two cores). A helper process at the
+lowest priority, all of whose threads are its own, does yield: the program is traced
+and lowered here, exported (`jax.export`), compiled there, and its executable is sent
+back (`jax.experimental.serialize_executable`) and loaded, so the measurement compiles
+from the cores the training leaves idle. The helper imports only JAX
+(`genvi/training/compile_helper.py`), with this process's environment (so `XLA_FLAGS`)
+and its 64-bit setting.
+
+`compile_program` compiles aside where that can work (a CPU backend, a program that
+exports) and here otherwise, or where the helper failed (its reason: `last_fallback`);
+a helper stopped by a signal (an interrupt, the system out of memory) is an error.
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> compiled = compile_program(jax.jit(lambda x: 2.0 * x), jnp.ones(3), aside=True)
+    >>> compiled(jnp.ones(3)).tolist()
+    [2.0, 2.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jax
+from jax.experimental import serialize_executable
+
+HELPER = Path(__file__).with_name("compile_helper.py")
+log = logging.getLogger(__name__)
+# why the last aside compile fell back to compiling here (None: it did not)
+last_fallback: str | None = None
+
+
+class AsideFailed(RuntimeError):
+    """The helper process could not compile the program (its message: the helper's
+    error output's last lines)."""
+
+
+class HelperStopped(AsideFailed):
+    """The helper process was stopped by a signal (an interrupt, or the system out of
+    memory): an error, where compiling again here would repeat what stopped it."""
+
+
+def compile_aside(jitted: Any, *args: Any) -> jax.stages.Compiled:
+    """`jitted.lower(*args).compile()`, compiled by a helper process at the lowest
+    priority on the CPU backend (see the module docstring). Raises `AsideFailed` where
+    the helper fails, and what `jax.export` raises where the program does not export.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> compile_aside(jax.jit(jnp.sin), jnp.zeros(2))(jnp.zeros(2)).tolist()
+        [0.0, 0.0]
+    """
+    exported = jax.export.export(jitted, platforms=("cpu",))(*args)
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "JAX_ENABLE_X64": "1" if jax.config.jax_enable_x64 else "0"}
+    # -P: the helper's folder is not put on the import path (its neighbours are
+    # genvi's modules, not JAX's)
+    done = subprocess.run([sys.executable, "-P", str(HELPER)], input=exported.serialize(),
+                          capture_output=True, env=env, check=False)
+    if done.returncode < 0:
+        raise HelperStopped(f"the compile helper was stopped by signal {-done.returncode}")
+    if done.returncode != 0:
+        tail = done.stderr.decode(errors="replace").strip().splitlines()[-5:]
+        raise AsideFailed("the compile helper exited with status "
+                          f"{done.returncode}: " + " | ".join(tail))
+    return serialize_executable.deserialize_and_load(done.stdout, exported.in_tree,
+                                                     exported.out_tree)
+
+
+def compile_program(jitted: Any, *args: Any, aside: bool) -> jax.stages.Compiled:
+    """`jitted` compiled for `args`: aside (`compile_aside`) where `aside` is set and the
+    default backend is a CPU, else, or where that fails (recorded in `last_fallback`
+    and logged), in this process. A helper stopped by a signal raises `HelperStopped`.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> compile_program(jax.jit(jnp.cos), jnp.zeros(1), aside=False)(jnp.zeros(1)).tolist()
+        [1.0]
+    """
+    global last_fallback
+    if aside and jax.default_backend() == "cpu":
+        try:
+            compiled = compile_aside(jitted, *args)
+        except HelperStopped:
+            raise
+        except Exception as error:   # it does not export, or the helper failed: compile here
+            last_fallback = f"{type(error).__name__}: {error}"
+            log.info("genvi: compiling in process, as the helper could not: %s",
+                     last_fallback)
+        else:
+            last_fallback = None
+            return compiled
+    return jitted.lower(*args).compile()

@@ -1,0 +1,102 @@
+"""`genvi.training.compile_aside`: a program compiled by the helper process computes
+what the same program compiled here does (pytrees, Python integers, PRNG keys, a
+`lax.switch` in a loop, as a measuring program has), the helper runs at the lowest
+priority, and where the helper cannot compile (a program that does not export, a
+helper that fails) the program compiles here, saying why; a helper stopped by a signal
+is an error, not a second compile."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import genvi as gv
+from genvi.training import compile_aside
+from genvi.training.compile_aside import AsideFailed, compile_program
+
+
+def switch_in_a_loop(index, keys, count, args):
+    params, data = args
+
+    def one(i, total):
+        draw = jax.random.normal(keys[i], data.shape)
+        return total + jax.lax.switch(index, [lambda d: jnp.sum(d * params["w"]),
+                                              lambda d: jnp.sum(jnp.sin(d) + params["b"])],
+                                      draw + data)
+    return jax.lax.fori_loop(0, count, one, 0.0)
+
+
+ARGS = ({"w": jnp.arange(3.0), "b": jnp.float32(0.5)}, jnp.ones(3))
+KEYS = jax.random.split(jax.random.key(0), 4)
+
+
+def test_the_helper_compiles_what_compiles_here():
+    program = jax.jit(switch_in_a_loop)
+    aside = compile_aside.compile_aside(program, 0, KEYS, 2, ARGS)
+    here = program.lower(0, KEYS, 2, ARGS).compile()
+    for index, count in [(0, 2), (1, 4), (1, 1)]:
+        np.testing.assert_array_equal(aside(index, KEYS, count, ARGS),
+                                      here(index, KEYS, count, ARGS))
+
+
+@pytest.mark.skipif(not hasattr(os, "nice"), reason="a process's priority: POSIX")
+def test_the_helper_runs_at_the_lowest_priority(tmp_path):
+    # the helper's own code, with its compiling replaced by a report of its priority
+    probe = tmp_path / "probe.py"
+    probe.write_text(compile_aside.HELPER.read_text().replace(
+        "    exported = ", "    print(os.nice(0))\n    return\n    exported = ", 1))
+    done = subprocess.run([sys.executable, "-P", str(probe)], input=b"", capture_output=True,
+                          check=True)
+    assert int(done.stdout) == 19
+
+
+def test_a_program_that_does_not_export_compiles_here():
+    def with_a_callback(x):
+        jax.debug.callback(lambda v: None, x)
+        return 2.0 * x
+    compiled = compile_program(jax.jit(with_a_callback), jnp.ones(2), aside=True)
+    np.testing.assert_array_equal(compiled(jnp.ones(2)), 2.0 * jnp.ones(2))
+    assert compile_aside.last_fallback is not None
+    compile_program(jax.jit(jnp.sin), jnp.ones(2), aside=True)
+    assert compile_aside.last_fallback is None
+
+
+def test_a_failing_helper_compiles_here(monkeypatch, tmp_path):
+    broken = tmp_path / "broken.py"
+    broken.write_text("raise SystemExit('no compiler here')\n")
+    monkeypatch.setattr(compile_aside, "HELPER", broken)
+    with pytest.raises(AsideFailed, match="no compiler here"):
+        compile_aside.compile_aside(jax.jit(jnp.sin), jnp.ones(2))
+    compiled = compile_program(jax.jit(jnp.sin), jnp.ones(2), aside=True)
+    np.testing.assert_allclose(compiled(jnp.ones(2)), jnp.sin(jnp.ones(2)))
+    assert "no compiler here" in compile_aside.last_fallback
+
+
+@pytest.mark.skipif(not hasattr(os, "kill"), reason="signals: POSIX")
+def test_a_helper_stopped_by_a_signal_is_an_error(monkeypatch, tmp_path):
+    stopped = tmp_path / "stopped.py"
+    stopped.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    monkeypatch.setattr(compile_aside, "HELPER", stopped)
+    with pytest.raises(AsideFailed, match="signal 9"):
+        compile_program(jax.jit(jnp.sin), jnp.ones(2), aside=True)
+
+
+def test_a_background_fit_compiles_its_measurement_aside(monkeypatch):
+    calls = []
+    aside = compile_aside.compile_aside
+    monkeypatch.setattr(compile_aside, "compile_aside",
+                        lambda *a: calls.append(a[0]) or aside(*a))
+
+    @gv.expectation
+    def e(p):
+        b = gv.sample(gv.flip(jax.nn.sigmoid(p), grad=gv.AUTO), name="b")
+        return jnp.where(b, 1.0, 3.0) - p ** 2
+    result = gv.fit(e, 0.0, optimizer=optax.adam(0.1), steps=100, chunk_size=50,
+                    key=jax.random.key(0), progress=False)
+    assert len(calls) == 1 and compile_aside.last_fallback is None
+    assert result.tunings[0].choice("b") in (gv.ENUM, gv.MVD, gv.DisARM, gv.SD, gv.RLOO(2))
