@@ -7,12 +7,11 @@ A site's candidates are measured by one compiled program (`lax.switch` on the
 candidate, so a site compiles once rather than once per candidate: compiling is most of
 what measuring costs; in a fit, on a CPU, by a helper process, `compile_aside`), whose
 estimates run in one loop (a `fori_loop` over keys, no dispatch between estimates, as
-in a fit's compiled chunk): the loop's gradient
-variance, summed over every entry of every leaf (a running Welford update, so memory
-stays at one gradient), and its time per estimate (warm, its fastest batch). The
-estimates come in batches, run as a race (`_run`): a batch of every candidate, then
-more batches, interleaved, of those whose variance × time is within twice the best's,
-so that a candidate far behind costs one batch rather than four (in a fit, whose
+in a fit's compiled chunk): the loop's gradient variance, summed over every entry of
+every leaf (a running Welford update, so memory stays at one gradient), and its time
+per estimate (warm, its fastest batch). The estimates come in batches, run as a race
+(`_run`): a batch of every candidate, then more batches, interleaved, of those whose
+variance × time is within twice the best's, so that a candidate far behind costs one batch rather than four (in a fit, whose
 training waits for the race, the race spends at most a share of the fit's time so far,
 `genvi.training.fit_tuning.RACE_SHARE`, its batches sized to fit). A candidate the
 objective refuses, or whose estimates are not finite, is ruled out with its reason. In
