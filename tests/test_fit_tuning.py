@@ -61,24 +61,33 @@ def slow_callback(step, params, history):
     threading.Event().wait(0.3)
 
 
-def done_at_once(self, work):
+def done_at_once(self, work, compiles=False):
     future = Future()
     future.set_result(work())
     return future
 
 
-@pytest.mark.parametrize("worker", ["thread", "inline"])
+def another_than_running(site, usable, running):
+    # the least variance x time among the candidates training does not run
+    return min((m for m in usable if m.strategy != running), key=lambda m: m.work).strategy, ""
+
+
+@pytest.mark.parametrize("worker", ["thread", "inline", "inline-another"])
 def test_the_run_is_the_starting_objective_then_the_choice(worker, monkeypatch):
-    if worker == "inline":   # each piece of work done when handed over: a switch at the
+    if worker != "thread":   # each piece of work done when handed over: a switch at the
         monkeypatch.setattr(FitTuning, "_submit", done_at_once)  # first boundary
+    if worker == "inline-another":   # the choice is not the running one: its chunk
+        monkeypatch.setattr(tune, "_choose", another_than_running)  # compiles, then switch
     steps = 8 * CHUNK
     result = fit(objective(gv.AUTO), PARAMS, steps, key=KEY, callbacks=[slow_callback])
     (tuning,) = result.tunings
     assert tuning.step == 0
     switch = tuning.applied
     assert switch is None or (0 < switch < steps and switch % CHUNK == 0)
-    if worker == "inline":
+    if worker != "thread":
         assert switch == CHUNK
+    if worker == "inline-another":
+        assert tuning.choice("z") != gv.ENUM
     assert not tune_threads()
     # the same run, rebuilt: the starting choice up to the switch, then the choice,
     # continuing the same FitResult (same keys, same batches)
