@@ -3,11 +3,14 @@ what the same program compiled here does (pytrees, Python integers, PRNG keys, a
 `lax.switch` in a loop, as a measuring program has), the helper runs at the lowest
 priority, and where the helper cannot compile (a program that does not export, a
 helper that fails) the program compiles here, saying why; a helper stopped by a signal
-is an error, not a second compile."""
+is an error, not a second compile; a fit that fails kills the helper compiling for it."""
 
 import os
 import subprocess
 import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +20,7 @@ import pytest
 
 import genvi as gv
 from genvi.training import compile_aside
-from genvi.training.compile_aside import AsideFailed, compile_program
+from genvi.training.compile_aside import AsideFailed, Helpers, HelperStopped, compile_program
 
 
 def switch_in_a_loop(index, keys, count, args):
@@ -90,7 +93,7 @@ def test_a_background_fit_compiles_its_measurement_aside(monkeypatch):
     calls = []
     aside = compile_aside.compile_aside
     monkeypatch.setattr(compile_aside, "compile_aside",
-                        lambda *a: calls.append(a[0]) or aside(*a))
+                        lambda *a, **k: calls.append(a[0]) or aside(*a, **k))
 
     @gv.expectation
     def e(p):
@@ -100,3 +103,74 @@ def test_a_background_fit_compiles_its_measurement_aside(monkeypatch):
                     key=jax.random.key(0), progress=False)
     assert len(calls) == 1 and compile_aside.last_fallback is None
     assert result.tunings[0].choice("b") in (gv.ENUM, gv.MVD, gv.DisARM, gv.SD, gv.RLOO(2))
+
+
+def sleeping_helper(tmp_path):
+    """A helper that says it started (its process id in a file), then sleeps, and
+    would leave a second file had it not been stopped."""
+    script = tmp_path / "sleeper.py"
+    script.write_text(
+        "import os, pathlib, sys, time\n"
+        f"here = pathlib.Path({str(tmp_path)!r})\n"
+        "(here / 'pid').write_text(str(os.getpid()))\n"
+        "time.sleep(300)\n"
+        "(here / 'slept').write_text('')\n"
+        "sys.exit(1)\n")
+    return script
+
+
+def waited_for(path, seconds):
+    """Whether `path` exists, waiting for it up to `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def gone(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.skipif(not hasattr(os, "kill"), reason="signals: POSIX")
+def test_stopping_the_helpers_kills_the_running_one_and_refuses_new_ones(monkeypatch,
+                                                                         tmp_path):
+    monkeypatch.setattr(compile_aside, "HELPER", sleeping_helper(tmp_path))
+    helpers = Helpers()
+    with ThreadPoolExecutor(1) as pool:
+        compiling = pool.submit(compile_aside.compile_aside, jax.jit(jnp.sin), jnp.ones(2),
+                                helpers=helpers)
+        assert waited_for(tmp_path / "pid", seconds=120.0)
+        helpers.stop()
+        with pytest.raises(HelperStopped, match="signal 9"):
+            compiling.result()
+    assert gone(int((tmp_path / "pid").read_text()))
+    with pytest.raises(HelperStopped, match="stopped"):
+        compile_program(jax.jit(jnp.sin), jnp.ones(2), aside=True, helpers=helpers)
+
+
+@pytest.mark.skipif(not hasattr(os, "kill"), reason="signals: POSIX")
+def test_a_fit_that_fails_kills_the_helper_compiling_its_measurement(monkeypatch, tmp_path):
+    monkeypatch.setattr(compile_aside, "HELPER", sleeping_helper(tmp_path))
+
+    def fails_once_the_helper_runs(step, params, history):
+        # the worker starts at a chunk boundary, so each callback waits only a while
+        if waited_for(tmp_path / "pid", seconds=1.0):
+            raise RuntimeError("the user's callback failed")
+
+    @gv.expectation
+    def e(p):
+        b = gv.sample(gv.flip(jax.nn.sigmoid(p), grad=gv.AUTO), name="b")
+        return jnp.where(b, 1.0, 3.0) - p ** 2
+    with pytest.raises(RuntimeError, match="the user's callback failed"):
+        gv.fit(e, 0.0, optimizer=optax.adam(0.1), steps=10_000, chunk_size=50,
+               key=jax.random.key(0), progress=False, callbacks=[fails_once_the_helper_runs])
+    # the fit did not wait out the helper's sleep: killed, it left no second file
+    assert gone(int((tmp_path / "pid").read_text()))
+    assert not (tmp_path / "slept").exists()
+    assert not [t for t in threading.enumerate() if t.name.startswith("genvi-tune")]

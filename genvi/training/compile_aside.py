@@ -17,7 +17,9 @@ and its 64-bit setting.
 
 `compile_program` compiles aside where that can work (a CPU backend, a program that
 exports) and here otherwise, or where the helper failed (its reason: `last_fallback`);
-a helper stopped by a signal (an interrupt, the system out of memory) is an error.
+a helper stopped by a signal (an interrupt, the system out of memory, its owner's
+`Helpers.stop`) is an error. A fit that fails stops its helpers (`Helpers`), so that
+its error is not held back by a compile nobody will use.
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -32,6 +34,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +57,60 @@ class HelperStopped(AsideFailed):
     memory): an error, where compiling again here would repeat what stopped it."""
 
 
-def compile_aside(jitted: Any, *args: Any) -> jax.stages.Compiled:
+class Helpers:
+    """The helper processes one owner (a fit's measurement) runs, so that it can stop
+    them: `stop` kills those running and refuses new ones (each compile then raises
+    `HelperStopped`).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> helpers = Helpers()
+        >>> compile_aside(jax.jit(jnp.cos), jnp.zeros(1), helpers=helpers)(jnp.zeros(1)).tolist()
+        [1.0]
+        >>> helpers.stop()
+        >>> compile_aside(jax.jit(jnp.cos), jnp.zeros(1), helpers=helpers)
+        Traceback (most recent call last):
+        ...
+        genvi.training.compile_aside.HelperStopped: the compile helpers were stopped (their owner ended)
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen] = set()
+        self._stopped = False
+
+    def run(self, payload: bytes, env: dict) -> tuple[int, bytes, bytes]:
+        """The helper run on `payload`: its exit status, output and error output."""
+        with self._lock:
+            if self._stopped:
+                raise HelperStopped("the compile helpers were stopped (their owner ended)")
+            # -P: the helper's folder is not put on the import path (its neighbours are
+            # genvi's modules, not JAX's)
+            process = subprocess.Popen([sys.executable, "-P", str(HELPER)],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, env=env)
+            self._running.add(process)
+        try:
+            out, err = process.communicate(payload)
+        finally:
+            with self._lock:
+                self._running.discard(process)
+        return process.returncode, out, err
+
+    def stop(self) -> None:
+        """Kill the helpers running and refuse new ones."""
+        with self._lock:
+            self._stopped = True
+            for process in self._running:
+                process.kill()
+
+
+def compile_aside(jitted: Any, *args: Any, helpers: Helpers | None = None
+                  ) -> jax.stages.Compiled:
     """`jitted.lower(*args).compile()`, compiled by a helper process at the lowest
-    priority on the CPU backend (see the module docstring). Raises `AsideFailed` where
-    the helper fails, and what `jax.export` raises where the program does not export.
+    priority on the CPU backend (see the module docstring), run by `helpers` (by
+    default its own). Raises `AsideFailed` where the helper fails, and what
+    `jax.export` raises where the program does not export.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -67,24 +120,23 @@ def compile_aside(jitted: Any, *args: Any) -> jax.stages.Compiled:
     exported = jax.export.export(jitted, platforms=("cpu",))(*args)
     env = {**os.environ, "JAX_PLATFORMS": "cpu",
            "JAX_ENABLE_X64": "1" if jax.config.jax_enable_x64 else "0"}
-    # -P: the helper's folder is not put on the import path (its neighbours are
-    # genvi's modules, not JAX's)
-    done = subprocess.run([sys.executable, "-P", str(HELPER)], input=exported.serialize(),
-                          capture_output=True, env=env, check=False)
-    if done.returncode < 0:
-        raise HelperStopped(f"the compile helper was stopped by signal {-done.returncode}")
-    if done.returncode != 0:
-        tail = done.stderr.decode(errors="replace").strip().splitlines()[-5:]
-        raise AsideFailed("the compile helper exited with status "
-                          f"{done.returncode}: " + " | ".join(tail))
-    return serialize_executable.deserialize_and_load(done.stdout, exported.in_tree,
+    status, out, err = (helpers or Helpers()).run(exported.serialize(), env)
+    if status < 0:
+        raise HelperStopped(f"the compile helper was stopped by signal {-status}")
+    if status != 0:
+        tail = err.decode(errors="replace").strip().splitlines()[-5:]
+        raise AsideFailed(f"the compile helper exited with status {status}: "
+                          + " | ".join(tail))
+    return serialize_executable.deserialize_and_load(out, exported.in_tree,
                                                      exported.out_tree)
 
 
-def compile_program(jitted: Any, *args: Any, aside: bool) -> jax.stages.Compiled:
-    """`jitted` compiled for `args`: aside (`compile_aside`) where `aside` is set and the
-    default backend is a CPU, else, or where that fails (recorded in `last_fallback`
-    and logged), in this process. A helper stopped by a signal raises `HelperStopped`.
+def compile_program(jitted: Any, *args: Any, aside: bool,
+                    helpers: Helpers | None = None) -> jax.stages.Compiled:
+    """`jitted` compiled for `args`: aside (`compile_aside`, run by `helpers`) where
+    `aside` is set and the default backend is a CPU, else, or where that fails
+    (recorded in `last_fallback` and logged), in this process. A helper stopped by a
+    signal, or by `helpers.stop`, raises `HelperStopped`.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -94,7 +146,7 @@ def compile_program(jitted: Any, *args: Any, aside: bool) -> jax.stages.Compiled
     global last_fallback
     if aside and jax.default_backend() == "cpu":
         try:
-            compiled = compile_aside(jitted, *args)
+            compiled = compile_aside(jitted, *args, helpers=helpers)
         except HelperStopped:
             raise
         except Exception as error:   # it does not export, or the helper failed: compile here

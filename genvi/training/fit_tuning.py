@@ -59,6 +59,7 @@ import jax
 
 from genvi.adev.expectation import Expectation
 from genvi.adev.auto import Tuned
+from genvi.training.compile_aside import Helpers
 from genvi.training.tune import Tuning, auto_sites, run_now, starting_choices, tuning_steps
 
 ESTIMATES = 64  # a candidate's measurement: up to twice this many (`tune._run`)
@@ -102,6 +103,8 @@ class FitTuning:
         self._compiler = (ThreadPoolExecutor(1, "genvi-tune-compile",
                                              initializer=_yield_to_training)
                           if background else None)
+        # the helper processes compiling the measuring programs: stopped if the fit fails
+        self._helpers = Helpers() if background else None
         self._pending: _Pending | None = None
         self._interval: float | None = None   # the interpreter's, while the worker runs
         self._began = time.perf_counter()
@@ -123,7 +126,7 @@ class FitTuning:
         running = dict(self.choices) if self._worker is not None or step > 0 else None
         steps = tuning_steps(self.base, args, jax.random.fold_in(self.key, step), ESTIMATES,
                              step, self._measured, self._race_budget, running,
-                             aside=self._worker is not None)
+                             aside=self._helpers)
         if self._worker is None:
             self._adopt(run_now(steps), step)
         else:   # handed to the worker at the next boundary: the training thread traces
@@ -141,7 +144,11 @@ class FitTuning:
     def close(self, ended: bool) -> None:
         """The fit's end: a measurement under way is finished (waiting for its compiles)
         and recorded, not applied, when the fit `ended` normally; dropped when it
-        raised. The worker is stopped either way (the fit leaves nothing running)."""
+        raised, its helper processes killed so that the fit's error is not held back
+        by a compile nobody will use. The worker is stopped either way (the fit leaves
+        nothing running)."""
+        if not ended and self._helpers is not None:
+            self._helpers.stop()
         try:
             if ended and self._pending is not None:
                 self._finish(None, apply=False)

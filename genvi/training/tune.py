@@ -57,7 +57,7 @@ from genvi.adev.expectation import Expectation
 from genvi.core.context import using
 from genvi.core.mistakes import check_key
 from genvi.core.tracing import shapes_key
-from genvi.training.compile_aside import compile_program
+from genvi.training.compile_aside import Helpers, compile_program
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,7 @@ def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
 def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates: int,
                  step: int, compiled: dict,
                  race_budget: Callable[[], float | None] = lambda: None,
-                 running: dict | None = None, aside: bool = False,
+                 running: dict | None = None, aside: Helpers | None = None,
                  ) -> Generator[Callable[[], Any], Any, Tuning]:
     """`gv.tune` in steps: a generator that yields each piece of work that compiles (a
     site's candidates traced and its measuring program compiled), is sent that work's
@@ -213,8 +213,9 @@ def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates:
     measurement starts, is the seconds its race may spend (None: no limit; `_run`).
     `running` ({address: strategy}) is what training runs now, compiled: a site keeps
     it where it measured within `KEEP_MARGIN` of the best (`_choose`). `aside`: the
-    measuring programs compile in a helper process at the lowest priority, on a CPU
-    (`genvi.training.compile_aside`; a fit's background measurement)."""
+    helper processes (at the lowest priority, on a CPU) in which the measuring
+    programs compile (`genvi.training.compile_aside`; a fit's background
+    measurement); None: in this process."""
     sites = auto_sites(objective, args)
     if not sites:
         raise ValueError("gv.tune: the objective has no site with grad=gv.AUTO to tune")
@@ -376,11 +377,11 @@ class _Prepared(NamedTuple):
 
 def _prepare_site(objective: Expectation, site: auto.AutoSite, chosen: dict, args: tuple,
                   key: jax.Array, estimates: int, compiled: dict,
-                  aside: bool = False) -> _Prepared:
+                  aside: Helpers | None = None) -> _Prepared:
     """Trace every candidate at `site` (the other sites at `chosen`): those the
     objective refuses, with their reasons, and the rest, compiled into one measuring
     program (`lax.switch` on the candidate, so the site compiles once, not once per
-    candidate; `aside`: in a helper process, `compile_aside`)."""
+    candidate; `aside`: in these helper processes, `compile_aside`)."""
     refused = dict(site.refused)
     results: dict = {}
     allowed = []
@@ -404,7 +405,8 @@ def _prepare_site(objective: Expectation, site: auto.AutoSite, chosen: dict, arg
         program = compiled.get(program_key)
         if program is None:
             program = compiled[program_key] = compile_program(
-                _variance_program([t for _, t in allowed]), 0, keys[0], 2, args, aside=aside)
+                _variance_program([t for _, t in allowed]), 0, keys[0], 2, args,
+                aside=aside is not None, helpers=aside)
     return _Prepared(results, allowed, program, keys)
 
 
