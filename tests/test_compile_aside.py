@@ -58,6 +58,14 @@ def test_the_helper_runs_at_the_lowest_priority(tmp_path):
     assert int(done.stdout) == 19
 
 
+@pytest.mark.skipif(not hasattr(os, "nice"), reason="a process's priority: POSIX")
+def test_importing_the_helper_keeps_the_importers_priority():
+    # a doctest run imports every module: only the helper run as a script lowers its own
+    done = subprocess.run([sys.executable, "-c", "import os, genvi.training.compile_helper; "
+                           "print(os.nice(0))"], capture_output=True, check=True)
+    assert int(done.stdout.split()[-1]) == os.nice(0)
+
+
 def test_a_program_that_does_not_export_compiles_here():
     def with_a_callback(x):
         jax.debug.callback(lambda v: None, x)

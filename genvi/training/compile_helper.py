@@ -13,10 +13,11 @@ import os
 import sys
 
 # background work: the process that waits trains meanwhile. The priority is lowered
-# before JAX is imported, as the import is a good part of the helper's work (1-2
-# CPU-seconds; at the normal priority it slowed a mixture's short fit by a fifth), and
-# XLA's threads, started by the first compile, take it from this thread.
-if hasattr(os, "nice"):
+# before JAX is imported, as the import is a good part of the helper's work (1-3
+# CPU-seconds), and XLA's threads, started by the first compile, take it from this
+# thread. Only as a script: a process importing this module (a doctest run) keeps its
+# priority.
+if __name__ == "__main__" and hasattr(os, "nice"):
     os.nice(19)
 
 import jax  # noqa: E402
