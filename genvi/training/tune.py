@@ -11,15 +11,15 @@ in a fit's compiled chunk): the loop's gradient variance, summed over every entr
 every leaf (a running Welford update, so memory stays at one gradient), and its time
 per estimate (warm, its fastest batch). The estimates come in batches, run as a race
 (`_run`): a batch of every candidate, then more batches, interleaved, of those whose
-variance × time is within twice the best's, so that a candidate far behind costs one batch rather than four (in a fit, whose
-training waits for the race, the race spends at most a share of the fit's time so far,
-`genvi.training.fit_tuning.RACE_SHARE`, its batches sized to fit). A candidate the
-objective refuses, or whose estimates are not finite, is ruled out with its reason. In
-a fit, a site keeps the candidate training runs where it measures within
-`KEEP_MARGIN` of the best (`_choose`). Sites are tuned one after another, each with the
-sites before it at their choices and the ones after it at their untuned choices (one
-pass of coordinate descent). The choice depends on timings, so two machines may choose
-differently.
+variance × time is within twice the best's, so that a candidate far behind costs one
+batch rather than four (in a fit, whose training waits for the race, the race spends at
+most a share of the fit's time so far, `genvi.training.fit_tuning.RACE_SHARE`, its
+batches sized to fit). A candidate the objective refuses, or whose estimates are not
+finite, is ruled out with its reason. In a fit, a site keeps the candidate training
+runs where it measures within `KEEP_MARGIN` of the best (`_choose`). Sites are tuned
+one after another, each with the sites before it at their choices and the ones after it
+at their untuned choices (one pass of coordinate descent). The choice depends on
+timings, so two machines may choose differently.
 
 `tuning_steps` is the same measurement in steps, the compiling apart from the timing,
 so that `gv.fit` can compile on a thread of its own while it trains
@@ -84,8 +84,8 @@ class Tuning:
     """What `gv.tune` chose: `choices` ((address, strategy) pairs), every candidate
     `measured`, the `step` of a fit whose parameters it was measured at, the step
     training took the choices from (`applied`; None: not in a fit, or the fit ended
-    before) and `notes` (a site where only REINFORCE applies says so). `apply(objective)` is the objective with the choices;
-    `print` it for the table.
+    before) and `notes` (a site where only REINFORCE applies says so).
+    `apply(objective)` is the objective with the choices; `print` it for the table.
 
     Example:
         >>> import genvi as gv
