@@ -70,10 +70,10 @@ def test_a_program_that_does_not_export_compiles_here():
     def with_a_callback(x):
         jax.debug.callback(lambda v: None, x)
         return 2.0 * x
-    compiled = compile_program(jax.jit(with_a_callback), jnp.ones(2), aside=True)
+    compiled = compile_program(jax.jit(with_a_callback), jnp.ones(2), aside=Helpers())
     np.testing.assert_array_equal(compiled(jnp.ones(2)), 2.0 * jnp.ones(2))
     assert compile_aside.last_fallback is not None
-    compile_program(jax.jit(jnp.sin), jnp.ones(2), aside=True)
+    compile_program(jax.jit(jnp.sin), jnp.ones(2), aside=Helpers())
     assert compile_aside.last_fallback is None
 
 
@@ -83,7 +83,7 @@ def test_a_failing_helper_compiles_here(monkeypatch, tmp_path):
     monkeypatch.setattr(compile_aside, "HELPER", broken)
     with pytest.raises(AsideFailed, match="no compiler here"):
         compile_aside.compile_aside(jax.jit(jnp.sin), jnp.ones(2))
-    compiled = compile_program(jax.jit(jnp.sin), jnp.ones(2), aside=True)
+    compiled = compile_program(jax.jit(jnp.sin), jnp.ones(2), aside=Helpers())
     np.testing.assert_allclose(compiled(jnp.ones(2)), jnp.sin(jnp.ones(2)))
     assert "no compiler here" in compile_aside.last_fallback
 
@@ -94,7 +94,7 @@ def test_a_helper_stopped_by_a_signal_is_an_error(monkeypatch, tmp_path):
     stopped.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n")
     monkeypatch.setattr(compile_aside, "HELPER", stopped)
     with pytest.raises(AsideFailed, match="signal 9"):
-        compile_program(jax.jit(jnp.sin), jnp.ones(2), aside=True)
+        compile_program(jax.jit(jnp.sin), jnp.ones(2), aside=Helpers())
 
 
 def test_a_background_fit_compiles_its_measurement_aside(monkeypatch):
@@ -159,7 +159,7 @@ def test_stopping_the_helpers_kills_the_running_one_and_refuses_new_ones(monkeyp
             compiling.result()
     assert gone(int((tmp_path / "pid").read_text()))
     with pytest.raises(HelperStopped, match="stopped"):
-        compile_program(jax.jit(jnp.sin), jnp.ones(2), aside=True, helpers=helpers)
+        compile_program(jax.jit(jnp.sin), jnp.ones(2), aside=helpers)
 
 
 @pytest.mark.skipif(not hasattr(os, "kill"), reason="signals: POSIX")

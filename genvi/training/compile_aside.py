@@ -23,7 +23,7 @@ its error is not held back by a compile nobody will use.
 
 Example:
     >>> import jax, jax.numpy as jnp
-    >>> compiled = compile_program(jax.jit(lambda x: 2.0 * x), jnp.ones(3), aside=True)
+    >>> compiled = compile_program(jax.jit(lambda x: 2.0 * x), jnp.ones(3), aside=Helpers())
     >>> compiled(jnp.ones(3)).tolist()
     [2.0, 2.0, 2.0]
 """
@@ -131,22 +131,22 @@ def compile_aside(jitted: Any, *args: Any, helpers: Helpers | None = None
                                                      exported.out_tree)
 
 
-def compile_program(jitted: Any, *args: Any, aside: bool,
-                    helpers: Helpers | None = None) -> jax.stages.Compiled:
-    """`jitted` compiled for `args`: aside (`compile_aside`, run by `helpers`) where
-    `aside` is set and the default backend is a CPU, else, or where that fails
+def compile_program(jitted: Any, *args: Any, aside: Helpers | None
+                    ) -> jax.stages.Compiled:
+    """`jitted` compiled for `args`: aside (`compile_aside`, run by the helpers `aside`)
+    where they are given and the default backend is a CPU, else, or where that fails
     (recorded in `last_fallback` and logged), in this process. A helper stopped by a
-    signal, or by `helpers.stop`, raises `HelperStopped`.
+    signal, or by `aside.stop`, raises `HelperStopped`.
 
     Example:
         >>> import jax, jax.numpy as jnp
-        >>> compile_program(jax.jit(jnp.cos), jnp.zeros(1), aside=False)(jnp.zeros(1)).tolist()
+        >>> compile_program(jax.jit(jnp.cos), jnp.zeros(1), aside=None)(jnp.zeros(1)).tolist()
         [1.0]
     """
     global last_fallback
-    if aside and jax.default_backend() == "cpu":
+    if aside is not None and jax.default_backend() == "cpu":
         try:
-            compiled = compile_aside(jitted, *args, helpers=helpers)
+            compiled = compile_aside(jitted, *args, helpers=aside)
         except HelperStopped:
             raise
         except Exception as error:   # it does not export, or the helper failed: compile here

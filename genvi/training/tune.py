@@ -405,8 +405,7 @@ def _prepare_site(objective: Expectation, site: auto.AutoSite, chosen: dict, arg
         program = compiled.get(program_key)
         if program is None:
             program = compiled[program_key] = compile_program(
-                _variance_program([t for _, t in allowed]), 0, keys[0], 2, args,
-                aside=aside is not None, helpers=aside)
+                _variance_program([t for _, t in allowed]), 0, keys[0], 2, args, aside=aside)
     return _Prepared(results, allowed, program, keys)
 
 
