@@ -42,9 +42,13 @@ from genvi_experiments.air.config import AIRConfig
 from genvi_experiments.air.spatial import image_to_window, window_to_image
 from genvi_experiments.common.nets import MLP, apply, init_params
 
-#: `pres_grad(t, params) -> strategy`: z_pres's gradient strategy at step t (a traced
-#: step index), given the parameters (for learned baselines).
+#: `pres_grad(t, info) -> strategy`: z_pres's gradient strategy at step t (a traced
+#: step index), given `info`: the parameters (`"params"`), the site's logit
+#: (`"logit"`, clipped to ±`LOGIT_BOUND`: an absent object's presence has probability
+#: 0) and with the baseline network its value (`"value"`), for learned baselines and
+#: control variates.
 PresGrad = Callable[[jax.Array, dict], gv.Strategy]
+LOGIT_BOUND = 20.0
 
 _GATES = ("i", "f", "g", "o")  # flax LSTMCell's gates: input, forget, cell, output
 
@@ -139,7 +143,7 @@ def air_programs(cfg: AIRConfig, nets: AIRNets, pres_grad: PresGrad,
     """`(model, guide)`, both taking `(params, image)` with image `[canvas, canvas]`.
 
     With `baseline`, the guide also runs the baseline network and hands its value to
-    `pres_grad` as `params["value"]` (zero once an object is absent). The guide
+    `pres_grad` as `info["value"]` (zero once an object is absent). The guide
     returns the per-step presence (for counting objects)."""
     where_loc = jnp.asarray(cfg.where_prior_loc)
     where_scale = jnp.asarray(cfg.where_prior_scale)
@@ -179,7 +183,8 @@ def air_programs(cfg: AIRConfig, nets: AIRNets, pres_grad: PresGrad,
             latents = jnp.concatenate([where, what, prev[None]])
             state = nets.step_rnn_projected(image_part, state, latents)
             p, loc, scale = nets.predict_step(g["predict"], state[1])
-            info = {}
+            logit = jnp.where(prev > 0, jnp.log(p) - jnp.log1p(-p), -LOGIT_BOUND)
+            info = {"params": params, "logit": jnp.clip(logit, -LOGIT_BOUND, LOGIT_BOUND)}
             if baseline:  # it sees the latents but sends no gradient into them
                 bl_value, bl_state = nets.baseline(params["baseline"], bl_state, bl_image_part,
                                                    jax.lax.stop_gradient(latents))

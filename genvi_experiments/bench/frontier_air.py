@@ -1,13 +1,14 @@
 """The estimator frontier on AIR's z_pres: the ELBO of `genvi_experiments/air` (the
 model, guide, networks and canvases of the AIR experiment) with one strategy at the
 guide's z_pres site (a flip in each step of a `gv.scan`, followed by a `lax.cond` on
-it) per row: REINFORCE, RLOO(2), MVD, ENUM, SD, DisARM (lane by lane and whole site)
-and AUTO, measured by `gv.compare_estimators` at the initial parameters (the guide's
-gradient variance, seconds per estimate, their product).
+it) per row: REINFORCE, RLOO(2), MVD, ENUM, SD, DisARM (lane by lane and whole site),
+RELAX (both forms) and AUTO, measured by `gv.compare_estimators` at the initial
+parameters (the guide's gradient variance, seconds per estimate, their product).
 
-SWOR is a categorical estimator, and z_pres is binary. RELAX needs a surrogate of the
-relaxed presences that the AIR guide does not have; it is measured on the VAEs and the
-mixture instead (`discrete_vae`, `frontier_gmm`).
+SWOR is a categorical estimator, and z_pres is binary. RELAX's surrogate is a small
+network of a step's relaxed presence and its logit (per canvas and step; an absent
+object's logit is the model's bound, its presence certain), its parameters in
+`params["relax"]`, one per form.
 
     python -m genvi_experiments.bench.frontier_air [--batch 8] [--samples 300] [--record]
     python -m genvi_experiments.bench.frontier_air --time-to-target 320 --seeds 2 [--record]
@@ -34,23 +35,33 @@ import argparse
 from dataclasses import replace
 
 import jax
+import jax.numpy as jnp
 
 import genvi as gv
 from genvi_experiments.air.config import AIRConfig
 from genvi_experiments.air.data import make_canvases
 from genvi_experiments.air.model import AIRNets, air_programs
-from genvi_experiments.bench.frontier import (measure, record_lab, record_time_to_target,
-                                              time_to_target, trajectories)
+from genvi_experiments.bench.frontier import (RELAX, RELAX_FORMS, RELAX_WHOLE, measure,
+                                              record_lab, record_time_to_target, relax_init,
+                                              relax_note, site_strategy, time_to_target,
+                                              trajectories)
+from genvi_experiments.common.nets import MLP, apply, init_params
 from genvi_experiments.common.timing import describe_machine
 
 STRATEGIES = {"REINFORCE": gv.REINFORCE, "RLOO(2)": gv.RLOO(2), "MVD": gv.MVD, "ENUM": gv.ENUM,
               "SD": gv.SD, "DisARM": gv.DisARM, "DisARM-whole-site": gv.DisARM.whole_site(),
-              "AUTO": gv.AUTO}
+              "RELAX": RELAX, "RELAX-whole-site": RELAX_WHOLE, "AUTO": gv.AUTO}
 
 
 class AIRPresence:
     """AIR with one strategy at z_pres: a `frontier.FrontierModel` for the lab (no
-    training column, so no `score`)."""
+    training column, so no `score`).
+
+    Example:
+        >>> m = AIRPresence(AIRConfig())
+        >>> sorted(m.init(jax.random.key(0)))
+        ['decoder', 'guide', 'relax']
+    """
 
     name = "air"
     strategies = STRATEGIES
@@ -58,14 +69,25 @@ class AIRPresence:
 
     def __init__(self, cfg: AIRConfig):
         self.cfg, self.nets, self.lr = cfg, AIRNets(cfg), cfg.lr
+        self.surrogate = MLP((16, 1))
 
     def init(self, key: jax.Array) -> dict:
-        return self.nets.init(key)
+        """AIR's networks (as `genvi run air` starts them) and untrained surrogates."""
+        params = self.nets.init(key)
+        params["relax"] = relax_init(
+            lambda: init_params(self.surrogate, jax.random.fold_in(key, 1), 2))
+        return params
 
     def objective(self, strategy) -> gv.Expectation:
         """The batch-mean ELBO with `strategy` at every step's z_pres."""
-        model, guide = air_programs(self.cfg, self.nets, lambda t, info: strategy)
+        def pres_grad(t, info):
+            return site_strategy(strategy, self._control_variate, info["params"], info["logit"])
+
+        model, guide = air_programs(self.cfg, self.nets, pres_grad)
         return gv.batch_mean(gv.elbo(model, guide))
+
+    def _control_variate(self, phi: dict, z: jax.Array) -> jax.Array:
+        return apply(self.surrogate, phi["net"], jnp.stack([z, phi["logits"]]))[0]
 
 
 def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:
@@ -111,6 +133,12 @@ def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:
         note = (f"{args.samples} gradient estimates per strategy at the initial parameters, "
                 f"a batch of {args.batch} canvases (50 × 50, up to 2 digits, 3 steps); "
                 "variance summed over the guide's entries.")
+        if any(form in lab.labels for form in RELAX_FORMS):
+            note += relax_note("canvas and step", "a step's relaxed presence and its logit",
+                               "AIR networks, which are held", "the per-lane form (a step's "
+                               "presence is one lane, and the cond on it keeps its replay "
+                               "from being Markov-local: it replays the rest of the ELBO "
+                               "after the scan)")
         record_lab("air_frontier", "frontier_air", lab, None, 0.0, argv, note, "guide", "")
     return lab
 
