@@ -1,6 +1,6 @@
 """The estimator frontier's measurements, shared by its models (the discrete-latent
-VAEs of `discrete_vae`, the mixture of `frontier_gmm`): for one model, one strategy at
-its discrete site per row,
+VAEs of `discrete_vae`, the mixture of `frontier_gmm`, AIR's z_pres in
+`frontier_air`): for one model, one strategy at its discrete site per row,
 
 * `measure`: `gv.compare_estimators` at the initial parameters (gradient variance on
   the leaves the site's strategy changes, seconds per estimate, their product, and
