@@ -220,7 +220,7 @@ class _Run:
             return [Dual(res.value, res.tangent if jx.is_float(res.value) else None)]
         if eqn.primitive is draw_p:
             return [self._draw(eqn, ins, keys[i])]
-        if (any(jx.contains(j, RANDOMNESS) for j in jx.sub_jaxprs(eqn))
+        if (jx.nests(eqn, RANDOMNESS)
                 or (any(x.tangent is not None for x in ins) and _holds_cond(eqn))):
             # A `cond` with tangents (even without sites, e.g. in a log density)
             # is evaluated branch by branch too: under vmap JAX turns the JVP of a
@@ -396,7 +396,7 @@ class _Accumulated:
 
 
 def _holds_cond(eqn: Any) -> bool:
-    return jx.kind(eqn) == "cond" or any(jx.contains(j, jx.CONDS) for j in jx.sub_jaxprs(eqn))
+    return jx.kind(eqn) == "cond" or jx.nests(eqn, jx.CONDS)
 
 
 def _select(which: Any, cases: tuple) -> Any:

@@ -181,6 +181,19 @@ def contains(jaxpr: Any, prims: frozenset) -> bool:
     return _contains(jaxpr, prims)
 
 
+def nests(eqn: Any, prims: frozenset) -> bool:
+    """Whether a jaxpr nested in `eqn` (a body, a branch, a call) binds one of `prims`.
+
+    Example:
+        >>> import jax
+        >>> f = lambda c: jax.lax.scan(lambda c, _: (jax.numpy.sin(c), None), c, None, length=2)
+        >>> (scan,) = jax.make_jaxpr(f)(1.0).eqns
+        >>> nests(scan, frozenset({jax.lax.sin_p})), nests(scan, frozenset({jax.lax.cos_p}))
+        (True, False)
+    """
+    return any(_contains(getattr(j, "jaxpr", j), prims) for j in sub_jaxprs(eqn))
+
+
 #: `cond` itself: a dual `cond` is evaluated branch by branch (see adev.interpreter).
 CONDS = frozenset({jcore.primitives.cond_p})
 
@@ -191,8 +204,7 @@ def _contains(jaxpr: Any, prims: frozenset) -> bool:
     hit = _CONTAINS.get((id(jaxpr), prims))
     if hit is not None and hit[0] is jaxpr:
         return hit[1]
-    answer = any(eqn.primitive in prims or any(_contains(j, prims) for j in sub_jaxprs(eqn))
-                 for eqn in jaxpr.eqns)
+    answer = any(eqn.primitive in prims or nests(eqn, prims) for eqn in jaxpr.eqns)
     _CONTAINS[(id(jaxpr), prims)] = (jaxpr, answer)
     return answer
 

@@ -130,7 +130,7 @@ class Hooks:
     def interprets(self, eqn: Any) -> bool:
         """Whether `eqn`'s bodies hold a primitive of `holds` (so its control flow is
         interpreted rather than handed to JAX)."""
-        return bool(self.holds) and any(jx.contains(j, self.holds) for j in jx.sub_jaxprs(eqn))
+        return bool(self.holds) and jx.nests(eqn, self.holds)
 
     def other(self, i: int, eqn: Any, ins: list) -> Any:
         return jx.eval_eqn(eqn, ins)

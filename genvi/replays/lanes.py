@@ -125,8 +125,7 @@ class LaneEval:
             if not same:
                 raise Coupled("an expectation's draw")
             return [DrawEqn.of(eqn).estimate(key, ins)[0]]
-        if jx.kind(eqn) not in ("call", "custom") and any(
-                jx.contains(j, RANDOMNESS) for j in jx.sub_jaxprs(eqn)):
+        if jx.kind(eqn) not in ("call", "custom") and jx.nests(eqn, RANDOMNESS):
             if jx.kind(eqn) == "scan" and (not same or self._holds_target(eqn, steps)):
                 return self._scan(eqn, ins, key, steps)
             if not same:

@@ -31,7 +31,7 @@ def split_keys(jaxpr: Any, key: Any) -> dict:
     draw of an expectation, or a body holding one), from a single split (one RNG
     call, not one per site)."""
     users = [i for i, eqn in enumerate(jaxpr.eqns) if eqn.primitive in RANDOMNESS
-             or any(jx.contains(j, RANDOMNESS) for j in jx.sub_jaxprs(eqn))]
+             or jx.nests(eqn, RANDOMNESS)]
     if len(users) <= 1:
         return {i: key for i in users}
     return dict(zip(users, jax.random.split(key, len(users))))
