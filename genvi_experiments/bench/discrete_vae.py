@@ -43,8 +43,8 @@ import numpy as np
 import genvi as gv
 from genvi_experiments.bench.frontier import (RELAX, RELAX_FORMS, RELAX_PER_LANE, measure,
                                               record_lab, relax_init, relax_note, site_strategy,
-                                              record_time_to_target, time_to_target,
-                                              train_in_budget, trajectories)
+                                              surrogate_value, record_time_to_target,
+                                              time_to_target, train_in_budget, trajectories)
 from genvi_experiments.common.data import binarize, load_images
 from genvi_experiments.common.nets import MLP, apply, init_params
 from genvi_experiments.common.timing import describe_machine
@@ -93,8 +93,7 @@ class DiscreteVAE:
         return site_strategy(strategy, self._control_variate, params, logits)
 
     def _control_variate(self, phi: dict, z: jax.Array) -> jax.Array:
-        inputs = jnp.concatenate([z.reshape(-1), phi["logits"].reshape(-1)])
-        return apply(self.surrogate, phi["net"], inputs)[0]
+        return surrogate_value(self.surrogate, phi, z)
 
     def _latent(self, logits: jax.Array, strategy=None) -> gv.DistCall:
         if self.categories is None:

@@ -38,6 +38,7 @@ import optax
 import genvi as gv
 from genvi.training.tune import KEEP_MARGIN
 from genvi_experiments.bench.results import command, on_platform, record
+from genvi_experiments.common.nets import apply
 
 RELAX = "RELAX"  # gv.RELAX with the model's learned surrogate (its `strategy`)
 RELAX_WHOLE = "RELAX-whole-site"  # the same without the lane-local replay baseline
@@ -61,6 +62,21 @@ def site_strategy(strategy: Any, surrogate: Any, params: dict, logits: jax.Array
     relax = gv.RELAX(surrogate, {"net": params["relax"][strategy],
                                  "logits": jax.lax.stop_gradient(logits)})
     return {RELAX_WHOLE: relax.whole_site(), RELAX_PER_LANE: relax.per_lane()}.get(strategy, relax)
+
+
+def surrogate_value(net: Any, phi: dict, z: jax.Array) -> jax.Array:
+    """RELAX's control variate on the frontier models (`site_strategy`'s surrogates):
+    the network `net` (an `MLP` with one output, parameters `phi["net"]`) of the
+    relaxed draw `z` and the site's logits `phi["logits"]`, both flattened.
+
+    Example:
+        >>> from genvi_experiments.common.nets import MLP, init_params
+        >>> net = MLP((4, 1))
+        >>> phi = {"net": init_params(net, jax.random.key(0), 4), "logits": jnp.zeros(2)}
+        >>> surrogate_value(net, phi, jnp.full(2, 0.5)).shape
+        ()
+    """
+    return apply(net, phi["net"], jnp.concatenate([jnp.ravel(z), jnp.ravel(phi["logits"])]))[0]
 
 
 def relax_init(init: Any) -> dict:

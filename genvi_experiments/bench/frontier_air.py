@@ -35,7 +35,6 @@ import argparse
 from dataclasses import replace
 
 import jax
-import jax.numpy as jnp
 
 import genvi as gv
 from genvi_experiments.air.config import AIRConfig
@@ -43,9 +42,9 @@ from genvi_experiments.air.data import make_canvases
 from genvi_experiments.air.model import AIRNets, air_programs
 from genvi_experiments.bench.frontier import (RELAX, RELAX_FORMS, RELAX_WHOLE, measure,
                                               record_lab, record_time_to_target, relax_init,
-                                              relax_note, site_strategy, time_to_target,
-                                              trajectories)
-from genvi_experiments.common.nets import MLP, apply, init_params
+                                              relax_note, site_strategy, surrogate_value,
+                                              time_to_target, trajectories)
+from genvi_experiments.common.nets import MLP, init_params
 from genvi_experiments.common.timing import describe_machine
 
 STRATEGIES = {"REINFORCE": gv.REINFORCE, "RLOO(2)": gv.RLOO(2), "MVD": gv.MVD, "ENUM": gv.ENUM,
@@ -87,7 +86,7 @@ class AIRPresence:
         return gv.batch_mean(gv.elbo(model, guide))
 
     def _control_variate(self, phi: dict, z: jax.Array) -> jax.Array:
-        return apply(self.surrogate, phi["net"], jnp.stack([z, phi["logits"]]))[0]
+        return surrogate_value(self.surrogate, phi, z)
 
 
 def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:

@@ -28,9 +28,9 @@ import numpy as np
 import genvi as gv
 from genvi_experiments.bench.frontier import (RELAX, RELAX_FORMS, RELAX_WHOLE, measure,
                                               record_lab, relax_init, relax_note, site_strategy,
-                                              record_time_to_target, time_to_target,
-                                              train_in_budget, trajectories)
-from genvi_experiments.common.nets import MLP, apply, init_params
+                                              surrogate_value, record_time_to_target,
+                                              time_to_target, train_in_budget, trajectories)
+from genvi_experiments.common.nets import MLP, init_params
 from genvi_experiments.common.timing import describe_machine
 from genvi_experiments.gmm import K, SD, make_points, mixture_guide, mixture_model
 
@@ -78,7 +78,7 @@ class MixtureWithAssignments:
         return site_strategy(strategy, self._control_variate, params, logits)
 
     def _control_variate(self, phi: dict, z: jax.Array) -> jax.Array:
-        return apply(self.surrogate, phi["net"], jnp.concatenate([z, phi["logits"]]))[0]
+        return surrogate_value(self.surrogate, phi, z)
 
     def _elbo(self, strategy, size: int) -> gv.Expectation:
         @gv.gen
