@@ -9,7 +9,9 @@ VAEs of `discrete_vae`, the mixture of `frontier_gmm`, AIR's z_pres in
   budget of training seconds (as many steps as the budget holds at its measured
   time per estimate), from several starts;
 * `trajectories` and `time_to_target`: wall-clock training runs (compiling, and
-  AUTO's measurements, counted) and the seconds each took to reach a target.
+  AUTO's measurements, counted) and the seconds each took to reach a target;
+* `runs_to_level`: runs that stop at a fixed level of the training objective, with
+  the step and the seconds at which each reached it.
 
 A model is an object with `name`, `strategies` ({label: strategy}, `RELAX`,
 `RELAX_WHOLE` and `RELAX_PER_LANE` for `gv.RELAX` and its `.whole_site()` and
@@ -219,6 +221,85 @@ def trajectories(model: FrontierModel, strategies: dict, budget: float, train: j
         for label in labels[seed % len(labels):] + labels[:seed % len(labels)]:
             out[label].append(run(label, seed, budget))
     return out
+
+
+class _Reached(Exception):
+    pass
+
+
+def runs_to_level(model: FrontierModel, strategies: dict, level: float, limit: float,
+                  train: jax.Array, seeds: int, batch: int, window: int = 50,
+                  chunk: int = 50) -> dict:
+    """For each strategy and start: (the first step at which the mean training
+    objective of the last `window` steps reached `level`, the seconds since `gv.fit`
+    was called at that step), or (None, inf) where `limit` seconds passed first. A run
+    stops at the level, so a start costs its time to the level rather than a fixed
+    budget, and the step does not depend on the machine (a start draws the same
+    estimates on every run), which separates how many steps a strategy needs from what
+    each costs. Starts interleaved, compiled afresh and warmed up as in `trajectories`;
+    the seconds within a chunk of `chunk` steps are interpolated by step."""
+    jax.config.update("jax_enable_compilation_cache", False)
+    optimizer = optax.adam(model.lr)
+    labels = list(strategies)
+
+    def run(label: str, seed: int, steps: int | None) -> tuple:
+        gc.collect()
+        begin, last = time.perf_counter(), [0, 0.0]
+
+        def note(step, params, history):
+            now = time.perf_counter() - begin
+            values = np.asarray(history["objective"])
+            done = values[:0] if len(values) < window else \
+                np.convolve(values, np.ones(window) / window, "valid") >= level
+            if done.any():
+                at = int(np.argmax(done)) + window
+                share = (at - last[0]) / max(1, step - last[0])
+                seconds = last[1] + share * (now - last[1])
+                raise _Reached((at, seconds) if seconds <= limit else (None, math.inf))
+            if now > limit:
+                raise _Reached((None, math.inf))
+            last[:] = [step, now]
+        try:
+            gv.fit(model.objective(strategies[label]), model.init(jax.random.key(10 + seed)),
+                   train, optimizer=optimizer, steps=steps or 10 ** 7,
+                   key=jax.random.key(100 + seed), batch_size=batch, chunk_size=chunk,
+                   callbacks=[note], progress=False)
+        except _Reached as reached:
+            return reached.args[0]
+        except gv.NonFiniteError:
+            pass
+        return None, math.inf
+
+    run(labels[0], seeds, chunk)
+    out: dict = {label: [] for label in labels}
+    for seed in range(seeds):
+        for label in labels[seed % len(labels):] + labels[:seed % len(labels)]:
+            out[label].append(run(label, seed, None))
+    return out
+
+
+def record_runs_to_level(name: str, bench: str, runs: dict, level: float, limit: float,
+                         argv, batch: int, window: int, lr: float) -> None:
+    """Record `runs_to_level`'s steps and seconds to the level as table `name`."""
+    seconds = {a: float(np.median([t for _, t in runs[a]])) for a in runs}
+    best = min((a for a in seconds if a != "AUTO"), key=seconds.get)
+    auto = seconds.get("AUTO", math.nan)
+    columns = ["strategy", "seconds to the level (median)", "÷ best single strategy's",
+               "÷ AUTO's", "each start: steps (seconds)"]
+    rows = [[a, _seconds(seconds[a]), _ratio(seconds[a], seconds[best], limit),
+             _ratio(seconds[a], auto, limit),
+             ", ".join("–" if n is None else f"{n:,} ({t:.1f})" for n, t in runs[a])]
+            for a in runs]
+    note = (f"Training (minibatches of {batch}, Adam {lr:g}) from "
+            f"{_starts(len(next(iter(runs.values()))))} per strategy, each until the mean "
+            f"training objective of the last {window} steps reached {level:g} or "
+            f"{limit:g} s had passed (–); seconds from the fit's call, compiling (no "
+            "persistent compilation cache) and AUTO's measurements included; the starts "
+            "interleaved, each start's strategies in an order rotated by one from the "
+            "last start's, after an untimed chunk of training. A start's steps are the "
+            "same on every machine; its seconds are this one's. The fastest single "
+            f"strategy: {best}.")
+    record(on_platform(name), command(bench, argv), columns, rows, note=note)
 
 
 # a quarter: a strategy three times slower than the best still has the run's time to

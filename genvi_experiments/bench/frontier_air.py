@@ -24,6 +24,13 @@ in which it does; the run must be long enough that its quarter falls after the f
 phase (at 60 s and a learning rate of 1e-4 it did not, and every strategy reached the
 target within 1.2 times the best's time).
 
+With `--to-level L`, each start trains until the mean training objective of its last
+50 steps reaches L (or `--time-to-target` seconds, 320 by default, have passed), and
+the table gives the step and the seconds at which each start reached it
+(`frontier.runs_to_level`): a start stops there, so five starts of every strategy fit
+in the time two full runs take, and its steps, unlike its seconds, are the same on
+every machine (`air_frontier_level`, with `--table`).
+
 `--record` writes the table (`air_frontier`, or `air_frontier_auto`, or with `--table`
 another name: `air_frontier_auto_pair` is AUTO against ENUM, the best, over more
 starts) to BENCHMARKS.md.
@@ -41,8 +48,9 @@ from genvi_experiments.air.config import AIRConfig
 from genvi_experiments.air.data import make_canvases
 from genvi_experiments.air.model import AIRNets, air_programs
 from genvi_experiments.bench.frontier import (RELAX, RELAX_FORMS, RELAX_WHOLE, measure,
-                                              record_lab, record_time_to_target, relax_init,
-                                              relax_note, site_strategy, surrogate_value,
+                                              record_lab, record_runs_to_level,
+                                              record_time_to_target, relax_init, relax_note,
+                                              runs_to_level, site_strategy, surrogate_value,
                                               time_to_target, trajectories)
 from genvi_experiments.common.nets import MLP, init_params
 from genvi_experiments.common.timing import describe_machine
@@ -98,6 +106,10 @@ def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:
     ap.add_argument("--time-to-target", type=float, default=0.0,
                     help="train each strategy this many wall-clock seconds and report the "
                          "time to a target training objective (0: do not)")
+    ap.add_argument("--to-level", type=float, default=0.0,
+                    help="train each strategy until the mean training objective of the last "
+                         "50 steps reaches this, for at most --time-to-target seconds, and "
+                         "report the steps and seconds to it (0: do not)")
     ap.add_argument("--seeds", type=int, default=2, help="training starts per strategy")
     ap.add_argument("--canvases", type=int, default=2000,
                     help="training canvases for --time-to-target")
@@ -111,9 +123,19 @@ def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:
     ap.add_argument("--record", action="store_true")
     args = ap.parse_args(argv)
     cfg = AIRConfig()
+    chosen = STRATEGIES if args.strategies is None else \
+        {a: STRATEGIES[a] for a in args.strategies}
+    if args.to_level:
+        train = jax.numpy.asarray(make_canvases(train=args.canvases, test=1).train)
+        runs = runs_to_level(AIRPresence(replace(cfg, lr=args.lr)), chosen, args.to_level,
+                             args.time_to_target or 320.0, train, args.seeds, args.train_batch)
+        print(f"# AIR z_pres: steps and seconds to {args.to_level:g}: {runs}")
+        if args.record:
+            record_runs_to_level(args.table, "frontier_air", runs, args.to_level,
+                                 args.time_to_target or 320.0, argv, args.train_batch, 50,
+                                 args.lr)
+        return runs
     if args.time_to_target > 0:
-        chosen = STRATEGIES if args.strategies is None else \
-            {a: STRATEGIES[a] for a in args.strategies}
         train = jax.numpy.asarray(make_canvases(train=args.canvases, test=1).train)
         runs = trajectories(AIRPresence(replace(cfg, lr=args.lr)), chosen,
                             args.time_to_target, train, args.seeds, args.train_batch, chunk=50)
