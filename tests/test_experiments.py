@@ -5,9 +5,11 @@ import os
 import pathlib
 import re
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import genvi as gv
 from genvi_experiments import noisy_cone
 
 
@@ -232,6 +234,38 @@ def test_time_to_target_reads_the_trajectories():
     target, reach = time_to_target(runs)   # what "fast" had reached at 2 s of its 8
     assert target == -1.0 and reach == {"fast": [2.0], "slow": [math.inf]}
     assert _ratio(math.inf, 2.0, 8.0) == "> 4.0" and _ratio(3.0, 2.0, 8.0) == "1.50"
+
+
+class _Quadratic:
+    """A frontier model in one parameter: the training objective -E[(x - 3)²],
+    x ~ N(mu, 1), climbs from -10 towards its optimum -1."""
+
+    lr = 0.1
+
+    def init(self, key):
+        return {"mu": jnp.zeros(())}
+
+    def objective(self, strategy):
+        @gv.expectation
+        def e(params, data):
+            x = gv.sample(gv.normal(params["mu"], 1.0, grad=strategy), name="x")
+            return -jnp.mean((x - data) ** 2)
+        return e
+
+
+def test_runs_to_level_stops_at_the_level_at_the_same_step_each_time():
+    from genvi_experiments.bench.frontier import runs_to_level
+    data, strategies = jnp.full((16,), 3.0), {"REPARAM": gv.REPARAM, "RLOO(2)": gv.RLOO(2)}
+    first, again = (runs_to_level(_Quadratic(), strategies, -2.0, 60.0, data, seeds=2, batch=4,
+                                  window=10, chunk=10) for _ in range(2))
+    for label in strategies:
+        for (steps, seconds), (steps_again, _) in zip(first[label], again[label]):
+            assert steps is not None and steps > 10 and 0 < seconds < 60
+            assert steps == steps_again   # a start's estimates: the same on every run
+    # above the optimum: never reached, the run ends at its limit
+    never = runs_to_level(_Quadratic(), {"REPARAM": gv.REPARAM}, 0.0, 0.5, data, seeds=1,
+                          batch=4, window=10, chunk=10)
+    assert never == {"REPARAM": [(None, math.inf)]}
 
 
 def test_enumeration_bench_tiny():

@@ -132,7 +132,7 @@ def _note(lab: gv.EstimatorComparison, trained: dict | None, budget: float, samp
             f"{batch}; variance summed over the encoder's entries.")
     if any(form in lab.labels for form in RELAX_FORMS):
         note += relax_note("latent", "the relaxed latents and the encoder's logits",
-                           "encoder and decoder, which are held",
+                           "initial encoder and decoder, which are held",
                            "the papers' form (the decoder couples the latents)")
     if trained:
         seeds = len(next(iter(trained.values()))[1])  # (steps, scores, stops)

@@ -93,7 +93,7 @@ def relax_note(lane: str, inputs: str, held: str, default: str) -> str:
     return (f" RELAX takes {default} here; RELAX-per-lane is each {lane}'s score term with "
             "a lane-local replay baseline, RELAX-whole-site the papers' form (one "
             f"evaluation). Each row has a surrogate (a network of {inputs}), trained for "
-            f"its variance 5,000 steps at the initial {held}; in training it starts "
+            f"its variance 5,000 steps at the {held}; in training it starts "
             "untrained and learns in the same step.")
 
 
@@ -110,12 +110,15 @@ class FrontierModel(Protocol):
 
 
 def measure(model: FrontierModel, x: jax.Array, samples: int, rounds: int,
-            strategies: list[str] | None = None, seed: int = 0) -> gv.EstimatorComparison:
-    """The estimator lab on `model` at its initial parameters (`seed`) on the batch `x`;
-    AUTO's row is the objective with the choice `gv.tune` makes there."""
+            strategies: list[str] | None = None, seed: int = 0,
+            params: dict | None = None) -> gv.EstimatorComparison:
+    """The estimator lab on `model` at `params` (by default its initial parameters,
+    `seed`) on the batch `x`; AUTO's row is the objective with the choice `gv.tune`
+    makes there."""
     chosen = model.strategies if strategies is None else \
         {name: model.strategies[name] for name in strategies}
-    params = model.init(jax.random.key(seed))
+    if params is None:
+        params = model.init(jax.random.key(seed))
     for form in RELAX_FORMS:
         if form in chosen.values():
             params = fit_surrogate(model, params, x, form)
@@ -370,9 +373,11 @@ def _seconds(t: float) -> str:
 
 
 def record_lab(name: str, bench: str, lab: gv.EstimatorComparison, trained: dict | None,
-               budget: float, argv, note: str, variance_of: str, score: str) -> None:
+               budget: float, argv, note: str, variance_of: str, score: str,
+               at: str = "the initial parameters") -> None:
     """Record the lab's table (and the budgeted training's `score` column) as `name`;
-    `note` says what was measured, `variance_of` whose gradient's variance it is."""
+    `note` says what was measured, `variance_of` whose gradient's variance it is, `at`
+    the parameters it was measured at."""
     variance = {a: sum(lab.variance[a].values()) for a in lab.labels}
     columns = ["strategy", f"{variance_of} gradient variance", "ms / estimate", "÷ REINFORCE's time",
                "variance × seconds", "mean flagged?"]
@@ -381,7 +386,7 @@ def record_lab(name: str, bench: str, lab: gv.EstimatorComparison, trained: dict
              else "–", f"{variance[a] * lab.seconds[a]:.3g}",
              "yes" if any(lab.biased[a].values()) else "no"] for a in lab.labels]
     if "AUTO" in lab.labels:
-        note += " AUTO: the strategy `gv.tune` chose at the initial parameters."
+        note += f" AUTO: the strategy `gv.tune` chose at {at}."
     if trained:
         columns += [f"{score} after {budget:g} s (steps)"]
         for row, a in zip(rows, lab.labels):

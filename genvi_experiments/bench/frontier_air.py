@@ -31,6 +31,11 @@ the table gives the step and the seconds at which each start reached it
 in the time two full runs take, and its steps, unlike its seconds, are the same on
 every machine (`air_frontier_level`, with `--table`).
 
+With `--trained-steps N`, the estimator table is measured at the parameters N steps
+of training with ENUM reach (`--lr`, `--train-batch`), on the first `--batch` training
+canvases, where the candidates' variances come apart or do not (`--lab-table` names
+it: `air_frontier_trained`).
+
 `--record` writes the table (`air_frontier`, or `air_frontier_auto`, or with `--table`
 another name: `air_frontier_auto_pair` is AUTO against ENUM, the best, over more
 starts) to BENCHMARKS.md.
@@ -42,6 +47,7 @@ import argparse
 from dataclasses import replace
 
 import jax
+import optax
 
 import genvi as gv
 from genvi_experiments.air.config import AIRConfig
@@ -120,6 +126,12 @@ def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:
     ap.add_argument("--table", default="air_frontier_auto",
                     help="the time-to-target table --record writes (another name: a run of "
                          "some strategies beside the full table)")
+    ap.add_argument("--trained-steps", type=int, default=0,
+                    help="measure the estimator table after this many steps of training "
+                         "with ENUM (Adam at --lr, minibatches of --train-batch) rather than "
+                         "at the initial parameters")
+    ap.add_argument("--lab-table", default="air_frontier",
+                    help="the estimator table --record writes")
     ap.add_argument("--record", action="store_true")
     args = ap.parse_args(argv)
     cfg = AIRConfig()
@@ -146,21 +158,36 @@ def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:
                                   args.time_to_target, argv, args.train_batch, chunk=50,
                                   lr=args.lr)
         return runs
-    x = jax.numpy.asarray(make_canvases(train=args.batch, test=1).train)
-    lab = measure(AIRPresence(cfg), x, args.samples, args.rounds, args.strategies)
+    model, params, where = AIRPresence(cfg), None, "the initial parameters"
+    if args.trained_steps:
+        train = jax.numpy.asarray(make_canvases(train=args.canvases, test=1).train)
+        params = gv.fit(model.objective(gv.ENUM), model.init(jax.random.key(0)), train,
+                        optimizer=optax.adam(args.lr), steps=args.trained_steps,
+                        key=jax.random.key(100), batch_size=args.train_batch,
+                        progress=False).params
+        x, where = train[:args.batch], (f"the parameters after {args.trained_steps:,} steps "
+                                        "of training with ENUM")
+    else:
+        x = jax.numpy.asarray(make_canvases(train=args.batch, test=1).train)
+    lab = measure(model, x, args.samples, args.rounds, args.strategies, params=params)
     print(f"# AIR z_pres, batch {args.batch}, {describe_machine()}")
     print(lab.table(leaves=["guide"]))
     if args.record:
-        note = (f"{args.samples} gradient estimates per strategy at the initial parameters, "
+        note = (f"{args.samples} gradient estimates per strategy at {where}, "
                 f"a batch of {args.batch} canvases (50 × 50, up to 2 digits, 3 steps); "
-                "variance summed over the guide's entries.")
+                "variance summed over the guide's entries."
+                + (f" Trained as --time-to-target trains (Adam {args.lr:g}, minibatches of "
+                   f"{args.train_batch} of {args.canvases:,} canvases); the batch is the "
+                   "first training canvases." if args.trained_steps else ""))
         if any(form in lab.labels for form in RELAX_FORMS):
             note += relax_note("canvas and step", "a step's relaxed presence and its logit",
-                               "AIR networks, which are held", "the per-lane form (a step's "
+                               ("trained" if args.trained_steps else "initial")
+                               + " AIR networks, which are held", "the per-lane form (a step's "
                                "presence is one lane, and the cond on it keeps its replay "
                                "from being Markov-local: it replays the rest of the ELBO "
                                "after the scan)")
-        record_lab("air_frontier", "frontier_air", lab, None, 0.0, argv, note, "guide", "")
+        record_lab(args.lab_table, "frontier_air", lab, None, 0.0, argv, note, "guide", "",
+                   at=where)
     return lab
 
 

@@ -97,7 +97,7 @@ def _note(lab: gv.EstimatorComparison, trained: dict | None, budget: float, samp
             "entries (means, sharpness, biases).")
     if any(form in lab.labels for form in RELAX_FORMS):
         note += relax_note("point", "the relaxed assignment and its logits, per point",
-                           "guide, which is held", "the per-lane form (the points' replays "
+                           "initial guide, which is held", "the per-lane form (the points' replays "
                            "are lane-local)")
     if trained:
         seeds = len(next(iter(trained.values()))[1])
