@@ -178,8 +178,61 @@ def train_in_budget(model: FrontierModel, strategies: dict, seconds: dict[str, f
     return out
 
 
-class _OutOfTime(Exception):
-    pass
+class _Stop(Exception):
+    """Raised by a start's watcher to end its fit: it has measured what it needs."""
+
+
+def _interleaved(model: FrontierModel, strategies: dict, train: jax.Array, seeds: int,
+                 batch: int, chunk: int, watcher: Any) -> dict:
+    """{label: [what `watcher()` measured of each start]}: a start trains `strategies[label]`
+    from `model.init(key(10 + seed))` (Adam, `model.lr`; minibatches of `batch`) and
+    calls its watcher's `note(step, history, seconds since gv.fit was called)` between
+    chunks of `chunk` steps, until the watcher raises `_Stop` (or a gradient is not
+    finite); its `result` is the start's entry. Every start compiles its own objective:
+    the persistent compilation cache is turned off (it keeps only compiles over a
+    second, so it would load a fixed strategy's training step from an earlier run while
+    AUTO's shorter candidate compiles ran again). The starts are interleaved, each
+    seed's strategies in an order rotated by one from the last seed's, so that a machine
+    whose speed drifts over the minutes (a shared one's does, by a third) slows every
+    strategy alike; an untimed chunk of training first sets up what every run shares
+    (JAX's own programs, the data's first batches)."""
+    jax.config.update("jax_enable_compilation_cache", False)
+    optimizer = optax.adam(model.lr)
+    labels = list(strategies)
+
+    def run(label: str, seed: int, steps: int) -> Any:
+        watch = watcher()
+        gc.collect()   # each start from a clean heap: the earlier starts' traces freed
+        begin = time.perf_counter()
+        try:
+            gv.fit(model.objective(strategies[label]), model.init(jax.random.key(10 + seed)),
+                   train, optimizer=optimizer, steps=steps, key=jax.random.key(100 + seed),
+                   batch_size=batch, chunk_size=chunk, progress=False,
+                   callbacks=[lambda step, params, history: watch.note(
+                       step, history, time.perf_counter() - begin)])
+        except (_Stop, gv.NonFiniteError):
+            pass
+        return watch.result
+
+    run(labels[0], seeds, chunk)
+    out: dict = {label: [] for label in labels}
+    for seed in range(seeds):
+        for label in labels[seed % len(labels):] + labels[:seed % len(labels)]:
+            out[label].append(run(label, seed, 10 ** 7))
+    return out
+
+
+class _Trajectory:
+    """A start's [(seconds, mean training objective of the last `chunk` steps)] at each
+    chunk's end, for `budget` seconds."""
+
+    def __init__(self, budget: float, chunk: int):
+        self.budget, self.chunk, self.result = budget, chunk, []
+
+    def note(self, step: int, history: dict, seconds: float) -> None:
+        self.result.append((seconds, float(np.mean(history["objective"][-self.chunk:]))))
+        if seconds > self.budget:
+            raise _Stop
 
 
 def trajectories(model: FrontierModel, strategies: dict, budget: float, train: jax.Array,
@@ -187,47 +240,35 @@ def trajectories(model: FrontierModel, strategies: dict, budget: float, train: j
     """For each strategy and start: [(seconds since `gv.fit` was called, mean training
     objective of the last `chunk` steps)], training for `budget` wall-clock seconds
     (compiling, and AUTO's measurements, included). Adam (`model.lr`), minibatches of
-    `batch`. Every start compiles its own objective: the persistent compilation cache
-    is turned off (it keeps only compiles over a second, so it would load a fixed
-    strategy's training step from an earlier run while AUTO's shorter candidate
-    compiles ran again). The runs are interleaved, each start's strategies in an order
-    rotated by one from the last start's, so that a machine whose speed drifts over the
-    minutes (a shared one's does, by a third) slows every strategy alike; an untimed
-    chunk of training first sets up what every run shares (JAX's own programs, the
-    data's first batches)."""
-    jax.config.update("jax_enable_compilation_cache", False)
-    optimizer = optax.adam(model.lr)
-    labels = list(strategies)
-
-    def run(label: str, seed: int, limit: float | None) -> list:
-        points: list = []
-        gc.collect()   # each start from a clean heap: the earlier starts' traces freed
-        begin = time.perf_counter()
-
-        def note(step, params, history):
-            elapsed = time.perf_counter() - begin
-            points.append((elapsed, float(np.mean(history["objective"][-chunk:]))))
-            if limit is not None and elapsed > limit:
-                raise _OutOfTime
-        try:
-            gv.fit(model.objective(strategies[label]), model.init(jax.random.key(10 + seed)),
-                   train, optimizer=optimizer, steps=10 ** 7 if limit else chunk,
-                   key=jax.random.key(100 + seed), batch_size=batch, chunk_size=chunk,
-                   callbacks=[note], progress=False)
-        except (_OutOfTime, gv.NonFiniteError):
-            pass
-        return points
-
-    run(labels[0], seeds, None)
-    out: dict = {label: [] for label in labels}
-    for seed in range(seeds):
-        for label in labels[seed % len(labels):] + labels[:seed % len(labels)]:
-            out[label].append(run(label, seed, budget))
-    return out
+    `batch`; every start compiled afresh, the starts interleaved after an untimed
+    chunk (`_interleaved`)."""
+    return _interleaved(model, strategies, train, seeds, batch, chunk,
+                        lambda: _Trajectory(budget, chunk))
 
 
-class _Reached(Exception):
-    pass
+class _ToLevel:
+    """A start's (first step at which the mean training objective of the last `window`
+    steps reached `level`, the seconds at that step, interpolated within its chunk), or
+    (None, inf) where `limit` seconds passed first."""
+
+    def __init__(self, level: float, limit: float, window: int):
+        self.level, self.limit, self.window = level, limit, window
+        self.last, self.result = (0, 0.0), (None, math.inf)
+
+    def note(self, step: int, history: dict, seconds: float) -> None:
+        values = np.asarray(history["objective"])
+        done = values[:0] if len(values) < self.window else \
+            np.convolve(values, np.ones(self.window) / self.window, "valid") >= self.level
+        if done.any():
+            at = int(np.argmax(done)) + self.window
+            before, then = self.last
+            reached = then + (at - before) / max(1, step - before) * (seconds - then)
+            if reached <= self.limit:
+                self.result = (at, reached)
+            raise _Stop
+        if seconds > self.limit:
+            raise _Stop
+        self.last = (step, seconds)
 
 
 def runs_to_level(model: FrontierModel, strategies: dict, level: float, limit: float,
@@ -239,46 +280,11 @@ def runs_to_level(model: FrontierModel, strategies: dict, level: float, limit: f
     stops at the level, so a start costs its time to the level rather than a fixed
     budget, and the step does not depend on the machine (a start draws the same
     estimates on every run), which separates how many steps a strategy needs from what
-    each costs. Starts interleaved, compiled afresh and warmed up as in `trajectories`;
-    the seconds within a chunk of `chunk` steps are interpolated by step."""
-    jax.config.update("jax_enable_compilation_cache", False)
-    optimizer = optax.adam(model.lr)
-    labels = list(strategies)
-
-    def run(label: str, seed: int, steps: int | None) -> tuple:
-        gc.collect()
-        begin, last = time.perf_counter(), [0, 0.0]
-
-        def note(step, params, history):
-            now = time.perf_counter() - begin
-            values = np.asarray(history["objective"])
-            done = values[:0] if len(values) < window else \
-                np.convolve(values, np.ones(window) / window, "valid") >= level
-            if done.any():
-                at = int(np.argmax(done)) + window
-                share = (at - last[0]) / max(1, step - last[0])
-                seconds = last[1] + share * (now - last[1])
-                raise _Reached((at, seconds) if seconds <= limit else (None, math.inf))
-            if now > limit:
-                raise _Reached((None, math.inf))
-            last[:] = [step, now]
-        try:
-            gv.fit(model.objective(strategies[label]), model.init(jax.random.key(10 + seed)),
-                   train, optimizer=optimizer, steps=steps or 10 ** 7,
-                   key=jax.random.key(100 + seed), batch_size=batch, chunk_size=chunk,
-                   callbacks=[note], progress=False)
-        except _Reached as reached:
-            return reached.args[0]
-        except gv.NonFiniteError:
-            pass
-        return None, math.inf
-
-    run(labels[0], seeds, chunk)
-    out: dict = {label: [] for label in labels}
-    for seed in range(seeds):
-        for label in labels[seed % len(labels):] + labels[:seed % len(labels)]:
-            out[label].append(run(label, seed, None))
-    return out
+    each costs. Starts interleaved, compiled afresh and warmed up as in `trajectories`
+    (`_interleaved`); the seconds within a chunk of `chunk` steps are interpolated by
+    step."""
+    return _interleaved(model, strategies, train, seeds, batch, chunk,
+                        lambda: _ToLevel(level, limit, window))
 
 
 def record_runs_to_level(name: str, bench: str, runs: dict, level: float, limit: float,
