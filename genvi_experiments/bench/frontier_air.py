@@ -139,13 +139,13 @@ def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:
         {a: STRATEGIES[a] for a in args.strategies}
     if args.to_level:
         train = jax.numpy.asarray(make_canvases(train=args.canvases, test=1).train)
+        limit = args.time_to_target or 320.0
         runs = runs_to_level(AIRPresence(replace(cfg, lr=args.lr)), chosen, args.to_level,
-                             args.time_to_target or 320.0, train, args.seeds, args.train_batch)
+                             limit, train, args.seeds, args.train_batch)
         print(f"# AIR z_pres: steps and seconds to {args.to_level:g}: {runs}")
         if args.record:
-            record_runs_to_level(args.table, "frontier_air", runs, args.to_level,
-                                 args.time_to_target or 320.0, argv, args.train_batch, 50,
-                                 args.lr)
+            record_runs_to_level(args.table, "frontier_air", runs, args.to_level, limit, argv,
+                                 args.train_batch, 50, args.lr)
         return runs
     if args.time_to_target > 0:
         train = jax.numpy.asarray(make_canvases(train=args.canvases, test=1).train)
