@@ -8,10 +8,11 @@ generates code on a process-wide pool of threads, made at the priority of the th
 that first compiled in the process (the user's), and that half of the compile's work
 competes with the training as an equal (on AIR: 20 of the measuring program's 28
 CPU-seconds, which took 14 s from a 60-s run on two cores). A helper process at the
-lowest priority, all of whose threads are its own, does yield: the program is traced
-and lowered here, exported (`jax.export`), compiled there, and its executable is sent
-back (`jax.experimental.serialize_executable`) and loaded, so the measurement compiles
-from the cores the training leaves idle. The helper imports only JAX
+lowest priority (niceness 19 and, on Linux, the idle scheduling class, which runs only
+on a core the training leaves idle), all of whose threads are its own, does yield: the
+program is traced and lowered here, exported (`jax.export`), compiled there, and its
+executable is sent back (`jax.experimental.serialize_executable`) and loaded, so the
+measurement compiles from the cores the training leaves idle. The helper imports only JAX
 (`genvi/training/compile_helper.py`), with this process's environment (so `XLA_FLAGS`)
 and its 64-bit setting.
 

@@ -12,17 +12,20 @@ per lane of a latent vector (ENUM on a VAE's code: 7 times the score function's
 elements, and 1.55 times a two-evaluation estimator's step time), and that pace would
 last the whole measurement. Looking further traces candidates before training starts,
 so it is done only where that pays. It hands the measurement to a worker thread and at
-each chunk boundary takes what has finished. The worker traces the candidates at the
-normal priority (tracing holds Python's lock, which the training thread needs at every
-chunk boundary, and a holder at the lowest priority kept it waiting: on AIR, 10-18 s
-of tracing where it took 6-8 s) and, on a CPU, has their measuring program compiled
-by a helper process at the lowest priority (`genvi.training.compile_aside`; XLA:CPU
-generates code on process-wide threads at the priority of the thread that first
-compiled, so in this process about half of a compile's work would compete with
-training as an equal). A choice's training chunk compiles here, on a thread at the
-lowest priority (XLA compiles without holding Python's lock). The timing runs there, on
-the training thread with nothing else running, at the parameters and batch of the step
-the tuning was due at, its race held to a share of the fit's time so far (`RACE_SHARE`,
+each chunk boundary takes what has finished. The worker traces the candidates in the
+background (`_yield_to_training`: on Linux, the idle scheduling class, which runs only
+on a core the training leaves idle; tracing holds Python's lock, which the training
+thread needs at every chunk boundary, but with the interpreter's switch interval at
+`SWITCH_INTERVAL` the holder gives it up at once: AIR's chunks kept ENUM's pace, where
+at the normal priority they took 1.8 times as long while five candidates were traced,
+and the tracing took 30 s of idle time rather than 11) and, on a CPU, has their
+measuring program compiled by a helper process in the same class
+(`genvi.training.compile_aside`; XLA:CPU generates code on process-wide threads at the
+priority of the thread that first compiled, so in this process about half of a
+compile's work would compete with training as an equal). A choice's training chunk
+compiles here, on a thread in the background too (XLA compiles without holding
+Python's lock). The timing runs on the training thread, with nothing else running, at
+the parameters and batch of the step the tuning was due at, its race held to a share of the fit's time so far (`RACE_SHARE`,
 as training waits for it); once the choice is known, the compiling thread compiles that
 choice's chunk and training switches to it at the next boundary. Nothing compiles where
 training already runs the choice: a site keeps what training runs while that measures
@@ -99,8 +102,9 @@ class FitTuning:
         self.tunings: list[Tuning] = []
         self._objectives: dict = {}
         self._measured: dict = {}      # each candidate's objective and each site's program
-        # the measurement (tracing) at the normal priority, compiles here at the lowest
-        self._worker = ThreadPoolExecutor(1, "genvi-tune") if background else None
+        # the measurement (tracing) and the compiles here, both in the background
+        self._worker = (ThreadPoolExecutor(1, "genvi-tune", initializer=_yield_to_training)
+                        if background else None)
         self._compiler = (ThreadPoolExecutor(1, "genvi-tune-compile",
                                              initializer=_yield_to_training)
                           if background else None)
@@ -237,14 +241,19 @@ class _Pending:
 
 
 def _yield_to_training() -> None:
-    """Run the compiling thread (and the threads its compiles start) at the lowest
-    priority, on Linux: its compiles are background work, and on a machine with few
-    cores they took a core from the training (a mixture's time to its target: 1.45
-    times the starting choice's at normal priority, 0.97 times at the lowest).
-    Elsewhere, or where the system refuses, it runs at the normal priority."""
+    """Run the calling thread (the measurement's worker, or the compiling thread and
+    the threads its compiles start) in the background, on Linux: at niceness 19 and in
+    the idle scheduling class (`SCHED_IDLE`), which runs only on a core the training
+    leaves idle. Its work is background work, and on a machine with few cores it took a
+    core from the training (a mixture's time to its target: 1.45 times the starting
+    choice's at normal priority, 0.97 times at niceness 19; AIR's chunks, while five
+    candidates were traced at the normal priority, 1.8 times as long). Elsewhere, or
+    where the system refuses, it runs at the normal priority."""
     if sys.platform.startswith("linux"):
+        thread = threading.get_native_id()
         try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            os.setpriority(os.PRIO_PROCESS, thread, 19)
+            os.sched_setscheduler(thread, os.SCHED_IDLE, os.sched_param(0))
         except OSError:
             pass
 
