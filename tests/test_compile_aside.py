@@ -51,9 +51,9 @@ def test_the_helper_compiles_what_compiles_here():
 def test_the_helper_runs_at_the_lowest_priority(tmp_path):
     # the helper's own code, with its compiling replaced by a report of its priority
     probe = tmp_path / "probe.py"
+    report = "    print(os.nice(0), getattr(os, 'sched_getscheduler', lambda p: -1)(0))\n"
     probe.write_text(compile_aside.HELPER.read_text().replace(
-        "    exported = ", "    print(os.nice(0), getattr(os, 'sched_getscheduler', lambda p: -1)(0))\n    return\n"
-        "    exported = ", 1))
+        "    exported = ", report + "    return\n    exported = ", 1))
     done = subprocess.run([sys.executable, "-P", str(probe)], input=b"", capture_output=True,
                           check=True)
     niceness, policy = map(int, done.stdout.split())
