@@ -29,9 +29,10 @@ the parameters and batch of the step the tuning was due at, its race held to a s
 of the fit's time so far (`RACE_SHARE`, as training waits for it); once the choice is
 known, the compiling thread compiles that choice's chunk and training switches to it at
 the next boundary. Nothing compiles where training already runs the choice: a site
-keeps what training runs while that measures within `tune.KEEP_MARGIN` of the best. Each `Tuning` records the step it measured
-(`step`), the step training took its choices from (`applied`; None where the fit ended
-first) and the choices it trained with before (`before`). That step depends on how fast
+keeps what training runs while that measures within `tune.KEEP_MARGIN` of the best.
+Each `Tuning` records the step it measured (`step`), the step training took its choices
+from (`applied`; None where the fit ended first) and the choices it trained with before
+(`before`). That step depends on how fast
 the machine compiles, as the choice depends on its timings: a run that must repeat
 exactly passes `tune_in_background=False` (measure, then train) or fits
 `gv.tune(...).apply(objective)`.
