@@ -324,7 +324,7 @@ def test_scan_view():
     eqn = top_eqn(lambda c, xs: jax.lax.scan(lambda c, x: (c + x, c * x), c, xs, reverse=True,
                                              unroll=2), 0.0, jnp.arange(4.0))
     scan = jx.ScanEqn.of(eqn)
-    assert scan.length == 4 and scan.num_carry == 1 and scan.num_consts == 0
+    assert scan.length == 4 and scan.carry_count == 1 and scan.const_count == 0
     assert scan.reverse is True and scan.unroll == 2
     assert isinstance(scan.body, jx.ClosedJaxpr)
     # re-emitting the scan from its view reproduces it
@@ -349,9 +349,15 @@ def test_scan_view_splits_consts_carries_and_inputs():
               if jx.kind(e) == "scan"]
     scan = jx.ScanEqn.of(eqn)
     consts, carry, xs = scan.split(list(range(len(eqn.invars))))
-    assert len(carry) == 2 and len(xs) == 1 and len(consts) == scan.num_consts >= 1
+    assert len(carry) == 2 and len(xs) == 1 and len(consts) == scan.const_count >= 1
     assert len(scan.body.jaxpr.invars) == len(eqn.invars)
     assert [len(part) for part in scan.split_outs(eqn.outvars)] == [2, 1]
+    # positions agree with the split: a walker asks for them, never computes them
+    positions = list(range(len(eqn.invars)))
+    assert [scan.carry_input(j) for j in range(scan.carry_count)] == carry
+    assert scan.scanned_input(0) == xs[0] and scan.scanned_index(xs[0]) == 0
+    assert all(scan.scanned_index(p) is None for p in consts + carry)
+    assert scan.split(positions)[2] == [scan.scanned_input(0)]
 
 
 def test_while_view():
@@ -359,7 +365,7 @@ def test_while_view():
     loop = jx.WhileEqn.of(eqn)
     assert isinstance(loop.body, jx.ClosedJaxpr) and isinstance(loop.cond, jx.ClosedJaxpr)
     assert [len(part) for part in loop.split(list(eqn.invars))] == [
-        loop.cond_nconsts, loop.body_nconsts, 1]
+        loop.cond_const_count, loop.body_const_count, 1]
 
 
 def test_cond_branches():

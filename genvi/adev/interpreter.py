@@ -297,7 +297,7 @@ class _Run:
 
     def _scan(self, eqn: Any, ins: list, key: Any, steps: tuple):
         scan = jx.ScanEqn.of(eqn)
-        body, ncar = scan.body, scan.num_carry
+        body = scan.body
         consts, init, xs = scan.split(ins)
         dual = self.dual  # replays run without tangents, so they are never dual
 
@@ -319,9 +319,8 @@ class _Run:
             outs, (ds, do) = self.level(body.jaxpr, 0, env, key, steps + (eqn, i), False,
                                         pending=pending)
             kept = self._leave(saved)
-            new_c = outs[:ncar]
+            new_c, ys = scan.split_outs(outs)
             s, o = (None, None) if not dual else (d.add(s, ds), d.add(o, do))
-            ys = outs[ncar:]
             deferred = () if pending is None else pending.arrays(i)
             return ((tuple(x.primal for x in new_c), tuple(tangents_of(new_c)), i + 1,
                      s, o), (tuple(y.primal for y in ys), tuple(y.tangent for y in ys), deferred, kept))

@@ -289,20 +289,25 @@ class ScanEqn:
     outputs), how its operands split, and how to emit a scan like it.
 
     The one reader of a scan's parameters: JAX 0.10 names the operand groups by
-    count (`num_consts`, `num_carry`), later releases by a flat tree (`ft_in`).
+    count, later releases by a flat tree (`ft_in`). The view says it in genvi's words
+    (`const_count`, `carry_count`) and owns the operand layout (consts, then carries,
+    then scanned inputs; the body reads its inputs in the same order), so a walker
+    asks for a carry's or a scanned input's position rather than computing it.
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> f = lambda c, xs: jax.lax.scan(lambda c, x: (c + x, c * x), c, xs)
         >>> (eqn,) = jax.make_jaxpr(f)(0.0, jnp.arange(3.0)).jaxpr.eqns
         >>> s = ScanEqn.of(eqn)
-        >>> (s.num_consts, s.num_carry, s.length, s.reverse)
+        >>> (s.const_count, s.carry_count, s.length, s.reverse)
         (0, 1, 3, False)
+        >>> (s.carry_input(0), s.scanned_input(0), s.scanned_index(1), s.scanned_index(0))
+        (0, 1, 0, None)
     """
     eqn: Any
     body: ClosedJaxpr
-    num_consts: int
-    num_carry: int
+    const_count: int
+    carry_count: int
     length: int
     reverse: bool
     unroll: Any
@@ -319,13 +324,28 @@ class ScanEqn:
                        p["unroll"])
 
     def split(self, ins: Sequence) -> tuple[list, list, list]:
-        """(consts, initial carries, scanned inputs) of the equation's operands."""
-        nc, ncar = self.num_consts, self.num_carry
+        """(consts, initial carries, scanned inputs) of the equation's operands (or of
+        the body's inputs: the same layout)."""
+        nc, ncar = self.const_count, self.carry_count
         return list(ins[:nc]), list(ins[nc:nc + ncar]), list(ins[nc + ncar:])
 
     def split_outs(self, outs: Sequence) -> tuple[list, list]:
         """(carries, per-step outputs) of the body's or the equation's outputs."""
-        return list(outs[:self.num_carry]), list(outs[self.num_carry:])
+        return list(outs[:self.carry_count]), list(outs[self.carry_count:])
+
+    def carry_input(self, carry: int) -> int:
+        """The position of carry `carry` among the operands and the body's inputs."""
+        return self.const_count + carry
+
+    def scanned_input(self, scanned: int) -> int:
+        """The position of scanned input `scanned` among the operands and the body's
+        inputs."""
+        return self.const_count + self.carry_count + scanned
+
+    def scanned_index(self, position: int) -> int | None:
+        """Which scanned input the operand at `position` is (None: a const or a carry)."""
+        k = position - self.scanned_input(0)
+        return k if k >= 0 else None
 
     def scan(self, step: Callable, init: Any, xs: Any, length: int | None = None) -> Any:
         """`jax.lax.scan(step, init, xs)` with this scan's length, direction and
@@ -369,12 +389,12 @@ class ScanEqn:
     def passes_through(self, carry: int) -> bool:
         """Whether the body returns carry `carry` unchanged."""
         jaxpr = self.body.jaxpr
-        return jaxpr.outvars[carry] is jaxpr.invars[self.num_consts + carry]
+        return jaxpr.outvars[carry] is jaxpr.invars[self.carry_input(carry)]
 
     def carries_input(self, carry: int, scanned: int) -> bool:
         """Whether carry `carry`'s new value is the step's scanned input `scanned` itself."""
         jaxpr = self.body.jaxpr
-        return jaxpr.outvars[carry] is jaxpr.invars[self.num_consts + self.num_carry + scanned]
+        return jaxpr.outvars[carry] is jaxpr.invars[self.scanned_input(scanned)]
 
     def accumulators(self, subtract: bool = True, sole_use: bool = True) -> frozenset:
         """The carries `j` whose new value is `c_j + term` (or, with `subtract`,
@@ -400,8 +420,8 @@ class ScanEqn:
             if not isinstance(v, Literal):
                 uses.setdefault(v, []).append(None)
         found = set()
-        for j in range(self.num_carry):
-            c, out = jaxpr.invars[self.num_consts + j], jaxpr.outvars[j]
+        for j in range(self.carry_count):
+            c, out = jaxpr.invars[self.carry_input(j)], jaxpr.outvars[j]
             (eqn, *more) = uses.get(c, [None, None])
             if more or eqn is None or eqn.outvars[0] is not out or (
                     sole_use and len(uses.get(out, [])) != 1):
@@ -428,8 +448,8 @@ class WhileEqn:
     eqn: Any
     cond: ClosedJaxpr
     body: ClosedJaxpr
-    cond_nconsts: int
-    body_nconsts: int
+    cond_const_count: int
+    body_const_count: int
 
     @staticmethod
     def of(eqn: Any) -> "WhileEqn":
@@ -439,13 +459,25 @@ class WhileEqn:
 
     def split(self, ins: Sequence) -> tuple[list, list, list]:
         """(predicate consts, body consts, carries) of the equation's operands."""
-        cn, bn = self.cond_nconsts, self.body_nconsts
+        cn, bn = self.cond_const_count, self.body_const_count
         return list(ins[:cn]), list(ins[cn:cn + bn]), list(ins[cn + bn:])
 
 
 def sort_keys(eqn: Any) -> int:
     """How many of a `sort` equation's operands are keys (the rest ride along)."""
     return eqn.params.get("num_keys", 1)
+
+
+def reduced_axes(eqn: Any) -> tuple:
+    """The axes a reduction equation (`reduce_sum`, `reduce_max`, ...) reduces.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> (eqn,) = jax.make_jaxpr(lambda x: x.sum(axis=(0, 2)))(jnp.ones((2, 3, 4))).jaxpr.eqns
+        >>> reduced_axes(eqn)
+        (0, 2)
+    """
+    return tuple(eqn.params["axes"])
 
 
 def call_body(eqn: Any) -> ClosedJaxpr:

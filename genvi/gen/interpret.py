@@ -105,7 +105,7 @@ def _merge(handler: Handler, state: State, sub: State, choices: dict,
 
 def _scan(scan: jx.ScanEqn, ins: list, handler: Handler, state: State,
           gate: Any) -> tuple[list, State]:
-    body, ncar = scan.body, scan.num_carry
+    body = scan.body
     consts, init, xs = scan.split(ins)
     addrs = site_addresses(body)
     reads = {a: v for a, v in state.reads.items() if a in addrs}
@@ -125,8 +125,9 @@ def _scan(scan: jx.ScanEqn, ins: list, handler: Handler, state: State,
         outs, sub = run(body, consts + list(c) + list(x_vals), handler, sub, gate)
         paths.update({a: p for a, (_, p) in sub.masks.items()})
         masks = {a: m for a, (m, _) in sub.masks.items()}
-        return ((tuple(outs[:ncar]), sub.key, logw + sub.log_density),
-                (tuple(outs[ncar:]), sub.choices, masks))
+        new_c, ys = scan.split_outs(outs)
+        return ((tuple(new_c), sub.key, logw + sub.log_density),
+                (tuple(ys), sub.choices, masks))
 
     zero = jnp.zeros((), jnp.result_type(float))
     (c, key, logw), (ys, choices, masks) = scan.scan(

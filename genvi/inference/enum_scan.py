@@ -32,7 +32,7 @@ from jax.scipy.special import logsumexp
 
 from genvi.core import jaxpr as jx
 from genvi.inference.enum_lanes import Additive, NotSummable, evaluate, is_tracked, joint_values
-from genvi.inference.enum_same import Same
+from genvi.inference.enum_same_rules import Same
 from genvi.replays.engine import Local
 
 # reorderings of the stacked values on their way into the scan (vmap of a scan moves
@@ -61,11 +61,11 @@ def _forward(eqn: Any, ins: list) -> list | None:
         return None
     where = jx.source_line(eqn)
     scan = jx.ScanEqn.of(eqn)
-    first_init = scan.split(ins)[1]  # unbroadcast where they are (`enum_same`)
+    first_init = scan.split(ins)[1]  # unbroadcast where they are (`enum_same_rules`)
     ins = [x.materialized() if isinstance(x, Same) else x for x in ins]
-    body, nc, ncar, length = scan.body, scan.num_consts, scan.num_carry, scan.length
+    ncar, length = scan.carry_count, scan.length
     zpos = [i for i, x in enumerate(ins) if isinstance(x, Steps)]
-    if not zpos or zpos[0] < nc + ncar or any(
+    if not zpos or scan.scanned_index(zpos[0]) is None or any(
             not isinstance(x, Steps) and is_tracked(x) for x in ins):
         raise NotSummable(f"the scan at {where} reads them other than as its "
                           "per-step input")
@@ -83,11 +83,12 @@ def _forward(eqn: Any, ins: list) -> list | None:
         changed = False
         for j in range(ncar):
             if j != a and j not in state and (
-                    any(p in deps[j] for p in zpos) or any(nc + s in deps[j] for s in state)):
+                    any(p in deps[j] for p in zpos)
+                    or any(scan.carry_input(s) in deps[j] for s in state)):
                 state.add(j)
                 changed = True
     for j in state:
-        if any(nc + s in deps[j] for s in state):
+        if any(scan.carry_input(s) in deps[j] for s in state):
             raise NotSummable(f"the carry of the scan at {where} remembers more "
                               "than the previous step's discrete values (a step's state must be "
                               "a function of that step's values alone): carry only the step's "
@@ -160,11 +161,10 @@ class _StepValues:
 
     def __init__(self, scan: Any, ins: list, zpos: list, sites: list, first_init: list):
         self.scan, self.sites = scan, sites
-        nc, ncar = scan.num_consts, scan.num_carry
         self.consts, self.init, xs = scan.split(ins)
         self.first_init = list(first_init)  # what the first step reads
         xs = [jnp.flip(x, 0) if scan.reverse and not isinstance(x, Steps) else x for x in xs]
-        self.where = [p - nc - ncar for p in zpos]
+        self.where = [scan.scanned_index(p) for p in zpos]
         others = [x for i, x in enumerate(xs) if i not in self.where]
         self.first, self.rest = [x[0] for x in others], [x[1:] for x in others]
         self.table = joint_values(sites)
@@ -192,7 +192,8 @@ class _StepValues:
 def _invariant(scan: Any, a: int, state: set) -> bool:
     """Whether every carry other than the state and the log density passes through the
     step unchanged (a hidden Markov model's parameters)."""
-    return all(scan.passes_through(j) for j in range(scan.num_carry) if j != a and j not in state)
+    return all(scan.passes_through(j) for j in range(scan.carry_count)
+               if j != a and j not in state)
 
 
 def _echoes(scan: Any, state: set, steps: "_StepValues") -> dict:
@@ -267,10 +268,9 @@ def _after_scan_outputs(scan: Any, zpos: list, a: int, state: set,
                         deps: list, where: str) -> list:
     """The per-step outputs of the scan: none may be used (they need the path)."""
     outs = []
-    nc, ncar = scan.num_consts, scan.num_carry
-    for i in range(ncar, scan.body_out_count):
-        if not (any(p in deps[i] for p in zpos) or nc + a in deps[i]
-                or any(nc + s in deps[i] for s in state)):
+    for i in range(scan.carry_count, scan.body_out_count):
+        if not (any(p in deps[i] for p in zpos) or scan.carry_input(a) in deps[i]
+                or any(scan.carry_input(s) in deps[i] for s in state)):
             raise NotSummable(f"the scan at {where} returns per-step values alongside its "
                               "discrete site: return None as the step's output (its values "
                               "depend on the path, which the sum does not keep)")
@@ -288,7 +288,7 @@ def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: st
     term_t[l](u, v), O(T × lanes × values²). In a subsampled plate a lane's terms
     arrive scaled: its chain is summed unscaled, then scaled."""
     scan = steps.scan
-    body, nc, ncar = scan.body, scan.num_consts, scan.num_carry
+    body, ncar = scan.body, scan.carry_count
     scales = {s.scale for s in steps.sites}
     if len(scales) > 1:
         raise NotSummable(f"the discrete sites of the scan at {where} lie in gv.plates of "
@@ -374,7 +374,7 @@ def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: st
     total = free_total + scale * jnp.sum(logsumexp(alpha, axis=1))
     results = [steps.init[a] + total if j == a else AfterScan(where) if j in state
                else carry0[j] for j in range(ncar)]
-    zpos = [k + nc + ncar for k in steps.where]
+    zpos = [scan.scanned_input(k) for k in steps.where]
     return results + _after_scan_outputs(scan, zpos, a, state, deps, where)
 
 

@@ -81,7 +81,7 @@ def lane_scan(ev: Any, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
     """Evaluate a `scan` equation holding sampling sites on lane-tracked operands,
     with the same keys and step locations as a replay of the objective."""
     scan = jx.ScanEqn.of(eqn)
-    body, ncar, length = scan.body, scan.num_carry, scan.length
+    body, length = scan.body, scan.length
     consts, init, xs = scan.split(ins)
     sliced = [_sliced(x) for x in xs]
     x_arrays, x_kinds = [a for a, _ in sliced], [k for _, k in sliced]
@@ -97,15 +97,15 @@ def lane_scan(ev: Any, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
         return jax.tree.map(lambda leaf: leaf[0], a)
 
     kinds = [_kind(v) for v in init]
-    for _ in range(ncar + 2):
+    for _ in range(scan.carry_count + 2):
         found: dict = {}
 
         def probe(carry_enc, kinds=kinds, found=found):
             outs = run_body([_decode(e, kd) for e, kd in zip(carry_enc, kinds)],
                             first(x_arrays), jnp.zeros((), jnp.int32),
                             None if step_keys is None else step_keys[0])
-            found["carry"] = [_kind(v) for v in outs[:ncar]]
-            found["ys"] = [_kind(v) for v in outs[ncar:]]
+            new_c, ys = scan.split_outs(outs)
+            found["carry"], found["ys"] = [_kind(v) for v in new_c], [_kind(v) for v in ys]
 
         jax.eval_shape(probe, [_encode(ev, v, kd) for v, kd in zip(init, kinds)])
         widened = [_join(a, b) for a, b in zip(kinds, found["carry"])]
@@ -120,8 +120,9 @@ def lane_scan(ev: Any, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
         c_enc, i = carry
         x_enc, k = x
         outs = run_body([_decode(e, kd) for e, kd in zip(c_enc, kinds)], x_enc, i, k)
-        new_c = [_encode(ev, v, kd) for v, kd in zip(outs[:ncar], kinds)]
-        ys = [_encode(ev, v, kd) for v, kd in zip(outs[ncar:], y_kinds)]
+        new_c, ys = scan.split_outs(outs)
+        new_c = [_encode(ev, v, kd) for v, kd in zip(new_c, kinds)]
+        ys = [_encode(ev, v, kd) for v, kd in zip(ys, y_kinds)]
         return (new_c, i + 1), ys
 
     init_enc = [_encode(ev, v, kd) for v, kd in zip(init, kinds)]

@@ -63,7 +63,7 @@ def markov_scan(ev: Any, eqn: Any, ins: list, key: Any, steps: tuple,
     ev.windows.append(len(rounds))
     final, incoming, terms, base_ys = scan.base_run()
     results = scan.rounds(rounds, incoming, terms)
-    carries = [scan.final_carry(j, rounds, results, final[j]) for j in range(scan.ncar)]
+    carries = [scan.final_carry(j, rounds, results, final[j]) for j in range(scan.carry_count)]
     ys = [base_y if kd == SAME else _stacked_over_steps(y, kd)
           for base_y, y, kd in zip(base_ys, results[0][2], rounds[0][2])]
     return carries + ys
@@ -77,7 +77,7 @@ class _MarkovScan:
                  holding: tuple | None):
         scan = jx.ScanEqn.of(eqn)
         self.ev, self.eqn, self.steps, self.scan = ev, eqn, steps, scan
-        self.body, self.ncar, self.length = scan.body, scan.num_carry, scan.length
+        self.body, self.carry_count, self.length = scan.body, scan.carry_count, scan.length
         self.consts, self.init, xs = scan.split(ins)
         if any(isinstance(v, (Local, Perturbed)) for v in list(self.consts) + list(self.init)):
             raise Coupled("scan over the steps with lane-tracked constants or initial carries")
@@ -127,17 +127,17 @@ class _MarkovScan:
             found["out"] = [_kind(v) for v in outs]
 
         rounds: list = []
-        kinds = [SAME] * self.ncar
+        kinds = [SAME] * self.carry_count
         while not rounds or any(kd != SAME for kd in kinds):
-            if len(rounds) > self.ncar:
+            if len(rounds) > self.carry_count:
                 raise Coupled("a scan carry that keeps a step's value")
             jax.eval_shape(functools.partial(probe, kinds=kinds, r=len(rounds)),
                            [_encode(self.lane_free, v, kd) for v, kd in zip(self.init, kinds)])
-            out = found["out"]
-            rounds.append((kinds, out[:self.ncar], out[self.ncar:]))
-            if len(rounds) > 1 and any(kd != SAME for kd in out[self.ncar:]):
+            out_carries, out_ys = self.scan.split_outs(found["out"])
+            rounds.append((kinds, out_carries, out_ys))
+            if len(rounds) > 1 and any(kd != SAME for kd in out_ys):
                 raise Coupled("a scan output that depends on an earlier step's value")
-            kinds = [SAME if j in self.acc else kd for j, kd in enumerate(out[:self.ncar])]
+            kinds = [SAME if j in self.acc else kd for j, kd in enumerate(out_carries)]
         if any(kd == PERTURBED for kd in rounds[0][2]):
             raise Coupled("a scan output that mixes the lanes of one step")
         return rounds
@@ -147,8 +147,8 @@ class _MarkovScan:
         carries (accumulators: None), accumulators' terms and outputs. Only carries
         that are not accumulators need the steps in order (a `lax.scan` over them
         alone); the rest runs every step at once."""
-        acc, kept = self.acc, [j for j in range(self.ncar) if j not in self.acc]
-        incoming = [None] * self.ncar
+        acc, kept = self.acc, [j for j in range(self.carry_count) if j not in self.acc]
+        incoming = [None] * self.carry_count
         final = list(self.init)
         if kept:
             def step(carry, x):
@@ -165,13 +165,14 @@ class _MarkovScan:
                 (self.x_base, self.keys))
             for j, c, b in zip(kept, last, before):
                 final[j], incoming[j] = c, b
-        carry_in = [self._stacked_zeros(j) if j in acc else incoming[j] for j in range(self.ncar)]
+        carry_in = [self._stacked_zeros(j) if j in acc else incoming[j]
+                    for j in range(self.carry_count)]
         outs = jax.vmap(lambda c, xb, i, k: self.run(c, xb, i, k))(
             carry_in, self.x_base, self.iterations, self.keys)
-        terms = [outs[j] if j in acc else None for j in range(self.ncar)]
+        terms = [outs[j] if j in acc else None for j in range(self.carry_count)]
         for j in acc:  # summed at once: equal to the scan's running sum up to rounding
             final[j] = final[j] + jnp.sum(terms[j], axis=0)
-        return final, incoming, terms, outs[self.ncar:]
+        return final, incoming, terms, outs[self.carry_count:]
 
     def _stacked_zeros(self, j: int) -> Any:
         c = self.init[j]
@@ -183,19 +184,19 @@ class _MarkovScan:
         step. Per round: (carries for the next round, accumulators' differences from
         their base terms, outputs), stacked over the steps."""
         incoming = [self._stacked_zeros(j) if j in self.acc else incoming[j]
-                    for j in range(self.ncar)]
+                    for j in range(self.carry_count)]
 
         def one(r, carry, x_vals, i, k, alt, term):
             outs = self.run(carry, x_vals, i, k, alt)
             kinds = rounds[r][1]
-            onward = rounds[r + 1][0] if r + 1 < len(rounds) else [SAME] * self.ncar
+            onward = rounds[r + 1][0] if r + 1 < len(rounds) else [SAME] * self.carry_count
             lane_free = self.lane_free
             carries = [None if kd == SAME else _encode(lane_free, outs[j], kinds[j])
                        for j, kd in enumerate(onward)]
             deltas = [_delta(lane_free, outs[j], term[j], kinds[j]) if j in self.acc else None
-                      for j in range(self.ncar)]
+                      for j in range(self.carry_count)]
             ys = [] if r else [_encode(lane_free, y, kd)
-                               for y, kd in zip(outs[self.ncar:], rounds[0][2])]
+                               for y, kd in zip(outs[self.carry_count:], rounds[0][2])]
             return carries, deltas, ys
 
         def round0(carry, x0, i, k, alt, term):
