@@ -39,7 +39,7 @@ from jax.scipy.special import logsumexp
 from genvi.replays.engine import ELEMENTWISE, RULES, Local, Perturbed, elementwise
 from genvi.core import jaxpr as jx
 from genvi.core.walk import env_of, walk
-from genvi.inference.enum_same import Same, lazy_broadcast, same_rule
+from genvi.inference.enum_same_rules import Same, lazy_broadcast, same_rule
 
 
 _PER_LANE = ("; the log density must be a sum of one term per lane, each depending on that "
@@ -140,7 +140,7 @@ def _tracked(eqn: Any, ins: list) -> list:
 
 def _sum_over_lanes(eqn: Any, ins: list) -> Additive | None:
     (v,) = ins
-    axes = tuple(eqn.params["axes"])
+    axes = jx.reduced_axes(eqn)
     if not set(v.axes) & set(axes):
         return None  # along other axes: the lane rules keep it lane-local
     if not set(v.axes) <= set(axes) or eqn.outvars[0].aval.shape != ():

@@ -1,4 +1,4 @@
-"""Every lane at one value: the enumeration evaluator's `Same` values and their rules.
+"""The enumeration evaluator's rule table for values the same in every lane (`Same`).
 
 Enumeration evaluates a log density with every lane of a discrete site at one value
 v. A `Same` holds such a value once, its lane axes of size 1, so what depends on the
