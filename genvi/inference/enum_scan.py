@@ -314,7 +314,7 @@ def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: st
         else:
             free, per_lane = term, jnp.zeros((count,), jnp.result_type(term))
         new = []
-        for j, o in enumerate(outs[:ncar]):
+        for j, o in enumerate(scan.split_outs(outs)[0]):
             if isinstance(o, Same):
                 o = o.local()
             if j == a:  # the log density's accumulator: its term is read above

@@ -172,7 +172,7 @@ class _MarkovScan:
         terms = [outs[j] if j in acc else None for j in range(self.carry_count)]
         for j in acc:  # summed at once: equal to the scan's running sum up to rounding
             final[j] = final[j] + jnp.sum(terms[j], axis=0)
-        return final, incoming, terms, outs[self.carry_count:]
+        return final, incoming, terms, self.scan.split_outs(outs)[1]
 
     def _stacked_zeros(self, j: int) -> Any:
         c = self.init[j]
@@ -196,7 +196,7 @@ class _MarkovScan:
             deltas = [_delta(lane_free, outs[j], term[j], kinds[j]) if j in self.acc else None
                       for j in range(self.carry_count)]
             ys = [] if r else [_encode(lane_free, y, kd)
-                               for y, kd in zip(outs[self.carry_count:], rounds[0][2])]
+                               for y, kd in zip(self.scan.split_outs(outs)[1], rounds[0][2])]
             return carries, deltas, ys
 
         def round0(carry, x0, i, k, alt, term):
