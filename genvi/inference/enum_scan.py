@@ -113,7 +113,7 @@ def _forward(eqn: Any, ins: list) -> list | None:
     n = steps.count
     outs0 = jax.vmap(lambda c: run(steps.first_init, steps.first, c))(jnp.arange(n))  # [C, ...]
     alpha = outs0[a]
-    carry0 = [o if j in state else o[0] for j, o in enumerate(outs0[:ncar])]
+    carry0 = [o if j in state else o[0] for j, o in enumerate(scan.split_outs(outs0)[0])]
 
     echo = _echoes(scan, state, steps)
 
