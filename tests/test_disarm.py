@@ -17,28 +17,10 @@ import numpy as np
 import pytest
 
 import genvi as gv
+from binary_cases import (THETA, coupled_lanes, exact_coupled_lanes, exact_markov_chain,
+                          exact_single_flip, markov_chain, sig, single_flip)
 from estimates import N, exact_by_enumeration, moments, within
 from genvi.adev import dual as d
-
-THETA = 0.4
-
-
-def sig(x):
-    return 1 / (1 + np.exp(-x))
-
-
-def single(strategy):
-    @gv.expectation
-    def f(theta):  # E[(3z − 1)² + θ z], z ~ flip(σ(θ)): a score part and a pathwise part
-        z = gv.sample(gv.flip(jax.nn.sigmoid(theta), grad=strategy))
-        return (3.0 * z - 1.0) ** 2 + theta * z
-    return f
-
-
-def exact_single(theta):
-    return exact_by_enumeration(
-        lambda th, z: ([sig(th) if z[0] else 1 - sig(th)], (3 * z[0] - 1) ** 2 + th * z[0]),
-        theta, 1)
 
 
 FORMS = (gv.DisARM, gv.DisARM.per_lane(), gv.DisARM.whole_site())
@@ -47,8 +29,8 @@ EACH_FORM = pytest.mark.parametrize("strategy", FORMS, ids=repr)
 
 @EACH_FORM
 def test_single_site_value_and_gradient_are_unbiased(strategy):
-    v, v_se, g, g_se, _ = moments(single(strategy), THETA)
-    value, grad = exact_single(THETA)
+    v, v_se, g, g_se, _ = moments(single_flip(strategy), THETA)
+    value, grad = exact_single_flip(THETA)
     assert within(v, v_se, value) and within(g, g_se, grad), (v, g, value, grad)
 
 
@@ -70,28 +52,10 @@ def test_bernoulli_logits_at_coupled_sites(strategy):
     assert within(v, v_se, value) and within(g, g_se, grad), (v, g, value, grad)
 
 
-C = np.array([1.0, -2.0, 0.5, 3.0, -1.0])
-
-
-def plate_objective(strategy):
-    @gv.expectation
-    def f(theta):  # five lanes, coupled through (Σ z)² as well as summed through C·z
-        z = gv.sample(gv.flip(jax.nn.sigmoid(theta + jnp.arange(5.0) / 4), grad=strategy))
-        return jnp.sum(jnp.asarray(C) * z) + 0.3 * jnp.sum(z) ** 2
-    return f
-
-
-def exact_plate(theta):
-    def value_of(th, z):
-        q = sig(th + np.arange(5.0) / 4)
-        return np.where(z == 1, q, 1 - q), C @ z + 0.3 * z.sum() ** 2
-    return exact_by_enumeration(value_of, theta, 5)
-
-
 @EACH_FORM
 def test_coupled_lanes_of_one_site_are_unbiased(strategy):
-    v, v_se, g, g_se, _ = moments(plate_objective(strategy), THETA)
-    value, grad = exact_plate(THETA)
+    v, v_se, g, g_se, _ = moments(coupled_lanes(strategy), THETA)
+    value, grad = exact_coupled_lanes(THETA)
     assert within(v, v_se, value) and within(g, g_se, grad), (v, g, value, grad)
 
 
@@ -198,36 +162,16 @@ def test_the_default_form_follows_what_lane_by_lane_replays_cost():
     assert "the rest couples the lanes" in str(vae[gv.DisARM].explain(GUIDE, XS))
     assert "lane-local" in str(vae[gv.DisARM.per_lane()].explain(GUIDE, XS))
     # five lanes reduced to numbers before they meet: lane by lane, as `.per_lane()`
-    plate = {s: plate_objective(s) for s in FORMS}
+    plate = {s: coupled_lanes(s) for s in FORMS}
     grads = {s: plate[s].grad_estimate(key, THETA) for s in FORMS}
     assert grads[gv.DisARM] == grads[gv.DisARM.per_lane()] != grads[gv.DisARM.whole_site()]
     assert "1 × 5 lanes: lane-local" in str(plate[gv.DisARM].explain(THETA))
 
 
-T = 4
-
-
 @EACH_FORM
 def test_in_a_scan_markov_chain_is_unbiased(strategy):
-    @gv.expectation
-    def f(theta):
-        def step(prev, t):
-            z = gv.sample(gv.flip(jax.nn.sigmoid(theta + 1.2 * prev - 0.3 * t), grad=strategy))
-            z = z * 1.0
-            return z, (2.0 * z - prev) ** 2 + theta * z
-        _, costs = jax.lax.scan(step, 0.0, jnp.arange(float(T)))
-        return jnp.sum(costs)
-
-    def value_of(th, z):
-        probs, total, prev = [], 0.0, 0.0
-        for t in range(T):
-            q = sig(th + 1.2 * prev - 0.3 * t)
-            probs.append(q if z[t] else 1 - q)
-            total += (2 * z[t] - prev) ** 2 + th * z[t]
-            prev = z[t]
-        return probs, total
-    v, v_se, g, g_se, _ = moments(f, THETA)
-    value, grad = exact_by_enumeration(value_of, THETA, T)
+    v, v_se, g, g_se, _ = moments(markov_chain(strategy), THETA)
+    value, grad = exact_markov_chain(THETA)
     assert within(v, v_se, value) and within(g, g_se, grad), (v, g, value, grad)
 
 
@@ -250,17 +194,17 @@ class IndependentPartner(gv.Strategy):
 
 
 def test_the_sample_size_fails_a_variant_without_antithetic_coupling():
-    _, _, g, g_se, _ = moments(single(IndependentPartner()), THETA)
-    _, grad = exact_single(THETA)
+    _, _, g, g_se, _ = moments(single_flip(IndependentPartner()), THETA)
+    _, grad = exact_single_flip(THETA)
     assert not within(g, g_se, grad), "the test is too weak to see the missing coupling"
 
 
 def test_variance_below_reinforce_with_rloo2_at_equal_evaluations():
     # both evaluate the rest of the objective twice per lane
-    _, _, g_disarm, _, var_disarm = moments(plate_objective(gv.DisARM), THETA, seed=3)
-    _, _, g_rloo, _, var_rloo = moments(plate_objective(gv.RLOO(2)), THETA, seed=3)
+    _, _, g_disarm, _, var_disarm = moments(coupled_lanes(gv.DisARM), THETA, seed=3)
+    _, _, g_rloo, _, var_rloo = moments(coupled_lanes(gv.RLOO(2)), THETA, seed=3)
     assert var_disarm < var_rloo, (var_disarm, var_rloo)
-    _, grad = exact_plate(THETA)
+    _, grad = exact_coupled_lanes(THETA)
     assert g_disarm == pytest.approx(grad, abs=0.05) and g_rloo == pytest.approx(grad, abs=0.1)
 
 
@@ -282,7 +226,7 @@ def test_masked_lanes_of_a_batched_cond_weigh_nothing(strategy):
 
 
 def test_whole_site_evaluates_the_rest_twice():
-    obj = plate_objective(gv.DisARM.whole_site())
+    obj = coupled_lanes(gv.DisARM.whole_site())
     text = str(obj.explain(THETA))
     assert "gv.DisARM.whole_site()" in text and "1 replay of the rest of the objective" in text
 

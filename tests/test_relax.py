@@ -18,14 +18,11 @@ import optax
 import pytest
 
 import genvi as gv
+from binary_cases import (THETA, C, coupled_lanes, exact_coupled_lanes, exact_markov_chain,
+                          exact_single_flip, markov_chain, sig, single_flip_value)
 from estimates import N, exact_by_enumeration, moments, within
 
-THETA = 0.4
 VALUES = np.array([1.0, 3.0, -2.0])  # f at a categorical's three values
-
-
-def sig(x):
-    return 1 / (1 + np.exp(-x))
 
 
 def linear(phi, z):
@@ -45,15 +42,9 @@ def rebar(phi, z):
 def single(strategy_of):
     @gv.expectation
     def f(theta, phi):  # E[(3z − 1)² + θ z], z ~ flip(σ(θ)): a score part and a pathwise part
-        z = gv.sample(gv.flip(jax.nn.sigmoid(theta), grad=strategy_of(phi)))
-        return (3.0 * z - 1.0) ** 2 + theta * z
+        return single_flip_value(theta, gv.sample(gv.flip(jax.nn.sigmoid(theta),
+                                                          grad=strategy_of(phi))))
     return f
-
-
-def exact_single(theta):
-    return exact_by_enumeration(
-        lambda th, z: ([sig(th) if z[0] else 1 - sig(th)], (3 * z[0] - 1) ** 2 + th * z[0]),
-        theta, 1)
 
 
 def in_form(strategy, form):
@@ -75,7 +66,7 @@ def at(phi, f):
 def test_single_flip_is_unbiased(surrogate, phi, form):
     f = single(lambda ph: in_form(gv.RELAX(surrogate, ph), form))
     v, v_se, g, g_se, _ = moments(at(phi, f), THETA)
-    value, grad = exact_single(THETA)
+    value, grad = exact_single_flip(THETA)
     assert within(v, v_se, value) and within(g, g_se, grad), (v, g, value, grad)
 
 
@@ -152,21 +143,10 @@ def test_coupled_flip_bernoulli_and_categorical_sites():
     assert within(v, v_se, exact(THETA)) and within(g, g_se, grad), (v, g, exact(THETA), grad)
 
 
-C = np.array([1.0, -2.0, 0.5, 3.0, -1.0])
-
-
 def test_coupled_lanes_of_one_site():
-    @gv.expectation
-    def f(theta):  # five lanes, coupled through (Σ z)² as well as summed through C·z
-        z = gv.sample(gv.flip(jax.nn.sigmoid(theta + jnp.arange(5.0) / 4),
-                              grad=gv.RELAX(linear, {"w": jnp.asarray(C), "b": 0.0})))
-        return jnp.sum(jnp.asarray(C) * z) + 0.3 * jnp.sum(z) ** 2
-
-    def value_of(th, z):
-        q = sig(th + np.arange(5.0) / 4)
-        return np.where(z == 1, q, 1 - q), C @ z + 0.3 * z.sum() ** 2
+    f = coupled_lanes(gv.RELAX(linear, {"w": jnp.asarray(C), "b": 0.0}))
     v, v_se, g, g_se, _ = moments(f, THETA)
-    value, grad = exact_by_enumeration(value_of, THETA, 5)
+    value, grad = exact_coupled_lanes(THETA)
     assert within(v, v_se, value) and within(g, g_se, grad), (v, g, value, grad)
 
 
@@ -272,31 +252,10 @@ def test_the_lane_local_baseline_lowers_the_variance_in_a_plate():
     assert local < whole / 10, (local, whole)
 
 
-T = 4
-
-
 @pytest.mark.parametrize("form", ["lane-local", "whole site"])
 def test_in_a_scan_markov_chain(form):
-    @gv.expectation
-    def f(theta):
-        def step(prev, t):
-            z = gv.sample(gv.flip(jax.nn.sigmoid(theta + 1.2 * prev - 0.3 * t),
-                                  grad=in_form(gv.RELAX(linear, PHI), form)))
-            z = z * 1.0
-            return z, (2.0 * z - prev) ** 2 + theta * z
-        _, costs = jax.lax.scan(step, 0.0, jnp.arange(float(T)))
-        return jnp.sum(costs)
-
-    def value_of(th, z):
-        probs, total, prev = [], 0.0, 0.0
-        for t in range(T):
-            q = sig(th + 1.2 * prev - 0.3 * t)
-            probs.append(q if z[t] else 1 - q)
-            total += (2 * z[t] - prev) ** 2 + th * z[t]
-            prev = z[t]
-        return probs, total
-    v, v_se, g, g_se, _ = moments(f, THETA)
-    value, grad = exact_by_enumeration(value_of, THETA, T)
+    v, v_se, g, g_se, _ = moments(markov_chain(in_form(gv.RELAX(linear, PHI), form)), THETA)
+    value, grad = exact_markov_chain(THETA)
     assert within(v, v_se, value) and within(g, g_se, grad), (v, g, value, grad)
 
 
@@ -332,7 +291,7 @@ class SwappedGivenTheDraw(gv.RELAX):
 def test_the_sample_size_fails_a_biased_variant(variant):
     f = single(lambda ph: variant(linear, ph))
     _, _, g, g_se, _ = moments(at(PHI, f), THETA)
-    _, grad = exact_single(THETA)
+    _, grad = exact_single_flip(THETA)
     assert not within(g, g_se, grad), f"the test is too weak to see {variant.__name__}'s bias"
 
 
