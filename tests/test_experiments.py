@@ -1,5 +1,6 @@
 """Experiments run end to end at a tiny size."""
 
+import json
 import math
 import os
 import pathlib
@@ -266,6 +267,28 @@ def test_runs_to_level_stops_at_the_level_at_the_same_step_each_time():
     never = runs_to_level(_Quadratic(), {"REPARAM": gv.REPARAM}, 0.0, 0.5, data, seeds=1,
                           batch=4, window=10, chunk=10)
     assert never == {"REPARAM": [(None, math.inf)]}
+
+
+def test_runs_to_levels_measure_every_level_on_the_same_starts(tmp_path, monkeypatch):
+    from genvi_experiments.bench import frontier, results
+    data, strategies = jnp.full((16,), 3.0), {"REPARAM": gv.REPARAM, "AUTO": gv.AUTO}
+    runs = frontier.runs_to_levels(_Quadratic(), strategies, [-4.0, -2.0, 0.0], 3.0, data,
+                                   seeds=2, batch=4, window=10, chunk=10)
+    one = frontier.runs_to_level(_Quadratic(), {"REPARAM": gv.REPARAM}, -2.0, 60.0, data,
+                                 seeds=2, batch=4, window=10, chunk=10)
+    for start, (steps, _) in zip(runs["REPARAM"], one["REPARAM"]):
+        (low, t_low), (high, t_high), never = start
+        assert 10 <= low < high and 0 < t_low <= t_high < 3.0
+        assert high == steps          # the same start, whether it stops there or goes on
+        assert never == (None, math.inf)    # above the optimum: the run ends at the limit
+    monkeypatch.setattr(results, "_RESULTS_ELSEWHERE", str(tmp_path))
+    frontier.record_runs_to_levels("levels", "frontier_air", runs, [-4.0, -2.0, 0.0], 3.0,
+                                   [], 4, 10, 0.1)
+    table = json.loads((tmp_path / f"{results.on_platform('levels')}.json").read_text())
+    assert [row[0] for row in table["rows"]] == ["-4", "-2", "0"]
+    assert table["rows"][2][1:3] == ["–; 0 of 2", "–; 0 of 2"]
+    starts = json.loads((tmp_path / f"{results.on_platform('levels_starts')}.json").read_text())
+    assert len(starts["rows"]) == 6 and starts["rows"][4][2] == "–, –"
 
 
 def test_enumeration_bench_tiny():

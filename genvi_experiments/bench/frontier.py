@@ -30,6 +30,7 @@ from __future__ import annotations
 import gc
 import math
 import time
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 import jax
@@ -246,45 +247,62 @@ def trajectories(model: FrontierModel, strategies: dict, budget: float, train: j
                         lambda: _Trajectory(budget, chunk))
 
 
-class _ToLevel:
-    """A start's (first step at which the mean training objective of the last `window`
-    steps reached `level`, the seconds at that step, interpolated within its chunk), or
-    (None, inf) where `limit` seconds passed first."""
+class _ToLevels:
+    """A start's [(first step at which the mean training objective of the last `window`
+    steps reached the level, the seconds at that step, interpolated within its chunk)
+    for each of `levels`], (None, inf) for a level that `limit` seconds passed before;
+    the run stops at the last level it lacks or at the limit."""
 
-    def __init__(self, level: float, limit: float, window: int):
-        self.level, self.limit, self.window = level, limit, window
-        self.last, self.result = (0, 0.0), (None, math.inf)
+    def __init__(self, levels: Sequence[float], limit: float, window: int):
+        self.levels, self.limit, self.window = tuple(levels), limit, window
+        self.last, self.reached = (0, 0.0), {}
+
+    @property
+    def result(self) -> list:
+        return [self.reached.get(level, (None, math.inf)) for level in self.levels]
 
     def note(self, step: int, history: dict, seconds: float) -> None:
         values = np.asarray(history["objective"])
-        done = values[:0] if len(values) < self.window else \
-            np.convolve(values, np.ones(self.window) / self.window, "valid") >= self.level
-        if done.any():
-            at = int(np.argmax(done)) + self.window
+        if len(values) >= self.window:
+            mean = np.convolve(values, np.ones(self.window) / self.window, "valid")
             before, then = self.last
-            reached = then + (at - before) / max(1, step - before) * (seconds - then)
-            if reached <= self.limit:
-                self.result = (at, reached)
-            raise _Stop
-        if seconds > self.limit:
+            for level in set(self.levels) - set(self.reached):
+                done = mean >= level
+                if done.any():
+                    at = int(np.argmax(done)) + self.window
+                    reached = then + (at - before) / max(1, step - before) * (seconds - then)
+                    if reached <= self.limit:
+                        self.reached[level] = (at, reached)
+        if len(self.reached) == len(set(self.levels)) or seconds > self.limit:
             raise _Stop
         self.last = (step, seconds)
+
+
+def runs_to_levels(model: FrontierModel, strategies: dict, levels: Sequence[float],
+                   limit: float, train: jax.Array, seeds: int, batch: int, window: int = 50,
+                   chunk: int = 50) -> dict:
+    """For each strategy and start: [(the first step at which the mean training
+    objective of the last `window` steps reached the level, the seconds since `gv.fit`
+    was called at that step) for each of `levels`], (None, inf) for a level not reached
+    in `limit` seconds. A run stops at its last level, so a start costs its time to the
+    level rather than a fixed budget, and the step does not depend on the machine (a
+    start draws the same estimates on every run), which separates how many steps a
+    strategy needs from what each costs; one run gives every level, so how the
+    strategies' distance changes with the level is measured on the same starts. Starts
+    interleaved, compiled afresh and warmed up as in `trajectories` (`_interleaved`);
+    the seconds within a chunk of `chunk` steps are interpolated by step."""
+    return _interleaved(model, strategies, train, seeds, batch, chunk,
+                        lambda: _ToLevels(levels, limit, window))
 
 
 def runs_to_level(model: FrontierModel, strategies: dict, level: float, limit: float,
                   train: jax.Array, seeds: int, batch: int, window: int = 50,
                   chunk: int = 50) -> dict:
-    """For each strategy and start: (the first step at which the mean training
-    objective of the last `window` steps reached `level`, the seconds since `gv.fit`
-    was called at that step), or (None, inf) where `limit` seconds passed first. A run
-    stops at the level, so a start costs its time to the level rather than a fixed
-    budget, and the step does not depend on the machine (a start draws the same
-    estimates on every run), which separates how many steps a strategy needs from what
-    each costs. Starts interleaved, compiled afresh and warmed up as in `trajectories`
-    (`_interleaved`); the seconds within a chunk of `chunk` steps are interpolated by
-    step."""
-    return _interleaved(model, strategies, train, seeds, batch, chunk,
-                        lambda: _ToLevel(level, limit, window))
+    """`runs_to_levels` at the one `level`: for each strategy and start, (step, seconds)
+    at which it reached the level, or (None, inf)."""
+    runs = runs_to_levels(model, strategies, [level], limit, train, seeds, batch, window,
+                          chunk)
+    return {label: [start[0] for start in starts] for label, starts in runs.items()}
 
 
 def record_runs_to_level(name: str, bench: str, runs: dict, level: float, limit: float,
@@ -309,6 +327,52 @@ def record_runs_to_level(name: str, bench: str, runs: dict, level: float, limit:
             "same on every machine; its seconds are this one's. The fastest single "
             f"strategy: {best}.")
     record(on_platform(name), command(bench, argv), columns, rows, note=note)
+
+
+def record_runs_to_levels(name: str, bench: str, runs: dict, levels: Sequence[float],
+                          limit: float, argv, batch: int, window: int, lr: float) -> None:
+    """Record `runs_to_levels` as two tables: `name`, a row per level (each strategy's
+    median seconds and steps to it, the best single strategy, and the worst single
+    strategy's time and the best's over AUTO's), and `name`_starts, each start's steps
+    and seconds per strategy and level."""
+    labels, single = list(runs), [a for a in runs if a != "AUTO"]
+    starts = len(runs[labels[0]])
+    rows, detail = [], []
+    for i, level in enumerate(levels):
+        at = {a: [start[i] for start in runs[a]] for a in labels}
+        seconds = {a: float(np.median([t for _, t in at[a]])) for a in labels}
+        steps = {a: float(np.median([math.inf if n is None else n for n, _ in at[a]]))
+                 for a in labels}
+        best, worst = min(single, key=seconds.get), max(single, key=seconds.get)
+        auto = seconds.get("AUTO", math.nan)
+        cells = []
+        for a in labels:
+            reached = sum(n is not None for n, _ in at[a])
+            cell = "–" if not math.isfinite(seconds[a]) else \
+                f"{seconds[a]:.1f} ({steps[a]:,.0f})"
+            cells.append(cell + ("" if reached == starts else f"; {reached} of {starts}"))
+        rows.append([f"{level:g}", *cells, best, _ratio(seconds[worst], auto, limit),
+                     _ratio(auto, seconds[best], limit)])
+        detail += [[a, f"{level:g}", ", ".join("–" if n is None else f"{n:,} ({t:.1f})"
+                                               for n, t in at[a])] for a in labels]
+    columns = ["level", *(f"{a}: seconds (steps), median" for a in labels),
+               "best single strategy", "worst single strategy's time ÷ AUTO's",
+               "AUTO's ÷ best's"]
+    note = (f"Training (minibatches of {batch}, Adam {lr:g}) from {_starts(starts)} per "
+            f"strategy, each until the mean training objective of the last {window} steps "
+            f"reached {max(levels):g} or {limit:g} s had passed; for each level, the "
+            "median over the starts of the seconds from the fit's call (compiling, with no "
+            "persistent compilation cache, and AUTO's measurements included) and of the "
+            "step at which a start first reached it (–: the median start did not reach "
+            "it; \"k of n\": the starts that did). The starts interleaved, each start's "
+            "strategies in an order rotated by one from the last start's, after an untimed "
+            "chunk of training. A start's steps are the same on every run of the same "
+            "program; its seconds are this machine's.")
+    record(on_platform(name), command(bench, argv), columns, rows, note=note)
+    record(on_platform(f"{name}_starts"), command(bench, argv),
+           ["strategy", "level", "each start: steps (seconds)"], detail,
+           note=f"Each start's step and seconds at each level of table {name}; –: not "
+                f"reached in {limit:g} s.")
 
 
 # a quarter: a strategy three times slower than the best still has the run's time to

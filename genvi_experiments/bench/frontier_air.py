@@ -29,7 +29,10 @@ With `--to-level L`, each start trains until the mean training objective of its 
 the table gives the step and the seconds at which each start reached it
 (`frontier.runs_to_level`): a start stops there, so five starts of every strategy fit
 in the time two full runs take, and its steps, unlike its seconds, are the same on
-every machine (`air_frontier_level`, with `--table`).
+every machine (`air_frontier_level`, with `--table`). With several levels
+(`--to-level 645 650 652.56 654`), each start trains to the highest and the table gives
+every strategy's median seconds and steps to each (`frontier.runs_to_levels`), how the
+distance between strategies changes with the level, measured on the same starts.
 
 With `--trained-steps N`, the estimator table is measured at the parameters N steps
 of training with ENUM reach (`--lr`, `--train-batch`), on the first `--batch` training
@@ -55,6 +58,7 @@ from genvi_experiments.air.data import make_canvases
 from genvi_experiments.air.model import AIRNets, air_programs
 from genvi_experiments.bench.frontier import (RELAX, RELAX_FORMS, RELAX_WHOLE, measure,
                                               record_lab, record_runs_to_level,
+                                              record_runs_to_levels, runs_to_levels,
                                               record_time_to_target, relax_init, relax_note,
                                               runs_to_level, site_strategy, surrogate_value,
                                               time_to_target, trajectories)
@@ -112,10 +116,11 @@ def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:
     ap.add_argument("--time-to-target", type=float, default=0.0,
                     help="train each strategy this many wall-clock seconds and report the "
                          "time to a target training objective (0: do not)")
-    ap.add_argument("--to-level", type=float, default=0.0,
+    ap.add_argument("--to-level", type=float, nargs="+", default=None,
                     help="train each strategy until the mean training objective of the last "
-                         "50 steps reaches this, for at most --time-to-target seconds, and "
-                         "report the steps and seconds to it (0: do not)")
+                         "50 steps reaches this (with several levels: the highest, reporting "
+                         "each), for at most --time-to-target seconds, and report the steps "
+                         "and seconds to it")
     ap.add_argument("--seeds", type=int, default=2, help="training starts per strategy")
     ap.add_argument("--canvases", type=int, default=2000,
                     help="training canvases for --time-to-target")
@@ -139,12 +144,20 @@ def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:
         {a: STRATEGIES[a] for a in args.strategies}
     if args.to_level:
         train = jax.numpy.asarray(make_canvases(train=args.canvases, test=1).train)
-        limit = args.time_to_target or 320.0
-        runs = runs_to_level(AIRPresence(replace(cfg, lr=args.lr)), chosen, args.to_level,
-                             limit, train, args.seeds, args.train_batch)
-        print(f"# AIR z_pres: steps and seconds to {args.to_level:g}: {runs}")
+        limit, model = args.time_to_target or 320.0, AIRPresence(replace(cfg, lr=args.lr))
+        if len(args.to_level) > 1:
+            runs = runs_to_levels(model, chosen, args.to_level, limit, train, args.seeds,
+                                  args.train_batch)
+            print(f"# AIR z_pres: steps and seconds to {args.to_level}: {runs}")
+            if args.record:
+                record_runs_to_levels(args.table, "frontier_air", runs, args.to_level,
+                                      limit, argv, args.train_batch, 50, args.lr)
+            return runs
+        (level,) = args.to_level
+        runs = runs_to_level(model, chosen, level, limit, train, args.seeds, args.train_batch)
+        print(f"# AIR z_pres: steps and seconds to {level:g}: {runs}")
         if args.record:
-            record_runs_to_level(args.table, "frontier_air", runs, args.to_level, limit, argv,
+            record_runs_to_level(args.table, "frontier_air", runs, level, limit, argv,
                                  args.train_batch, 50, args.lr)
         return runs
     if args.time_to_target > 0:
