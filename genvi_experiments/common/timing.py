@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import pathlib
+import platform
 import time
 from typing import Any, Callable
 
@@ -31,11 +34,31 @@ def paired_ratio(samples: dict[str, list[float]], num: str, den: str) -> float:
 
 
 def describe_machine() -> str:
-    import os
-    import platform
+    """The machine a measurement ran on: the CPU's model (where the system names it) and
+    architecture, its cores, and JAX's version and device. The model matters beyond
+    speed: XLA compiles for the host's CPU, so two CPUs can round one program's floats
+    differently, and a long training run (AIR's) amplifies that into different steps.
+
+    Example:
+        >>> describe_machine()      # doctest: +SKIP
+        'AMD EPYC (x86_64), 2 cores, JAX 0.12.0.1 on cpu (cpu)'
+    """
     dev = jax.devices()[0]
-    return (f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+    arch = platform.processor() or platform.machine()
+    model = _cpu_model()
+    cpu = f"{model} ({arch})" if model else arch
+    return (f"{cpu}, {os.cpu_count()} cores, "
             f"JAX {jax.__version__} on {dev.platform} ({dev.device_kind})")
+
+
+def _cpu_model() -> str:
+    """The CPU's model name as Linux reports it ("" elsewhere or where it is not given)."""
+    try:
+        text = pathlib.Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in text.splitlines()
+                 if line.startswith("model name") and ":" in line), "")
 
 
 def chunk_timed_fit(finish: Callable, *fit_args: Any, **fit_kwargs: Any) -> Callable[[], Any]:
