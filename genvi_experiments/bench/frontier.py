@@ -278,6 +278,13 @@ class _ToLevels:
         self.last = (step, seconds)
 
 
+# what a start's step count is worth: the same AIR start, rerun on another machine with
+# the same library versions, reached the levels at other steps
+STEPS_NOTE = ("A start's steps repeat from run to run on one machine, but not across CPUs "
+              "(XLA compiles for the host's, and a long training run amplifies a rounding "
+              "difference); its seconds are this machine's.")
+
+
 def runs_to_levels(model: FrontierModel, strategies: dict, levels: Sequence[float],
                    limit: float, train: jax.Array, seeds: int, batch: int, window: int = 50,
                    chunk: int = 50) -> dict:
@@ -285,9 +292,10 @@ def runs_to_levels(model: FrontierModel, strategies: dict, levels: Sequence[floa
     objective of the last `window` steps reached the level, the seconds since `gv.fit`
     was called at that step) for each of `levels`], (None, inf) for a level not reached
     in `limit` seconds. A run stops at its last level, so a start costs its time to the
-    level rather than a fixed budget, and the step does not depend on the machine (a
-    start draws the same estimates on every run), which separates how many steps a
-    strategy needs from what each costs; one run gives every level, so how the
+    level rather than a fixed budget, and the step does not depend on the machine's
+    speed (a start draws the same estimates on every run on one machine; a different
+    CPU can round differently, and a long run amplifies that), which separates how
+    many steps a strategy needs from what each costs; one run gives every level, so how the
     strategies' distance changes with the level is measured on the same starts. Starts
     interleaved, compiled afresh and warmed up as in `trajectories` (`_interleaved`);
     the seconds within a chunk of `chunk` steps are interpolated by step."""
@@ -323,9 +331,8 @@ def record_runs_to_level(name: str, bench: str, runs: dict, level: float, limit:
             f"{limit:g} s had passed (–); seconds from the fit's call, compiling (no "
             "persistent compilation cache) and AUTO's measurements included; the starts "
             "interleaved, each start's strategies in an order rotated by one from the "
-            "last start's, after an untimed chunk of training. A start's steps are the "
-            "same on every machine; its seconds are this one's. The fastest single "
-            f"strategy: {best}.")
+            f"last start's, after an untimed chunk of training. {STEPS_NOTE} The fastest "
+            f"single strategy: {best}.")
     record(on_platform(name), command(bench, argv), columns, rows, note=note)
 
 
@@ -366,8 +373,7 @@ def record_runs_to_levels(name: str, bench: str, runs: dict, levels: Sequence[fl
             "step at which a start first reached it (–: the median start did not reach "
             "it; \"k of n\": the starts that did). The starts interleaved, each start's "
             "strategies in an order rotated by one from the last start's, after an untimed "
-            "chunk of training. A start's steps are the same on every run of the same "
-            "program; its seconds are this machine's.")
+            f"chunk of training. {STEPS_NOTE}")
     record(on_platform(name), command(bench, argv), columns, rows, note=note)
     record(on_platform(f"{name}_starts"), command(bench, argv),
            ["strategy", "level", "each start: steps (seconds)"], detail,

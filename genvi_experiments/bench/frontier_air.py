@@ -28,8 +28,9 @@ With `--to-level L`, each start trains until the mean training objective of its 
 50 steps reaches L (or `--time-to-target` seconds, 320 by default, have passed), and
 the table gives the step and the seconds at which each start reached it
 (`frontier.runs_to_level`): a start stops there, so five starts of every strategy fit
-in the time two full runs take, and its steps, unlike its seconds, are the same on
-every machine (`air_frontier_level`, with `--table`). With several levels
+in the time two full runs take, and its steps, unlike its seconds, repeat from run to
+run on one machine (not across CPUs: XLA compiles for the host's, and the training
+amplifies a rounding difference; `air_frontier_level`, with `--table`). With several levels
 (`--to-level 645 650 652.56 654`), each start trains to the highest and the table gives
 every strategy's median seconds and steps to each (`frontier.runs_to_levels`), how the
 distance between strategies changes with the level, measured on the same starts.
