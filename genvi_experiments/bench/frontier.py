@@ -10,8 +10,9 @@ VAEs of `discrete_vae`, the mixture of `frontier_gmm`, AIR's z_pres in
   time per estimate), from several starts;
 * `trajectories` and `time_to_target`: wall-clock training runs (compiling, and
   AUTO's measurements, counted) and the seconds each took to reach a target;
-* `runs_to_level`: runs that stop at a fixed level of the training objective, with
-  the step and the seconds at which each reached it.
+* `runs_to_level` and `runs_to_levels`: runs that stop at a fixed level of the
+  training objective (or the highest of several), with the step and the seconds at
+  which each reached it (each level).
 
 A model is an object with `name`, `strategies` ({label: strategy}, `RELAX`,
 `RELAX_WHOLE` and `RELAX_PER_LANE` for `gv.RELAX` and its `.whole_site()` and
