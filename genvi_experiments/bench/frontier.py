@@ -267,20 +267,22 @@ class _ToLevels:
         if len(values) >= self.window:
             mean = np.convolve(values, np.ones(self.window) / self.window, "valid")
             before, then = self.last
-            for level in set(self.levels) - set(self.reached):
+            for level in self.levels:
                 done = mean >= level
-                if done.any():
+                if level not in self.reached and done.any():
                     at = int(np.argmax(done)) + self.window
                     reached = then + (at - before) / max(1, step - before) * (seconds - then)
                     if reached <= self.limit:
                         self.reached[level] = (at, reached)
-        if len(self.reached) == len(set(self.levels)) or seconds > self.limit:
+        if all(level in self.reached for level in self.levels) or seconds > self.limit:
             raise _Stop
         self.last = (step, seconds)
 
 
 # what a start's step count is worth: the same AIR start, rerun on another machine with
 # the same library versions, reached the levels at other steps
+INTERLEAVED_NOTE = ("The starts interleaved, each start's strategies in an order rotated by "
+                    "one from the last start's, after an untimed chunk of training.")
 STEPS_NOTE = ("A start's steps repeat from run to run on one machine, but not across CPUs "
               "(XLA compiles for the host's, and a long training run amplifies a rounding "
               "difference); its seconds are this machine's.")
@@ -330,10 +332,8 @@ def record_runs_to_level(name: str, bench: str, runs: dict, level: float, limit:
             f"{_starts(len(next(iter(runs.values()))))} per strategy, each until the mean "
             f"training objective of the last {window} steps reached {level:g} or "
             f"{limit:g} s had passed (–); seconds from the fit's call, compiling (no "
-            "persistent compilation cache) and AUTO's measurements included; the starts "
-            "interleaved, each start's strategies in an order rotated by one from the "
-            f"last start's, after an untimed chunk of training. {STEPS_NOTE} The fastest "
-            f"single strategy: {best}.")
+            f"persistent compilation cache) and AUTO's measurements included. {INTERLEAVED_NOTE} "
+            f"{STEPS_NOTE} The fastest single strategy: {best}.")
     record(on_platform(name), command(bench, argv), columns, rows, note=note)
 
 
@@ -372,9 +372,7 @@ def record_runs_to_levels(name: str, bench: str, runs: dict, levels: Sequence[fl
             "median over the starts of the seconds from the fit's call (compiling, with no "
             "persistent compilation cache, and AUTO's measurements included) and of the "
             "step at which a start first reached it (–: the median start did not reach "
-            "it; \"k of n\": the starts that did). The starts interleaved, each start's "
-            "strategies in an order rotated by one from the last start's, after an untimed "
-            f"chunk of training. {STEPS_NOTE}")
+            f"it; \"k of n\": the starts that did). {INTERLEAVED_NOTE} {STEPS_NOTE}")
     record(on_platform(name), command(bench, argv), columns, rows, note=note)
     record(on_platform(f"{name}_starts"), command(bench, argv),
            ["strategy", "level", "each start: steps (seconds)"], detail,
