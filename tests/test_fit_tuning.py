@@ -20,6 +20,7 @@ import pytest
 
 import genvi as gv
 from genvi.training import fit_tuning, tune
+from genvi.training.fit_loop import Setup, batch_at
 from genvi.training.fit_tuning import FitTuning, _yield_to_training
 
 KEY = jax.random.key(3)
@@ -124,7 +125,25 @@ def test_a_fit_shorter_than_the_measurement_records_it_unapplied():
     assert tuning.step == 0 and tuning.applied is None
     assert tuning.choice("z") in (gv.ENUM, gv.RLOO(2), gv.MVD, gv.DisARM, gv.SD)
     assert "trained with" not in str(tuning)
+    assert "not applied: the fit ended first, training with z gv.ENUM" in str(tuning)
     assert not tune_threads()
+
+
+def test_each_tuning_measures_on_the_minibatch_its_step_trains_on(monkeypatch):
+    # not the first rows every time: a retuning sees other data, as training does
+    seen = []
+    begin = FitTuning.begin
+    monkeypatch.setattr(FitTuning, "begin",
+                        lambda self, args, step: (seen.append((step, args)), begin(self, args, step))[1])
+    monkeypatch.setattr(FitTuning, "_submit", done_at_once)
+    fit(objective(gv.AUTO), PARAMS, 3 * CHUNK, key=KEY, retune_every=CHUNK)
+    assert [step for step, _ in seen] == [0, CHUNK, 2 * CHUNK]
+    setup = Setup((16, "epoch"), 64, False, None, ())
+    data_key = jax.random.split(KEY)[1]
+    for step, (params, batch) in seen:
+        (expected,) = batch_at((DATA,), setup, data_key, 1, step)
+        np.testing.assert_array_equal(batch, expected)
+    assert not np.array_equal(seen[0][1][1], seen[1][1][1])
 
 
 def test_a_background_measurement_races_within_a_share_of_the_fit(monkeypatch):

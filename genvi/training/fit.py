@@ -37,8 +37,8 @@ from genvi.training.fit_checks import (NonFiniteError, as_arrays, check_float_pa
                                        check_objective, nonfinite_message, warn_if_skipped)
 from genvi.training.fit_options import (Checkpoints, Evaluation, SkipNonfinite,
                                         from_flat_keywords)
-from genvi.training.fit_loop import (Chunk, Setup, check_order, compiled_chunk, dataset_size,
-                                     shuffle_once)
+from genvi.training.fit_loop import (Chunk, Setup, batch_at, check_order, compiled_chunk,
+                                     dataset_size, shuffle_once)
 from genvi.training.fit_state import FitResult
 from genvi.training.progress import ProgressBar
 from genvi.training.schedule import at_step, check_schedules, split_scheduled
@@ -189,10 +189,10 @@ def fit(objective: Expectation, params: Any, *data: Any,
         compiled_chunk(chosen, optimizer, setup, sharding).run.lower(
             (params, state), rule_state, 0, 0, data, step_key, data_key,
             capacity=capacity).compile()
-    tuning = _tuning(objective, retune_every, key, params, data, batch_size, scheduled, base,
+    tuning = _tuning(objective, retune_every, key, params, data, setup, data_key, base,
                      sharding, tune_in_background, precompile)
     if tuning is not None:
-        tuning.begin(_measured_args(params, data, batch_size, scheduled, base), base)
+        tuning.begin(_measured_args(params, data, setup, data_key, sharding, base), base)
     chunk = compiled_chunk(objective if tuning is None else tuning.current, optimizer, setup,
                            sharding)
     start = base
@@ -248,7 +248,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
                 callback(reached, params, history)
             if tuning is not None and reached < end and not converged:
                 if tuning.due(reached):
-                    tuning.begin(_measured_args(params, data, batch_size, scheduled, reached),
+                    tuning.begin(_measured_args(params, data, setup, data_key, sharding, reached),
                                  reached)
                 else:
                     tuning.poll(reached)
@@ -313,12 +313,12 @@ def _nonfinite_error(chunk: Chunk, before: tuple, begin: int, done: int, data: t
 
 
 def _tuning(objective: Expectation, every: int | None, key: jax.Array, params: Any,
-            data: tuple, batch_size: int | None, scheduled: tuple, step: int,
+            data: tuple, setup: Setup, data_key: jax.Array, step: int,
             sharding: Any, background: bool, precompile: Callable) -> FitTuning | None:
     """gv.AUTO's tuning for this fit, or None where the objective has no AUTO site."""
     if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
         raise ValueError(f"gv.fit: retune_every is a positive int (steps), got {every!r}")
-    if not has_auto_sites(objective, _measured_args(params, data, batch_size, scheduled, step)):
+    if not has_auto_sites(objective, _measured_args(params, data, setup, data_key, sharding, step)):
         if every is not None:
             raise ValueError("gv.fit: retune_every= measures the strategies of sites with "
                              "grad=gv.AUTO, and the objective has none")
@@ -332,12 +332,12 @@ def _tuning(objective: Expectation, every: int | None, key: jax.Array, params: A
     return FitTuning(objective, every, key, background, precompile)
 
 
-def _measured_args(params: Any, data: tuple, batch_size: int | None, scheduled: tuple,
-                   step: int) -> tuple:
-    """What gv.AUTO measures at: the parameters and a batch of the data (the first
-    `batch_size` rows), scheduled arguments at `step`."""
-    batch = data if batch_size is None else jax.tree_util.tree_map(lambda a: a[:batch_size], data)
-    return (params,) + tuple(at_step(batch, scheduled, step))
+def _measured_args(params: Any, data: tuple, setup: Setup, data_key: jax.Array,
+                   sharding: Any, step: int) -> tuple:
+    """What gv.AUTO measures at when it tunes at `step`: the parameters, and the
+    minibatch and scheduled arguments that step trains on."""
+    batch = batch_at(data, setup, data_key, sharding.processes, step)
+    return (params,) + tuple(at_step(batch, setup.scheduled, step))
 
 
 def _boundaries(start: int, end: int, chunk: int, *every: int | None) -> list[tuple[int, int]]:

@@ -145,19 +145,8 @@ def make_step(objective: Expectation, optimizer: optax.GradientTransformationExt
         >>> make_step.__name__
         'make_step'
     """
-    batch_size, order = setup.batching
-
-    def batch_at(step):
-        # O(batch_size) whatever n (genvi/training/minibatch.py); several processes:
-        # equal shares, each from one process's rows (genvi/training/distributed.py)
-        if order is None:
-            return data
-        draw = minibatch.epoch_batch if order == "epoch" else minibatch.window_batch
-        return per_process(lambda block, k, size, rows: draw(block, k, step, size, rows),
-                           data, data_key, sharding.processes, batch_size, setup.n)
-
     def grads_at(params, step):
-        batch = batch_at(step)
+        batch = batch_at(data, setup, data_key, sharding.processes, step)
         if sharding.batch is not None:
             batch = jax.lax.with_sharding_constraint(batch, sharding.batch)
         return objective.value_and_grad_estimate(
@@ -169,6 +158,28 @@ def make_step(objective: Expectation, optimizer: optax.GradientTransformationExt
         return ascend(optimizer, params, state, value, grads), value, finite(value, grads)
 
     return step_fn, grads_at
+
+
+def batch_at(data: tuple, setup: Setup, data_key: jax.Array, processes: int,
+             step: jax.Array | int) -> tuple:
+    """Step `step`'s minibatch of `data` (all of it without minibatches): what that
+    step trains on, and what `gv.AUTO` measures at when it tunes there. O(batch_size)
+    whatever n (genvi/training/minibatch.py); several processes: equal shares, each
+    from one process's rows (genvi/training/distributed.py).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from genvi.training.fit_loop import Setup, batch_at
+        >>> setup = Setup((4, "epoch"), 10, False, None, ())
+        >>> batch_at((jnp.arange(10.0),), setup, jax.random.key(0), 1, 3)[0].shape
+        (4,)
+    """
+    batch_size, order = setup.batching
+    if order is None:
+        return data
+    draw = minibatch.epoch_batch if order == "epoch" else minibatch.window_batch
+    return per_process(lambda block, k, size, rows: draw(block, k, step, size, rows),
+                       data, data_key, processes, batch_size, setup.n)
 
 
 def finite(value: jax.Array, grads: Any) -> jax.Array:

@@ -125,11 +125,15 @@ class Tuning:
             rows.append((m.site, repr(m.strategy), _num(m.variance), _num(m.seconds),
                          _num(m.work), str(m.estimates), mark))
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        applied = ("" if self.applied is None or self.applied == self.step
-                   else f", trained with from step {self.applied}")
-        if applied and self.before and self.before != self.choices:
-            applied += " (before it: " + ", ".join(
-                f"{'/'.join(map(str, a))} {s!r}" for a, s in self.before) + ")"
+        before = ", ".join(f"{'/'.join(map(str, a))} {s!r}" for a, s in self.before)
+        if self.applied is None:   # outside a fit, or a fit that ended before the switch
+            applied = f", not applied: the fit ended first, training with {before}" if (
+                self.before) else ""
+        else:
+            applied = ("" if self.applied == self.step
+                       else f", trained with from step {self.applied}")
+            if applied and self.before and self.before != self.choices:
+                applied += f" (before it: {before})"
         lines = [f"gv.AUTO, measured at step {self.step}{applied} (gradient variance × time "
                  "per estimate):"]
         for j, r in enumerate(rows):
