@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from genvi.adev import dual as d
+from genvi.adev.strategies.finite import branches, index_in_support
 from genvi.core.strategy import Strategy, register_built_in
 
 
@@ -31,15 +32,11 @@ class Enum(Strategy):
             p, dp = d.jvp(lambda *q: jax.vmap(lambda v: jnp.prod(dist.lane_prob(v, *q)))(values),
                           primals, tangents)
             live = p > 0  # values of probability 0 contribute nothing (k may be −inf there)
-            # ... and are run at the most probable value instead: their own continuation
-            # can be NaN (log p − log q = −inf + inf), and reverse mode would multiply
-            # the masked branch's zero cotangent by its non-finite derivatives.
-            alive = live.reshape((-1,) + (1,) * x.ndim)
-            branches = k.dual_map(jnp.where(alive, values, values[jnp.argmax(p)]))
-            k_p = jnp.where(live, branches.primal, 0.0)
+            run = branches(k, values, live, values[jnp.argmax(p)])
+            k_p = jnp.where(live, run.primal, 0.0)
             primal = jnp.sum(p * k_p)
             tangent = d.add(
-                None if branches.tangent is None else jnp.sum(jnp.where(live, p * branches.tangent, 0.0)),
+                None if run.tangent is None else jnp.sum(jnp.where(live, p * run.tangent, 0.0)),
                 None if dp is None else jnp.sum(dp * k_p))
             return d.Dual(primal, tangent)
         if all(t is None for t in tangents):
@@ -53,8 +50,7 @@ class Enum(Strategy):
             return k.dual(x)
         # Σ_v ∂p(v) k(v): the term at the sampled value is the final result (a score
         # term); only the V − 1 other values of each lane are replayed.
-        # index of x in the (sorted) support; by comparisons, not a loop of bisections
-        at = jnp.searchsorted(support, x, method="compare_all")
+        at = index_in_support(support, x)
         index = jnp.arange(support.shape[0]).reshape((-1,) + (1,) * x.ndim)
         # the V − 1 other values of each lane, by selects rather than gathers: inside a
         # scan a gather's transpose is a scatter, which XLA:CPU does not compile into

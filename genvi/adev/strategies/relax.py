@@ -77,6 +77,7 @@ import jax
 import jax.numpy as jnp
 
 from genvi.adev import dual as d
+from genvi.adev.strategies.finite import index_in_support
 from genvi.core.strategy import Strategy
 
 
@@ -180,7 +181,9 @@ class RELAX(Strategy):
                 k.note("the papers' form, no replay baseline: the rest couples the lanes "
                        "(a lane's replay would run it again)")
         logits, dlogits = d.jvp(lambda *p: _site_logits(dist, b, binary, *p), primals, tangents)
-        relax = _Binary(b) if binary else _Categorical(b)
+        # the relaxations index the support: b's position in it, not b itself
+        support = dist.support(*primals)
+        relax = (_Binary if binary else _Categorical)(index_in_support(support, b))
         # z: drawn given b, then reparameterized with its noise held; z̃: given b
         noise = relax.noise(logits, relax.uniforms(jax.random.fold_in(key, 1), logits))
         v_tilde = relax.uniforms(jax.random.fold_in(key, 2), logits)
@@ -195,7 +198,8 @@ class RELAX(Strategy):
             def differences(ell):
                 diff, at_z_tilde = self.control_variates(phi, relax, ell, noise, v_tilde, plated)
                 swapped = None if whole else self.swapped_control_variates(
-                    phi, relax, type(relax)(other), ell, v_tilde, v_other, plated)
+                    phi, relax, type(relax)(index_in_support(support, other)), ell, v_tilde,
+                    v_other, plated)
                 return jnp.sum(diff), (at_z_tilde, swapped)
             grad_cv, (at_z_tilde, swapped) = jax.grad(differences, has_aux=True)(logits)
             return grad_cv, at_z_tilde, swapped
@@ -296,10 +300,6 @@ class RELAX(Strategy):
 def _static_tree(phi: Any) -> Any:
     """phi's structure: a treedef once split, else the pytree's."""
     return phi if isinstance(phi, jax.tree_util.PyTreeDef) else jax.tree_util.tree_structure(phi)
-
-
-def _expand(x: jax.Array, ndim: int) -> jax.Array:
-    return x.reshape(x.shape + (1,) * (ndim - x.ndim))
 
 
 def _site_logits(dist: Any, b: jax.Array, binary: bool, *params: Any) -> jax.Array:

@@ -41,6 +41,7 @@ import jax.numpy as jnp
 from jax.scipy.special import gammaln, logsumexp
 
 from genvi.adev import dual as d
+from genvi.adev.strategies.finite import branches, index_in_support
 from genvi.core.strategy import Strategy
 
 MAX_K = 6  # set probabilities sum over k! orders
@@ -88,7 +89,7 @@ class SWOR(Strategy):
         p_all, dp_all = d.jvp(probs, primals, tangents)
         if dp_all is None:
             return k.dual(x)
-        at = jnp.searchsorted(support, x, method="compare_all")          # index of x
+        at = index_in_support(support, x)
         index = jnp.arange(size).reshape((-1,) + (1,) * x.ndim)
         gumbel = jax.random.gumbel(jax.random.fold_in(key, 1), p_all.shape, p_all.dtype)
         # values of probability 0 rank below every other value but above x itself, so
@@ -108,7 +109,9 @@ class SWOR(Strategy):
         values = support[chosen].astype(x.dtype)
         live = p > 0  # a value of probability 0 adds nothing (its f may be ±inf)
         if x.size == 1 and k.can_branch and not getattr(dist, "is_masked", False):
-            branches = k.dual_map(values.reshape((self.k,) + x.shape))
+            # values of probability 0 (k above the values that can be drawn) run at x
+            shaped = values.reshape((self.k,) + x.shape)
+            run = branches(k, shaped, live.reshape(self.k), shaped[0])
             k.note(f"rest of the program at {self.k} of {size} values, drawn without replacement"
                    + (" (all: exact)" if self.k == size else ""))
             alive = live.reshape(self.k)
@@ -116,9 +119,9 @@ class SWOR(Strategy):
             def total(w, f):
                 return jnp.sum(jnp.where(alive, w * jnp.where(alive, f, 0.0), 0.0))
             w = (p * ratio).reshape(self.k)
-            tangent = d.add(None if branches.tangent is None else total(w, branches.tangent),
-                            total(weights.reshape(self.k), branches.primal))
-            return d.Dual(total(w, branches.primal), tangent)
+            tangent = d.add(None if run.tangent is None else total(w, run.tangent),
+                            total(weights.reshape(self.k), run.primal))
+            return d.Dual(total(w, run.primal), tangent)
         return k.dual(x).plus(score=jnp.sum(weights[0])).plus_replays(values[1:], weights[1:],
                                                                      live[1:])
 
