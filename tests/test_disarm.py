@@ -4,8 +4,9 @@ site), and which form the default takes (lane by lane where the replays are
 lane-local, whole-site where the rest couples the lanes): value and gradient
 against exact enumeration, 2·10⁴ estimates each, within 5 standard errors, at a single
 site, at coupled sites, at one site's coupled lanes, in a plate (lane-local), under
-`gv.batch_mean` (a latent vector per datapoint) and in a scan (Markov-local); the same sample size fails a variant whose partner is drawn
-independently (no antithetic coupling); its variance against REINFORCE with RLOO(2),
+`gv.batch_mean` (a latent vector per datapoint) and in a scan (Markov-local); the same
+sample size fails a variant whose partner is drawn independently (no antithetic
+coupling) and one without the σ(|α|) weighting; its variance against REINFORCE with RLOO(2),
 which also evaluates the rest of the objective twice; refusals."""
 
 import itertools
@@ -197,6 +198,41 @@ def test_the_sample_size_fails_a_variant_without_antithetic_coupling():
     _, _, g, g_se, _ = moments(single_flip(IndependentPartner()), THETA)
     _, grad = exact_single_flip(THETA)
     assert not within(g, g_se, grad), "the test is too weak to see the missing coupling"
+
+
+class AntitheticPair(gv.Strategy):
+    """DisARM written out in the test: u given the sampler's b, the antithetic partner
+    b̃ = 1[1 − u < σ(α)], and the weight ½ (−1)^b̃ 1[b ≠ b̃] σ(|α|) ∂α on f(b) − f(b̃);
+    `weighted=False` leaves σ(|α|) out (biased: its mean weighs f(1) − f(0) by
+    σ(1 − σ) / σ(|α|) instead of σ(1 − σ))."""
+
+    needs = ("sample", "lane_log_prob", "binary")
+
+    def __init__(self, weighted: bool):
+        self.weighted, self.kind = weighted, f"AntitheticPair{int(weighted)}"
+
+    def jvp(self, dist, key, primals, tangents, k):
+        b = dist.sample(key, *primals)
+        one, zero = jnp.ones(b.shape, b.dtype), jnp.zeros(b.shape, b.dtype)
+        alpha, dalpha = d.jvp(lambda *p: dist.lane_log_prob(one, *p) - dist.lane_log_prob(zero, *p),
+                              primals, tangents)
+        p = jax.nn.sigmoid(alpha)
+        v = jax.random.uniform(jax.random.fold_in(key, 1), b.shape)
+        u = jnp.where(b, v * p, p + v * (1 - p))  # uniform given b = 1[u < p]
+        partner = (1 - u < p).astype(b.dtype)
+        differ = b != partner
+        sign = jnp.where(partner, -1.0, 1.0)
+        scale = jax.nn.sigmoid(jnp.abs(alpha)) if self.weighted else 1.0
+        w = jnp.where(differ, 0.5 * sign * scale * dalpha, 0.0)
+        return k.dual(b).plus(score=jnp.sum(w)).plus_replays(partner[None], -w[None], differ[None])
+
+
+def test_the_sample_size_fails_a_variant_without_antithetic_weighting():
+    _, grad = exact_single_flip(THETA)
+    _, _, g, g_se, _ = moments(single_flip(AntitheticPair(weighted=True)), THETA)
+    assert within(g, g_se, grad), "the written-out DisARM should be unbiased"
+    _, _, g, g_se, _ = moments(single_flip(AntitheticPair(weighted=False)), THETA)
+    assert not within(g, g_se, grad), "the test is too weak to see the missing weighting"
 
 
 def test_variance_below_reinforce_with_rloo2_at_equal_evaluations():
