@@ -20,9 +20,13 @@ the estimator's variance in phi, as a learned REINFORCE baseline is trained
 surrogate (f evaluated at a tempered z, a scale and a temperature in phi) it is REBAR
 (Tucker et al. 2017).
 
-The surrogate sees the site's relaxed draw z: in (0, 1) with the site's shape for a
-binary site (σ of the logistic variable, > ½ exactly where b = 1), on the simplex
-(last axis, the K values) for a categorical one. Everything it reads comes in `phi`
+The surrogate sees the site's relaxed draw: in (0, 1) with the site's shape for a
+binary site (σ(z) of the logistic variable z, > ½ exactly where b = 1), on the simplex
+(last axis, the K values) for a categorical one (softmax(z)). With `logits=True` it
+sees z itself: the logistic variable (> 0 exactly where b = 1), or the log-probabilities
+plus Gumbels (argmax b; −∞ at a value of probability 0). A tempered surrogate needs z
+(REBAR's σ(z / λ)): σ(z) rounds to 1 in float32 once z exceeds about 17, and a
+surrogate that inverts it to temper it then has an infinite derivative. Everything it reads comes in `phi`
 (a pytree: the surrogate function is a static part of the site), so a surrogate that
 uses the model (REBAR) takes the model's parameters in `phi` behind
 `jax.lax.stop_gradient`, which keeps the variance gradient off them.
@@ -85,24 +89,33 @@ from genvi.core.strategy import Strategy
 class RELAX(Strategy):
     """RELAX at a finite-support site with the learned control variate
     `surrogate(phi, z)` (see the module docstring): `surrogate` is a function of
-    `phi` (a pytree of arrays, from your params) and the relaxed draw `z`, returning a
-    float scalar. Under `gv.vmap` (a plate) it is applied lane by lane, as written.
-    Each lane's score term has a lane-local replay baseline; `.whole_site()` drops it
-    (the papers' form, one evaluation of the rest of the objective).
+    `phi` (a pytree of arrays, from your params) and the relaxed draw `z` (σ / softmax
+    of the logistic or Gumbel variable; that variable itself with `logits=True`),
+    returning a float scalar. Under `gv.vmap` (a plate) it is applied lane by lane, as
+    written. Each lane's score term has a lane-local replay baseline; `.whole_site()`
+    drops it (the papers' form, one evaluation of the rest of the objective).
 
     Example:
-        >>> import genvi as gv, jax.numpy as jnp
+        >>> import genvi as gv, jax, jax.numpy as jnp
         >>> gv.RELAX(lambda phi, z: phi * jnp.sum(z), 1.0).kind
         'RELAX'
+        >>> def rebar(phi, z):     # REBAR: f at z tempered by λ, on the logistic z
+        ...     soft = jax.nn.sigmoid(z / phi["temperature"])
+        ...     return phi["eta"] * jnp.sum((3.0 * soft - 1.0) ** 2)
+        >>> gv.RELAX(rebar, {"eta": 0.8, "temperature": 0.5}, logits=True)
+        gv.RELAX(rebar, phi, logits=True)
     """
 
     surrogate: Callable = None
     phi: Any = None
-    phi_tangent: Any = None
-    ranks: tuple | None = None  # phi's leaves' ranks as written (the static part's)
+    # the surrogate sees z itself rather than σ(z) / softmax(z)
+    logits: bool = False
     # the papers' form (no lane-local replay baseline): True, False (lane by lane), or
     # None: where the rest of the objective couples the lanes (`k.lanes_couple`)
-    whole: bool | None = None
+    whole: bool | None = dataclasses.field(default=None, kw_only=True)
+    phi_tangent: Any = dataclasses.field(default=None, kw_only=True, repr=False)
+    # phi's leaves' ranks as written (the static part's)
+    ranks: tuple | None = dataclasses.field(default=None, kw_only=True, repr=False)
     kind = "RELAX"
     needs = ("sample", "lane_log_prob", "support")
 
@@ -117,7 +130,7 @@ class RELAX(Strategy):
         leaves, tree = jax.tree_util.tree_flatten(self.phi)
         # the ranks as written: a strategy joined from a batched site keeps them
         ranks = self.ranks if self.ranks is not None else tuple(jnp.ndim(x) for x in leaves)
-        return type(self)(self.surrogate, tree, None, ranks, self.whole), tuple(leaves)
+        return dataclasses.replace(self, phi=tree, phi_tangent=None, ranks=ranks), tuple(leaves)
 
     def operand_event_ndims(self):
         return self.ranks or ()  # phi is not lane-shaped: its axes are its own
@@ -129,7 +142,7 @@ class RELAX(Strategy):
         dphi = None
         if tangents is not None and any(t is not None for t in tangents):
             dphi = jax.tree_util.tree_unflatten(self.phi, list(tangents))
-        return type(self)(self.surrogate, phi, dphi, self.ranks, self.whole)
+        return dataclasses.replace(self, phi=phi, phi_tangent=dphi)
 
     def whole_site(self) -> "RELAX":
         """RELAX without the lane-local replay baseline, always: every lane's score
@@ -158,15 +171,16 @@ class RELAX(Strategy):
         return dataclasses.replace(self, whole=False)
 
     def __hash__(self):
-        return hash((type(self), self.surrogate, self.whole))
+        return hash((type(self), self.surrogate, self.logits, self.whole))
 
     def __eq__(self, other):
         return (type(other) is type(self) and other.surrogate is self.surrogate
                 and _static_tree(other.phi) == _static_tree(self.phi) and other.ranks == self.ranks
-                and other.whole == self.whole)
+                and other.logits == self.logits and other.whole == self.whole)
 
     def __repr__(self) -> str:
-        name = f"gv.RELAX({getattr(self.surrogate, '__name__', 'surrogate')}, phi)"
+        name = (f"gv.RELAX({getattr(self.surrogate, '__name__', 'surrogate')}, phi"
+                + (", logits=True)" if self.logits else ")"))
         return name + {None: "", True: ".whole_site()", False: ".per_lane()"}[self.whole]
 
     def jvp(self, dist, key, primals, tangents, k):
@@ -261,8 +275,8 @@ class RELAX(Strategy):
         c = self._c
         for _ in range(plated):
             c = jax.vmap(c)
-        at_z = c(phi, relax.relaxed(relax.reparameterized(ell, noise)))
-        at_z_tilde = c(phi, relax.relaxed(relax.given_b(ell, v_tilde)))
+        at_z = c(phi, self._seen(relax, relax.reparameterized(ell, noise)))
+        at_z_tilde = c(phi, self._seen(relax, relax.given_b(ell, v_tilde)))
         return at_z - at_z_tilde, at_z_tilde
 
     def swapped_control_variates(self, phi, relax, relax_other, ell, v_tilde, v_other,
@@ -270,8 +284,8 @@ class RELAX(Strategy):
         """Per lane i of the site: c(z̃ with lane i := z̃'ᵢ), z̃ given b and z̃' given b'.
         Independent of bᵢ, so c(...) ∂ℓᵢ log p(bᵢ) has mean zero; with the replay
         f(b₋ᵢ, b'ᵢ) it cancels what the surrogate models of f at b'ᵢ."""
-        z_tilde = relax.relaxed(relax.given_b(ell, v_tilde))
-        z_other = relax_other.relaxed(relax_other.given_b(ell, v_other))
+        z_tilde = self._seen(relax, relax.given_b(ell, v_tilde))
+        z_other = self._seen(relax_other, relax_other.given_b(ell, v_other))
         trailing = relax.simplex_axes
 
         def per_plate_lane(phi, zt, zo):
@@ -285,6 +299,10 @@ class RELAX(Strategy):
         for _ in range(plated):
             per_plate_lane = jax.vmap(per_plate_lane)  # phi too: it has the plate axes
         return per_plate_lane(phi, z_tilde, z_other)
+
+    def _seen(self, relax, z):
+        """What the surrogate is handed of a relaxed draw: z, or its σ / softmax."""
+        return z if self.logits else relax.relaxed(z)
 
     def _c(self, phi, z):
         out = self.surrogate(phi, z)
