@@ -5,8 +5,9 @@ objective whose AUTO sites take a tuning's choices.
 A site's candidates are the built-in strategies its distribution supports, in rank
 order, with REINFORCE as RLOO(2) (leave-one-out baselines for one more evaluation);
 where REINFORCE is the only one, RLOO(2), RLOO(4) and RLOO(8), so that the number of
-samples is measured too. SWOR(k) and RELAX, which need a k or a surrogate, are not
-candidates (docs/which_estimator.md: where measured, neither would have been chosen). Whether the rest of the objective allows a candidate is
+samples is measured too. SWOR(k) and RELAX, which need a k or the user's surrogate,
+are not candidates (docs/which_estimator.md: where SWOR(2) was measured, it had
+RLOO(2)'s variance at more cost). Whether the rest of the objective allows a candidate is
 decided by the checks that refuse misuse: a candidate is tried by tracing the
 estimator with it (`jax.eval_shape`, nothing runs), and a refusal (REPARAM before a
 discontinuity, RLOO with vector values in a scan, ...) rules it out. Choices are
