@@ -166,6 +166,10 @@ def _unordered_set_weights(p: jax.Array, outside: jax.Array) -> tuple[jax.Array,
     log_p_set = log_set(range(kk))
     log_given = [log_set([j for j in range(kk) if j != i]) for i in range(kk)]
     ratio = jnp.exp(jnp.stack(log_given) - log_p_set)
+    # the set without i and j, once per unordered pair (its sum over orders is the
+    # costly part: (k − 2)! orders each)
+    without_pair = {(i, j): log_set([m for m in range(kk) if m not in (i, j)])
+                    for i in range(kk) for j in range(i + 1, kk)}
     rows = []
     for i in range(kk):
         row = []
@@ -173,7 +177,7 @@ def _unordered_set_weights(p: jax.Array, outside: jax.Array) -> tuple[jax.Array,
             if i == j:
                 row.append(p[i])
                 continue
-            rest = log_set([m for m in range(kk) if m not in (i, j)])
+            rest = without_pair[min(i, j), max(i, j)]
             row.append(p[j] * jnp.exp(rest - log_given[i]))
         rows.append(jnp.stack(row))
     return ratio, jnp.stack(rows)
