@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 
 from genvi.adev import dual as d
-from genvi.adev.strategies.finite import branches, index_in_support
+from genvi.adev.strategies.finite import at_each_value, branches, index_in_support
 from genvi.core.strategy import Strategy, register_built_in
 
 
@@ -42,10 +42,8 @@ class Enum(Strategy):
         if all(t is None for t in tangents):
             return k.dual(x)
 
-        def lane_probs(*p):
-            return jax.vmap(lambda v: dist.lane_prob(jnp.full(x.shape, v, x.dtype), *p))(support)
-
-        probs, dp = d.jvp(lane_probs, primals, tangents)  # [V, lanes...]
+        probs, dp = d.jvp(lambda *p: at_each_value(dist.lane_prob, support, x, *p),
+                          primals, tangents)  # [V, lanes...]
         if dp is None:
             return k.dual(x)
         # Σ_v ∂p(v) k(v): the term at the sampled value is the final result (a score

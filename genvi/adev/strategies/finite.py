@@ -31,6 +31,22 @@ def index_in_support(support: jax.Array, x: jax.Array) -> jax.Array:
     return jnp.argmax(values == x, axis=0).astype(jnp.int32)
 
 
+def at_each_value(fn: Any, support: jax.Array, x: jax.Array, *params: Any) -> jax.Array:
+    """`fn(value, *params)` per lane at every value of the support, each value given
+    to every lane of `x` (the drawn value): [values, lanes...] (`fn` a lane density,
+    `dist.lane_prob` or `dist.lane_log_prob`).
+
+    Example:
+        >>> import genvi as gv, jax.numpy as jnp
+        >>> p = jnp.array([0.2, 0.9])     # two lanes of a flip site
+        >>> probs = at_each_value(gv.flip.lane_prob, gv.flip.support(p), jnp.zeros(2, bool), p)
+        >>> [[f"{q:.2f}" for q in row] for row in probs]   # [values (False, True), lanes]
+        [['0.80', '0.10'], ['0.20', '0.90']]
+    """
+    return jax.vmap(lambda v: jnp.broadcast_to(fn(jnp.full(x.shape, v, x.dtype), *params),
+                                               x.shape))(support)
+
+
 def branches(k: Any, values: jax.Array, live: jax.Array, stand_in: jax.Array) -> Any:
     """`k.dual_map(values)` ([n, value shape...]) with the values where `live` ([n]) is
     False run at `stand_in` instead: a value of probability 0 contributes nothing, but

@@ -81,7 +81,7 @@ import jax
 import jax.numpy as jnp
 
 from genvi.adev import dual as d
-from genvi.adev.strategies.finite import index_in_support
+from genvi.adev.strategies.finite import at_each_value, index_in_support
 from genvi.core.strategy import Strategy
 
 
@@ -323,9 +323,7 @@ def _static_tree(phi: Any) -> Any:
 def _site_logits(dist: Any, b: jax.Array, binary: bool, *params: Any) -> jax.Array:
     """Per lane: binary, the logit log p(1) − log p(0) [lanes...]; otherwise the
     log-probabilities of the support's values [lanes..., K]."""
-    support = dist.support(*params)
-    logp = jax.vmap(lambda v: jnp.broadcast_to(
-        dist.lane_log_prob(jnp.full(b.shape, v, b.dtype), *params), b.shape))(support)
+    logp = at_each_value(dist.lane_log_prob, dist.support(*params), b, *params)
     if binary:
         return logp[1] - logp[0]
     return jnp.moveaxis(logp, 0, -1)

@@ -41,7 +41,7 @@ import jax.numpy as jnp
 from jax.scipy.special import gammaln, logsumexp
 
 from genvi.adev import dual as d
-from genvi.adev.strategies.finite import branches, index_in_support
+from genvi.adev.strategies.finite import at_each_value, branches, index_in_support
 from genvi.core.strategy import Strategy
 
 MAX_K = 6  # set probabilities sum over k! orders
@@ -82,8 +82,7 @@ class SWOR(Strategy):
             return k.dual(x)
 
         def probs(*params):  # [values, lanes...], normalized (a masked lane: uniform)
-            p = jax.vmap(lambda v: jnp.broadcast_to(
-                dist.lane_prob(jnp.full(x.shape, v, x.dtype), *params), x.shape))(support)
+            p = at_each_value(dist.lane_prob, support, x, *params)
             return p / jnp.sum(p, axis=0)
 
         p_all, dp_all = d.jvp(probs, primals, tangents)
