@@ -19,6 +19,15 @@ class Enum(Strategy):
     term of each lane is summed exactly over its support while the other lanes keep
     their sampled values — unbiased, with O(lanes × support) continuation
     evaluations, never support^lanes.
+
+    Example:
+        >>> import genvi as gv, jax, jax.numpy as jnp
+        >>> @gv.expectation
+        ... def e(p):
+        ...     x = gv.sample(gv.flip(p, grad=gv.ENUM))
+        ...     return jnp.where(x, 1.0, 3.0)
+        >>> float(e.grad_estimate(jax.random.key(0), 0.3))    # exact: d/dp (3 − 2p)
+        -2.0
     """
 
     kind = "ENUM"

@@ -13,7 +13,17 @@ class MVD(Strategy):
     alternative values, lane by lane (each lane of a batched site separately).
 
     A term whose alternative *is* the sampled value (`alt is x`) needs no replay: the
-    continuation there is the final result, so its weight joins the score."""
+    continuation there is the final result, so its weight joins the score.
+
+    Example:
+        >>> import genvi as gv, jax, jax.numpy as jnp
+        >>> @gv.expectation
+        ... def e(p):
+        ...     x = gv.sample(gv.flip(p, grad=gv.MVD))
+        ...     return jnp.where(x, 1.0, 3.0)
+        >>> float(e.grad_estimate(jax.random.key(0), 0.3))    # f(1) − f(0), exact here
+        -2.0
+    """
 
     kind = "MVD"
     needs = ("sample", "mvd_terms", "lane_log_prob")
