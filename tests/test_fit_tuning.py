@@ -129,6 +129,15 @@ def test_a_fit_shorter_than_the_measurement_records_it_unapplied():
     assert not tune_threads()
 
 
+def test_a_fits_tuning_explains_its_choice_on_the_objective(monkeypatch):
+    monkeypatch.setattr(FitTuning, "_submit", done_at_once)
+    result = fit(objective(gv.AUTO), PARAMS, 2 * CHUNK, key=KEY)
+    tuning = result.tunings[-1]
+    text = str(tuning.apply(objective(gv.AUTO)).explain(result.params, DATA[:16]))
+    assert f"gv.AUTO → {tuning.choice('z')!r}" in text
+    assert "gv.AUTO, measured at step 0" in text and "variance × seconds" in text
+
+
 def test_each_tuning_measures_on_the_minibatch_its_step_trains_on(monkeypatch):
     # not the first rows every time: a retuning sees other data, as training does
     seen = []
