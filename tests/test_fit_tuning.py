@@ -142,8 +142,11 @@ def test_each_tuning_measures_on_the_minibatch_its_step_trains_on(monkeypatch):
     # not the first rows every time: a retuning sees other data, as training does
     seen = []
     begin = FitTuning.begin
-    monkeypatch.setattr(FitTuning, "begin",
-                        lambda self, args, step: (seen.append((step, args)), begin(self, args, step))[1])
+
+    def recorded(self, args, step):
+        seen.append((step, args))
+        return begin(self, args, step)
+    monkeypatch.setattr(FitTuning, "begin", recorded)
     monkeypatch.setattr(FitTuning, "_submit", done_at_once)
     fit(objective(gv.AUTO), PARAMS, 3 * CHUNK, key=KEY, retune_every=CHUNK)
     assert [step for step, _ in seen] == [0, CHUNK, 2 * CHUNK]

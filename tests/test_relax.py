@@ -135,9 +135,9 @@ def test_a_tempered_surrogate_on_logits_stays_finite_at_a_saturated_site(logit):
     assert np.isfinite(g) and np.isfinite(g_se)
     # (the value is the plain draw's, which at this logit takes 0 about once in 10⁵ to
     # 10⁹ draws: its mean is tested where that is seen, above)
-    _, grad = exact_by_enumeration(
-        lambda th, z: ([sig(th) if z[0] else 1 - sig(th)], (3.0 * z[0] - 1.0) ** 2 + 0.1 * th * z[0]),
-        logit, 1)
+    def value_of(th, z):
+        return [sig(th) if z[0] else 1 - sig(th)], (3.0 * z[0] - 1.0) ** 2 + 0.1 * th * z[0]
+    _, grad = exact_by_enumeration(value_of, logit, 1)
     assert within(g, g_se, grad), (g, grad)
 
 

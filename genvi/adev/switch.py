@@ -63,7 +63,7 @@ class SwitchStrategy(Strategy):
     def __repr__(self):
         return f"gv.switch(index, {list(self.strategies)})"
 
-    def jvp(self, dist, key, primals, tangents, k):
+    def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple, k: Any) -> Any:
         out_dtype = jnp.result_type(float)
 
         def outcome(strategy):

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
+
 
 class Strategy:
     """Base class of gradient strategies.
@@ -59,7 +61,12 @@ class Strategy:
     #: a `RunState` subclass if the strategy keeps state across a run (None: none)
     run_state: type | None = None
 
-    def jvp(self, dist, key, primals, tangents, k):  # pragma: no cover - abstract
+    def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple,
+            k: Any) -> Any:  # pragma: no cover - abstract
+        """The rule: the site's distribution `dist`, its key, its parameters
+        (`primals`) and their tangents (None: a symbolic zero), and the continuation
+        `k` (`genvi.adev`'s, see `genvi.adev.strategies`); returns the dual of the rest
+        of the program, `k.dual(value, value_tangent)` with any `.plus(...)` terms."""
         raise NotImplementedError
 
     def split(self) -> tuple["Strategy", tuple]:
@@ -183,7 +190,8 @@ class Auto(Strategy):
 
     kind = "AUTO"
 
-    def jvp(self, dist, key, primals, tangents, k):  # pragma: no cover - resolved earlier
+    def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple,
+            k: Any) -> Any:  # pragma: no cover - resolved earlier
         raise RuntimeError(f"gv.AUTO at a gv.{dist.name} site reached the estimator "
                            "unresolved; objectives resolve it when they are traced")
 

@@ -30,6 +30,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -57,7 +59,7 @@ class DisARM(Strategy):
     needs = ("sample", "lane_log_prob", "binary")
     why_whole = ": the rest couples the lanes (a lane's replay would run it again)"
 
-    def jvp(self, dist, key, primals, tangents, k):
+    def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple, k: Any) -> Any:
         b, pair = _antithetic(dist, key, primals, tangents)
         if pair is None:
             return k.dual(b)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -33,7 +35,7 @@ class Enum(Strategy):
     kind = "ENUM"
     needs = ("sample", "support", "lane_prob")
 
-    def jvp(self, dist, key, primals, tangents, k):
+    def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple, k: Any) -> Any:
         x = dist.sample(key, *primals)
         support = dist.support(*primals)
         if x.size == 1 and k.can_branch and not getattr(dist, "is_masked", False):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -28,7 +30,7 @@ class MVD(Strategy):
     kind = "MVD"
     needs = ("sample", "mvd_terms", "lane_log_prob")
 
-    def jvp(self, dist, key, primals, tangents, k):
+    def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple, k: Any) -> Any:
         x = dist.sample(key, *primals)
         if all(t is None for t in tangents):
             return k.dual(x)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 from genvi.adev import dual as d
@@ -24,7 +25,7 @@ class Reinforce(Strategy):
     kind = "REINFORCE"
     needs = ("sample", "lane_log_prob", "scorable")
 
-    def jvp(self, dist, key, primals, tangents, k):
+    def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple, k: Any) -> Any:
         x = dist.sample(key, *primals)
         _, score = d.jvp(lambda *p: dist.log_prob(x, *p), primals, tangents)
         return k.dual(x).plus(score=score)
@@ -62,7 +63,7 @@ class ReinforceBaseline(Strategy):
     def __eq__(self, other):
         return isinstance(other, ReinforceBaseline)
 
-    def jvp(self, dist, key, primals, tangents, k):
+    def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple, k: Any) -> Any:
         b = self.baseline
         x = dist.sample(key, *primals)
         if jnp.ndim(b) == 0:

@@ -183,7 +183,7 @@ class RELAX(Strategy):
                 + (", logits=True)" if self.logits else ")"))
         return name + {None: "", True: ".whole_site()", False: ".per_lane()"}[self.whole]
 
-    def jvp(self, dist, key, primals, tangents, k):
+    def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple, k: Any) -> Any:
         b = dist.sample(key, *primals)
         if all(t is None for t in tangents) and self.phi_tangent is None:
             return k.dual(b)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import jax
+
 from genvi.adev import dual as d
 from genvi.core.strategy import Strategy, register_built_in
 
@@ -12,7 +16,7 @@ class Reparam(Strategy):
     kind = "REPARAM"
     needs = ("sample", "reparameterized")
 
-    def jvp(self, dist, key, primals, tangents, k):
+    def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple, k: Any) -> Any:
         x, dx = d.jvp(lambda *p: dist.sample(key, *p), primals, tangents)
         return k.dual(x, dx)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -45,7 +46,7 @@ class RLOO(Strategy):
     def __repr__(self) -> str:
         return f"gv.RLOO({self.num_samples})"
 
-    def jvp(self, dist, key, primals, tangents, k):
+    def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple, k: Any) -> Any:
         n = self.num_samples
         # the first draw is the one a replay draws with this key, so replays of the
         # objective see the run's own value at every step and lane they do not change

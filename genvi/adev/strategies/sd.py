@@ -60,7 +60,7 @@ class SD(Strategy):
     kind = "SD"
     needs = ("sample", "sd_terms", "lane_log_prob")
 
-    def jvp(self, dist, key, primals, tangents, k):
+    def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple, k: Any) -> Any:
         x = dist.sample(key, *primals)
         if all(t is None for t in tangents):
             return k.dual(x)

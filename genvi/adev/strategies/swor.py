@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -71,7 +72,7 @@ class SWOR(Strategy):
     def __repr__(self) -> str:
         return f"gv.SWOR({self.k})"
 
-    def jvp(self, dist, key, primals, tangents, k):
+    def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple, k: Any) -> Any:
         x = dist.sample(key, *primals)
         support = dist.support(*primals)
         size = support.shape[0]
