@@ -101,9 +101,10 @@ def fit(objective: Expectation, params: Any, *data: Any,
       `history["eval"]`.
     * `callbacks`: functions `(step, params, history)` called between chunks.
     * Sites with `grad=gv.AUTO`: at its start `gv.fit` measures each site's candidate
-      strategies at the starting parameters on the first batch (`gv.tune`) and trains
-      with the least gradient variance × step time; `retune_every=n` measures again
-      every n steps (at the current parameters). Each `gv.Tuning` is in
+      strategies at the starting parameters on the first step's minibatch (`gv.tune`)
+      and trains with the least gradient variance × step time; `retune_every=n`
+      measures again every n steps (at the current parameters, on that step's
+      minibatch). Each `gv.Tuning` is in
       `result.tunings`; `print` one for its table. The candidates compile on a thread
       of their own while training starts with each site's untuned choice, or where
       that step is costly by the cost model its first cheap candidate in rank order
