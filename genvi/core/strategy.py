@@ -154,12 +154,35 @@ def supports(dist: Any, strategy: Strategy) -> bool:
 # errors offer and `gv.AUTO`'s candidates, lowest rank first (genvi.adev registers
 # each where it is defined)
 _BUILT_IN: dict[str, tuple[int, tuple[str, ...], Strategy]] = {}
+_WITH_SETTINGS: dict[str, tuple[str, ...]] = {}  # "SWOR(k)" -> needs
 
 
 def register_built_in(strategy: Strategy, rank: int) -> None:
     """Name `strategy` (an instance) among those a distribution's messages offer, at
     position `rank` (the first supported one is the suggested default)."""
     _BUILT_IN.setdefault(strategy.kind, (rank, tuple(strategy.needs), strategy))
+
+
+def register_with_settings(written: str, needs: tuple[str, ...]) -> None:
+    """Name a strategy that takes settings (`"SWOR(k)"`) among those a distribution's
+    messages offer, after the built-in ones: it is not a `gv.AUTO` candidate, which
+    needs no settings.
+
+    Example:
+        >>> import genvi as gv
+        >>> from genvi.core.strategy import offered
+        >>> offered(gv.categorical)
+        'gv.ENUM, gv.REINFORCE, gv.MVD, gv.SD, gv.SWOR(k), gv.RELAX(surrogate, phi)'
+    """
+    _WITH_SETTINGS.setdefault(written, tuple(needs))
+
+
+def offered(dist: Any) -> str:
+    """What an error message offers at a `dist` site: its built-in strategies, then
+    the ones with settings that it supports."""
+    with_settings = [w for w, needs in _WITH_SETTINGS.items()
+                     if all(_has(dist, name) for name in needs)]
+    return ", ".join("gv." + s for s in (*dist.strategies, *with_settings))
 
 
 def built_in_strategies(dist: Any) -> tuple[Strategy, ...]:
@@ -237,7 +260,7 @@ def check_strategy(dist: Any, strategy: Any, addr: Any) -> None:
         return
     if not isinstance(strategy, Strategy):
         raise TypeError(f"grad={strategy!r}{where} is not a gradient strategy; use one of "
-                        f"{', '.join('gv.' + s for s in dist.strategies)}")
+                        f"{offered(dist)}")
     inner = getattr(strategy, "strategies", None)
     if inner is not None:  # a choice among strategies: each must be supported
         for s in inner:
@@ -248,7 +271,7 @@ def check_strategy(dist: Any, strategy: Any, addr: Any) -> None:
         needs = f" (it needs {', '.join(lacks)} of the distribution)" if lacks else ""
         raise ValueError(
             f"gv.{dist.name} does not support the {strategy.kind} gradient strategy{where}"
-            f"{needs}; it supports: {', '.join('gv.' + s for s in dist.strategies)}")
+            f"{needs}; it supports: {offered(dist)}")
 
 
 def missing_strategy_error(dist: Any, addr: Any) -> ValueError:
@@ -262,5 +285,5 @@ def missing_strategy_error(dist: Any, addr: Any) -> ValueError:
     return ValueError(
         f"the sampling site {'/'.join(map(str, addr)) if addr else '(gv.sample)'!r} "
         f"(gv.{dist.name}) is sampled inside an objective but has no gradient strategy. "
-        f"Pass grad= with one of: {', '.join('gv.' + s for s in dist.strategies)}, "
+        f"Pass grad= with one of: {offered(dist)}, "
         f"e.g. gv.{dist.name}(..., grad=gv.{dist.strategies[0]}).")

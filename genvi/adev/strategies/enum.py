@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from genvi.adev import dual as d
-from genvi.adev.strategies.finite import at_each_value, branches, index_in_support
+from genvi.adev.finite import at_each_value, branches, index_in_support
 from genvi.core.strategy import Strategy, register_built_in
 
 

@@ -81,8 +81,8 @@ import jax
 import jax.numpy as jnp
 
 from genvi.adev import dual as d
-from genvi.adev.strategies.finite import at_each_value, index_in_support
-from genvi.core.strategy import Strategy
+from genvi.adev.finite import at_each_value, index_in_support
+from genvi.core.strategy import Strategy, register_with_settings
 
 
 @dataclass(frozen=True, eq=False)
@@ -428,3 +428,6 @@ class _Categorical:
     def log_prob(self, ell):
         logp = jax.nn.log_softmax(ell, axis=-1)
         return jnp.sum(jnp.where(self._onehot(ell), logp, 0.0), axis=-1)
+
+
+register_with_settings("RELAX(surrogate, phi)", RELAX.needs)

@@ -42,8 +42,8 @@ import jax.numpy as jnp
 from jax.scipy.special import gammaln, logsumexp
 
 from genvi.adev import dual as d
-from genvi.adev.strategies.finite import at_each_value, branches, index_in_support
-from genvi.core.strategy import Strategy
+from genvi.adev.finite import at_each_value, branches, index_in_support
+from genvi.core.strategy import Strategy, register_with_settings
 
 MAX_K = 6  # set probabilities sum over k! orders
 
@@ -181,3 +181,6 @@ def _unordered_set_weights(p: jax.Array, outside: jax.Array) -> tuple[jax.Array,
             row.append(p[j] * jnp.exp(rest - log_given[i]))
         rows.append(jnp.stack(row))
     return ratio, jnp.stack(rows)
+
+
+register_with_settings("SWOR(k)", SWOR.needs)

@@ -4,7 +4,7 @@ several values with those of probability 0 run at a stand-in.
 
 Example:
     >>> import jax.numpy as jnp
-    >>> from genvi.adev.strategies.finite import index_in_support
+    >>> from genvi.adev.finite import index_in_support
     >>> index_in_support(jnp.array([1, 2, 3]), jnp.array([3, 1])).tolist()
     [2, 0]
 """
@@ -55,7 +55,7 @@ def branches(k: Any, values: jax.Array, live: jax.Array, stand_in: jax.Array) ->
     derivatives. The caller masks those branches out of its sums.
 
     Example:
-        >>> from genvi.adev.strategies.finite import branches
+        >>> from genvi.adev.finite import branches
         >>> branches.__name__
         'branches'
     """
