@@ -23,13 +23,13 @@ surrogate (f evaluated at a tempered z, a scale and a temperature in phi) it is 
 The surrogate sees the site's relaxed draw: in (0, 1) with the site's shape for a
 binary site (σ(z) of the logistic variable z, > ½ exactly where b = 1), on the simplex
 (last axis, the K values) for a categorical one (softmax(z)). With `logits=True` it
-sees z itself: the logistic variable (> 0 exactly where b = 1), or the log-probabilities
-plus Gumbels (argmax b; −∞ at a value of probability 0). A tempered surrogate needs z
-(REBAR's σ(z / λ)): σ(z) rounds to 1 in float32 once z exceeds about 17, and a
-surrogate that inverts it to temper it then has an infinite derivative. Everything it reads comes in `phi`
-(a pytree: the surrogate function is a static part of the site), so a surrogate that
-uses the model (REBAR) takes the model's parameters in `phi` behind
-`jax.lax.stop_gradient`, which keeps the variance gradient off them.
+sees z itself: the logistic variable (> 0 exactly where b = 1), or the
+log-probabilities plus Gumbels (argmax b; −∞ at a value of probability 0). A tempered
+surrogate needs z (REBAR's σ(z / λ)): σ(z) rounds to 1 in float32 once z exceeds about
+17, and a surrogate that inverts it to temper it then has an infinite derivative.
+Everything it reads comes in `phi` (a pytree: the surrogate function is a static part
+of the site), so a surrogate that uses the model (REBAR) takes the model's parameters
+in `phi` behind `jax.lax.stop_gradient`, which keeps the variance gradient off them.
 
 Lane-local (the default where it is cheap). In a plate, f(b) is the whole minibatch's objective, and a
 lane's score term f(b) ∂ℓᵢ log p(bᵢ) carries every other lane's part of it as noise

@@ -110,11 +110,11 @@ class SWOR(Strategy):
         live = p > 0  # a value of probability 0 adds nothing (its f may be ±inf)
         if x.size == 1 and k.can_branch and not getattr(dist, "is_masked", False):
             # values of probability 0 (k above the values that can be drawn) run at x
+            alive = live.reshape(self.k)
             shaped = values.reshape((self.k,) + x.shape)
-            run = branches(k, shaped, live.reshape(self.k), shaped[0])
+            run = branches(k, shaped, alive, shaped[0])
             k.note(f"rest of the program at {self.k} of {size} values, drawn without replacement"
                    + (" (all: exact)" if self.k == size else ""))
-            alive = live.reshape(self.k)
 
             def total(w, f):
                 return jnp.sum(jnp.where(alive, w * jnp.where(alive, f, 0.0), 0.0))
