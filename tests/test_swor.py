@@ -203,6 +203,8 @@ def test_refusals():
     for bad in (1, 7, 2.5, True):
         with pytest.raises(ValueError, match="gv.SWOR\\(k\\) needs an int k with 2 <= k <= 6"):
             gv.SWOR(bad)
+    with pytest.raises(ValueError, match="exact, as gv.ENUM is at any number"):
+        gv.SWOR(10)
 
     @gv.expectation
     def too_many(p):

@@ -67,7 +67,9 @@ class SWOR(Strategy):
         k = self.k
         if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= MAX_K:
             raise ValueError(f"gv.SWOR(k) needs an int k with 2 <= k <= {MAX_K} (its set "
-                             f"probabilities sum over the k! orders of a set); got {k!r}")
+                             f"probabilities sum over the k! orders of a set); got {k!r}. "
+                             "At k = the number of values it is exact, as gv.ENUM is at "
+                             "any number")
 
     def __repr__(self) -> str:
         return f"gv.SWOR({self.k})"
