@@ -190,10 +190,17 @@ def fit(objective: Expectation, params: Any, *data: Any,
         compiled_chunk(chosen, optimizer, setup, sharding).run.lower(
             (params, state), rule_state, 0, 0, data, step_key, data_key,
             capacity=capacity).compile()
-    tuning = _tuning(objective, retune_every, key, params, data, setup, data_key, base,
-                     sharding, tune_in_background, precompile)
+
+    def measured_at(at_params: Any, step: int) -> tuple:
+        # what gv.AUTO measures at when it tunes at `step`: the parameters, and the
+        # minibatch and scheduled arguments that step trains on
+        batch = batch_at(data, setup, data_key, sharding.processes, step)
+        return (at_params,) + tuple(at_step(batch, scheduled, step))
+    first = measured_at(params, base)
+    tuning = _tuning(objective, retune_every, key, first, sharding, tune_in_background,
+                     precompile)
     if tuning is not None:
-        tuning.begin(_measured_args(params, data, setup, data_key, sharding, base), base)
+        tuning.begin(first, base)
     chunk = compiled_chunk(objective if tuning is None else tuning.current, optimizer, setup,
                            sharding)
     start = base
@@ -249,8 +256,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
                 callback(reached, params, history)
             if tuning is not None and reached < end and not converged:
                 if tuning.due(reached):
-                    tuning.begin(_measured_args(params, data, setup, data_key, sharding, reached),
-                                 reached)
+                    tuning.begin(measured_at(params, reached), reached)
                 else:
                     tuning.poll(reached)
                 chunk = compiled_chunk(tuning.current, optimizer, setup, sharding)
@@ -313,13 +319,13 @@ def _nonfinite_error(chunk: Chunk, before: tuple, begin: int, done: int, data: t
                           fit_state.finish(params, state, history, key, stopped))
 
 
-def _tuning(objective: Expectation, every: int | None, key: jax.Array, params: Any,
-            data: tuple, setup: Setup, data_key: jax.Array, step: int,
+def _tuning(objective: Expectation, every: int | None, key: jax.Array, measured: tuple,
             sharding: Any, background: bool, precompile: Callable) -> FitTuning | None:
-    """gv.AUTO's tuning for this fit, or None where the objective has no AUTO site."""
+    """gv.AUTO's tuning for this fit, or None where the objective has no AUTO site
+    (`measured`: the arguments a tuning measures at)."""
     if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
         raise ValueError(f"gv.fit: retune_every is a positive int (steps), got {every!r}")
-    if not has_auto_sites(objective, _measured_args(params, data, setup, data_key, sharding, step)):
+    if not has_auto_sites(objective, measured):
         if every is not None:
             raise ValueError("gv.fit: retune_every= measures the strategies of sites with "
                              "grad=gv.AUTO, and the objective has none")
@@ -331,14 +337,6 @@ def _tuning(objective: Expectation, every: int | None, key: jax.Array, params: A
             "objective, params, *batch, key=...)) on one process and fit "
             "tuning.apply(objective) on all of them.")
     return FitTuning(objective, every, key, background, precompile)
-
-
-def _measured_args(params: Any, data: tuple, setup: Setup, data_key: jax.Array,
-                   sharding: Any, step: int) -> tuple:
-    """What gv.AUTO measures at when it tunes at `step`: the parameters, and the
-    minibatch and scheduled arguments that step trains on."""
-    batch = batch_at(data, setup, data_key, sharding.processes, step)
-    return (params,) + tuple(at_step(batch, setup.scheduled, step))
 
 
 def _boundaries(start: int, end: int, chunk: int, *every: int | None) -> list[tuple[int, int]]:
