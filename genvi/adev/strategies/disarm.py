@@ -30,6 +30,8 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -39,6 +41,7 @@ from genvi.adev import dual as d
 from genvi.core.strategy import Strategy, register_built_in
 
 
+@dataclass(frozen=True)
 class DisARM(Strategy):
     """The DisARM estimator at a binary site (see the module docstring): needs a
     distribution whose lanes take the values 0 and 1 (`binary`), its sampler and its
@@ -55,24 +58,28 @@ class DisARM(Strategy):
         gv.DisARM
     """
 
+    # one partner for the whole site: True, False (lane by lane), or None: where the
+    # rest of the objective couples the lanes (`k.lanes_couple`), as `gv.RELAX`'s field
+    whole: bool | None = None
     kind = "DisARM"
     needs = ("sample", "lane_log_prob", "binary")
-    why_whole = ": the rest couples the lanes (a lane's replay would run it again)"
 
     def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple, k: Any) -> Any:
         b, pair = _antithetic(dist, key, primals, tangents)
         if pair is None:
             return k.dual(b)
-        if self.whole(k, b):
-            return _whole_site(k, b, pair, self.why_whole)
         partner, differ, weight = pair
+        whole, why = self.whole, ""
+        if whole is None:  # lane by lane unless a lane's replay would run the rest again
+            whole = k.lanes_couple(b)
+            why = ": the rest couples the lanes (a lane's replay would run it again)"
+        if whole:
+            k.note("1 replay of the rest of the objective, every lane at its antithetic "
+                   "partner" + why)
+            total = jnp.sum(weight)  # linear in the tangents; f(b̃) is a primal value
+            return k.dual(b).plus(score=total, tangent=-total * k.pure(partner))
         return k.dual(b).plus(score=jnp.sum(weight)).plus_replays(partner[None], -weight[None],
                                                                    differ[None])
-
-    def whole(self, k, b) -> bool:
-        """Whether this site takes one partner for all its lanes: where lane-by-lane
-        replays would cost more than two evaluations of the rest (`k.lanes_couple`)."""
-        return k.lanes_couple(b)
 
     def whole_site(self) -> "DisARM":
         """DisARM with one antithetic partner for the whole site, always: the weights
@@ -87,7 +94,7 @@ class DisARM(Strategy):
             >>> gv.DisARM.whole_site()
             gv.DisARM.whole_site()
         """
-        return WHOLE_SITE
+        return dataclasses.replace(self, whole=True)
 
     def per_lane(self) -> "DisARM":
         """DisARM lane by lane, always: each lane's weight multiplies f(b) − f(b with
@@ -100,36 +107,10 @@ class DisARM(Strategy):
             >>> gv.DisARM.per_lane()
             gv.DisARM.per_lane()
         """
-        return PER_LANE
-
-
-class WholeSiteDisARM(DisARM):
-    """`gv.DisARM.whole_site()`: see `DisARM.whole_site`."""
-
-    why_whole = ""
-
-    def whole(self, k, b) -> bool:
-        return True
+        return dataclasses.replace(self, whole=False)
 
     def __repr__(self) -> str:
-        return "gv.DisARM.whole_site()"
-
-
-class PerLaneDisARM(DisARM):
-    """`gv.DisARM.per_lane()`: see `DisARM.per_lane`."""
-
-    def whole(self, k, b) -> bool:
-        return False
-
-    def __repr__(self) -> str:
-        return "gv.DisARM.per_lane()"
-
-
-def _whole_site(k, b, pair, why):
-    partner, _, weight = pair
-    total = jnp.sum(weight)  # linear in the tangents; f(b̃) is a primal value
-    k.note("1 replay of the rest of the objective, every lane at its antithetic partner" + why)
-    return k.dual(b).plus(score=total, tangent=-total * k.pure(partner))
+        return "gv.DisARM" + {None: "", True: ".whole_site()", False: ".per_lane()"}[self.whole]
 
 
 def _antithetic(dist, key, primals, tangents):
@@ -159,8 +140,6 @@ def _antithetic(dist, key, primals, tangents):
 
 
 DISARM = DisARM()
-WHOLE_SITE = WholeSiteDisARM()
-PER_LANE = PerLaneDisARM()
 # after REPARAM, ENUM, REINFORCE and MVD; before SD, which also evaluates the rest twice
 # per site: DisARM's antithetic pairs measured less variance on every binary site of the
 # frontier tables (the binary VAE's encoder 13.3 against 16.9, AIR's z_pres 2,930
