@@ -31,12 +31,12 @@ Everything it reads comes in `phi` (a pytree: the surrogate function is a static
 of the site), so a surrogate that uses the model (REBAR) takes the model's parameters
 in `phi` behind `jax.lax.stop_gradient`, which keeps the variance gradient off them.
 
-Lane-local (the default where it is cheap). In a plate, f(b) is the whole minibatch's objective, and a
-lane's score term f(b) ∂ℓᵢ log p(bᵢ) carries every other lane's part of it as noise
-that a surrogate of lane i's relaxation cannot cancel. So each lane also takes a
-replay baseline, f(b with lane i := b'ᵢ) for b' an independent draw of the site, and
-the surrogate at the relaxation with lane i swapped, c(z̃ with lane i := z̃'ᵢ) for z̃'
-given b':
+Lane-local (the default where it is cheap). In a plate, f(b) is the whole
+minibatch's objective, and a lane's score term f(b) ∂ℓᵢ log p(bᵢ) carries every other
+lane's part of it as noise that a surrogate of lane i's relaxation cannot cancel. So
+each lane also takes a replay baseline, f(b with lane i := b'ᵢ) for b' an independent
+draw of the site, and the surrogate at the relaxation with lane i swapped,
+c(z̃ with lane i := z̃'ᵢ) for z̃' given b':
 
     ĝᵢ = (f(b) − f(b₋ᵢ, b'ᵢ) − c(z̃) + c(z̃₋ᵢ, z̃'ᵢ)) ∂ℓᵢ log p(bᵢ) + ∂ℓᵢ c(z) − ∂ℓᵢ c(z̃).
 
@@ -187,13 +187,8 @@ class RELAX(Strategy):
         b = dist.sample(key, *primals)
         if all(t is None for t in tangents) and self.phi_tangent is None:
             return k.dual(b)
+        whole = self._form(k, b)
         binary = getattr(dist, "binary", False) is True
-        whole = self.whole
-        if whole is None:  # lane by lane unless a lane's replay would run the rest again
-            whole = k.lanes_couple(b)
-            if whole:
-                k.note("the papers' form, no replay baseline: the rest couples the lanes "
-                       "(a lane's replay would run it again)")
         logits, dlogits = d.jvp(lambda *p: _site_logits(dist, b, binary, *p), primals, tangents)
         # the relaxations index the support: b's position in it, not b itself
         support = dist.support(*primals)
@@ -201,69 +196,59 @@ class RELAX(Strategy):
         # z: drawn given b, then reparameterized with its noise held; z̃: given b
         noise = relax.noise(logits, relax.uniforms(jax.random.fold_in(key, 1), logits))
         v_tilde = relax.uniforms(jax.random.fold_in(key, 2), logits)
-        leaves, tree = jax.tree_util.tree_flatten(self.phi)
-        plated = jnp.ndim(leaves[0]) - self.ranks[0] if leaves and self.ranks else 0  # vmap axes
-
         # the replay baseline's draw b', independent of b, and its relaxation z̃' given b'
-        other = None if whole else self.baseline_draw(dist, key, primals)
-        v_other = None if whole else relax.uniforms(jax.random.fold_in(key, 4), logits)
+        other = relax_other = v_other = None
+        if not whole:
+            other = self.baseline_draw(dist, key, primals)
+            relax_other = type(relax)(index_in_support(support, other))
+            v_other = relax.uniforms(jax.random.fold_in(key, 4), logits)
+        cv, d_cv = self._surrogate_terms(relax, relax_other, logits, noise, v_tilde, v_other)
 
-        def pieces(phi):  # ∂ℓ Σ (c(z) − c(z̃)); c(z̃) per plate lane; c(z̃ with lane := z̃')
-            def differences(ell):
-                diff, at_z_tilde = self.control_variates(phi, relax, ell, noise, v_tilde, plated)
-                swapped = None if whole else self.swapped_control_variates(
-                    phi, relax, type(relax)(index_in_support(support, other)), ell, v_tilde,
-                    v_other, plated)
-                return jnp.sum(diff), (at_z_tilde, swapped)
-            grad_cv, (at_z_tilde, swapped) = jax.grad(differences, has_aux=True)(logits)
-            return grad_cv, at_z_tilde, swapped
-
-        def lanes(x):  # a per-plate-lane value against the logits' axes
-            return x.reshape(x.shape + (1,) * (logits.ndim - x.ndim))
-
-        score_logits = jax.grad(lambda ell: jnp.sum(relax.log_prob(ell)))(logits)
         # the lanes that run (a site in an untaken branch of a batched cond: none)
         running = dist.where(jnp.ones(b.shape, bool)) if getattr(dist, "is_masked", False) else True
         running = jnp.broadcast_to(running, b.shape)
-        live = lanes(running)
         # a lane where b' equals b has f(b₋ᵢ, b'ᵢ) = f(b): no score term and no replay
         replayed = None if whole else (other != b) & running
-
-        def on_f(weights):  # [logits' shape] weights of ∂ℓ on f(b): (score, replay weights)
-            if whole:
-                return jnp.sum(weights), None
-            per_lane = jnp.where(replayed, relax.per_lane(weights), 0.0)
-            return jnp.sum(per_lane), -per_lane
-        leaves_t = None if self.phi_tangent is None else tree.flatten_up_to(self.phi_tangent)
-        (grad_cv, c_tilde, c_swapped), d_pieces = d.jvp(
-            lambda *ls: pieces(jax.tree_util.tree_unflatten(tree, ls)), leaves,
-            [None] * len(leaves) if leaves_t is None else leaves_t)
-
-        def baseline(at_z_tilde, swapped):  # per logit: what multiplies ∂ℓ log p(b) in r
-            out = -lanes(at_z_tilde)
-            return out if swapped is None else out + lanes(swapped)
-        score = offset = replay = None
-        if dlogits is not None:
-            score_terms = score_logits * dlogits * live
-            score, replay = on_f(score_terms)
-            offset = (jnp.sum(baseline(c_tilde, c_swapped) * score_terms)
-                      + jnp.sum(grad_cv * dlogits))
-        if d_pieces is not None:  # −½ ∂φ |ĝ|², linear in the final value f
-            # ĝ = F ∂ℓ log p(b) + r, r = (c(z̃ with lane := z̃') − c(z̃)) ∂ℓ log p(b) +
-            # ∂ℓ (c(z) − c(z̃)), F per lane f(b) (less the lane's replay): its tangent
-            # along phi is dr, so −½ ∂φ |ĝ|² = −(F ∂ℓ log p(b) + r) · dr
-            d_grad_cv, d_c_tilde, d_c_swapped = d_pieces
-            if d_c_swapped is None and c_swapped is not None:
-                d_c_swapped = jnp.zeros_like(c_swapped)
-            r = (baseline(c_tilde, c_swapped) * score_logits + grad_cv) * live
-            dr = (baseline(d_c_tilde, d_c_swapped) * score_logits + d_grad_cv) * live
-            more_score, more_replay = on_f(-score_logits * dr)
+        terms = _Terms(relax, logits, running, replayed)
+        score, replay, offset = terms.along_logits(cv, dlogits)
+        if d_cv is not None:
+            more_score, more_replay, more_offset = terms.along_phi(cv, d_cv)
             score, replay = d.add(score, more_score), d.add(replay, more_replay)
-            offset = d.add(offset, -jnp.sum(r * dr))
+            offset = d.add(offset, more_offset)
         out = k.dual(b).plus(score=score, tangent=offset)
         if replay is None:
             return out
         return out.plus_replays(other[None], replay[None], replayed[None])
+
+    def _form(self, k, b) -> bool:
+        """Whether the site takes the papers' form (no replay baseline): `whole`, or
+        where it is None, where a lane's replay would run the rest again."""
+        if self.whole is not None:
+            return self.whole
+        whole = k.lanes_couple(b)
+        if whole:
+            k.note("the papers' form, no replay baseline: the rest couples the lanes "
+                   "(a lane's replay would run it again)")
+        return whole
+
+    def _surrogate_terms(self, relax, relax_other, logits, noise, v_tilde, v_other):
+        """(∂ℓ Σ (c(z) − c(z̃)), c(z̃) per plate lane, c(z̃ with lane := z̃') per lane or
+        None), and their tangents along phi (None where phi has none)."""
+        leaves, tree = jax.tree_util.tree_flatten(self.phi)
+        plated = jnp.ndim(leaves[0]) - self.ranks[0] if leaves and self.ranks else 0  # vmap axes
+
+        def pieces(*phi_leaves):
+            phi = jax.tree_util.tree_unflatten(tree, phi_leaves)
+
+            def differences(ell):
+                diff, at_z_tilde = self.control_variates(phi, relax, ell, noise, v_tilde, plated)
+                swapped = None if relax_other is None else self.swapped_control_variates(
+                    phi, relax, relax_other, ell, v_tilde, v_other, plated)
+                return jnp.sum(diff), (at_z_tilde, swapped)
+            grad_cv, (at_z_tilde, swapped) = jax.grad(differences, has_aux=True)(logits)
+            return grad_cv, at_z_tilde, swapped
+        leaves_t = (None if self.phi_tangent is None else tree.flatten_up_to(self.phi_tangent))
+        return d.jvp(pieces, leaves, [None] * len(leaves) if leaves_t is None else leaves_t)
 
     def baseline_draw(self, dist, key, primals):
         """The lane-local baseline's values b': a draw of the site independent of b."""
@@ -315,6 +300,60 @@ class RELAX(Strategy):
         return out
 
 
+class _Terms:
+    """How the surrogate's pieces enter the estimate, per logit of the site: the score
+    weights on f(b) and on each lane's replay, and the tangent's offset r · ∂ℓ."""
+
+    def __init__(self, relax, logits, running, replayed):
+        self.logits, self.replayed = logits, replayed
+        self.whole = replayed is None
+        self.per_lane = relax.per_lane
+        self.live = self.lanes(running)
+        self.score_logits = jax.grad(lambda ell: jnp.sum(relax.log_prob(ell)))(logits)
+
+    def lanes(self, x):
+        """A per-plate-lane value against the logits' axes."""
+        return x.reshape(x.shape + (1,) * (self.logits.ndim - x.ndim))
+
+    def on_f(self, weights):
+        """[logits' shape] weights of ∂ℓ on f(b): (score, replay weights or None)."""
+        if self.whole:
+            return jnp.sum(weights), None
+        per_lane = jnp.where(self.replayed, self.per_lane(weights), 0.0)
+        return jnp.sum(per_lane), -per_lane
+
+    def baseline(self, at_z_tilde, swapped):
+        """Per logit: what multiplies ∂ℓ log p(b) in r."""
+        out = -self.lanes(at_z_tilde)
+        return out if swapped is None else out + self.lanes(swapped)
+
+    def along_logits(self, cv, dlogits):
+        """(score, replay weights, offset) of the estimate's tangent along the logits."""
+        if dlogits is None:
+            return None, None, None
+        grad_cv, c_tilde, c_swapped = cv
+        score_terms = self.score_logits * dlogits * self.live
+        score, replay = self.on_f(score_terms)
+        offset = (jnp.sum(self.baseline(c_tilde, c_swapped) * score_terms)
+                  + jnp.sum(grad_cv * dlogits))
+        return score, replay, offset
+
+    def along_phi(self, cv, d_cv):
+        """(score, replay weights, offset) of −½ ∂φ |ĝ|², linear in the final value f.
+
+        ĝ = F ∂ℓ log p(b) + r, r = (c(z̃ with lane := z̃') − c(z̃)) ∂ℓ log p(b) +
+        ∂ℓ (c(z) − c(z̃)), F per lane f(b) (less the lane's replay): its tangent along
+        phi is dr, so −½ ∂φ |ĝ|² = −(F ∂ℓ log p(b) + r) · dr."""
+        grad_cv, c_tilde, c_swapped = cv
+        d_grad_cv, d_c_tilde, d_c_swapped = d_cv
+        if d_c_swapped is None and c_swapped is not None:
+            d_c_swapped = jnp.zeros_like(c_swapped)
+        r = (self.baseline(c_tilde, c_swapped) * self.score_logits + grad_cv) * self.live
+        dr = (self.baseline(d_c_tilde, d_c_swapped) * self.score_logits + d_grad_cv) * self.live
+        score, replay = self.on_f(-self.score_logits * dr)
+        return score, replay, -jnp.sum(r * dr)
+
+
 def _static_tree(phi: Any) -> Any:
     """phi's structure: a treedef once split, else the pytree's."""
     return phi if isinstance(phi, jax.tree_util.PyTreeDef) else jax.tree_util.tree_structure(phi)
@@ -350,8 +389,10 @@ class _Binary:
         # b = 1: u = 1 − σ(ℓ)(1 − v); b = 0: u = v σ(−ℓ); in logs, without cancellation
         log_on, log_off = jax.nn.log_sigmoid(ell), jax.nn.log_sigmoid(-ell)
         one_minus_v = 1 - v
-        log_u = jnp.where(self.on, jnp.log1p(-jnp.exp(log_on) * one_minus_v), jnp.log(v) + log_off)
-        log_1mu = jnp.where(self.on, log_on + jnp.log(one_minus_v), jnp.log1p(-v * jnp.exp(log_off)))
+        log_u = jnp.where(self.on, jnp.log1p(-jnp.exp(log_on) * one_minus_v),
+                          jnp.log(v) + log_off)
+        log_1mu = jnp.where(self.on, log_on + jnp.log(one_minus_v),
+                            jnp.log1p(-v * jnp.exp(log_off)))
         return log_u, log_1mu
 
     def reparameterized(self, ell, noise):
@@ -370,10 +411,8 @@ class _Binary:
         """A [lanes...] quantity of the logits' shape, per lane."""
         return x
 
-
     def log_prob(self, ell):
         return jnp.where(self.on, jax.nn.log_sigmoid(ell), jax.nn.log_sigmoid(-ell))
-
 
 
 class _Categorical:
@@ -423,7 +462,6 @@ class _Categorical:
     def per_lane(x):
         """A [lanes..., K] quantity of the logits' shape, summed per lane."""
         return jnp.sum(x, axis=-1)
-
 
     def log_prob(self, ell):
         logp = jax.nn.log_softmax(ell, axis=-1)
