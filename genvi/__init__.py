@@ -23,6 +23,7 @@ from genvi.adev.expectation import Expectation, average, exp
 from genvi.adev.program import expectation
 from genvi.adev.sample import sample
 from genvi.adev.smoothness import DiscontinuityError
+from genvi.adev.variance_training import VarianceTrainingError
 from genvi.adev.strategies import DISARM as DisARM, RELAX, SD_ as SD, SWOR
 from genvi.adev.strategies import (ENUM, MVD_ as MVD, REINFORCE, REPARAM, RLOO,
                                    decaying_average)
@@ -150,6 +151,7 @@ __all__ = [
     "Uniform",
     "UnnormalizedError",
     "UnusedStrategyWarning",
+    "VarianceTrainingError",
     "assume_continuous",
     "average",
     "batch_mean",

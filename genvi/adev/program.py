@@ -22,10 +22,11 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from genvi.adev import auto, smoothness
+from genvi.adev import auto, smoothness, variance_training
 from genvi.adev.expectation import Expectation
 from genvi.adev.interpreter import estimate_jvp
 from genvi.core.context import current, using
+from genvi.core.mistakes import arg_names
 from genvi.core.tracing import IN_OBJECTIVE, split_args, trace_cached
 
 
@@ -95,8 +96,21 @@ class ProgramExpectation(Expectation):
                 if any(differentiated) and self.requires is not None:
                     self.requires(*args)
                 smoothness.check(closed, differentiated)
+                variance_training.check(closed, differentiated, self._input_names(args))
                 self._checked.add((id(closed), differentiated))
         return estimate_jvp(closed, key, dyn, tdyn)
+
+    def _input_names(self, args: tuple) -> list[str]:
+        """The dynamic inputs' names, for messages: `params['enc']['w']`."""
+        _, _, _, mask = split_args(args)
+        written = arg_names(self.fn) or []
+        names = []
+        for (path, _), dynamic in zip(jax.tree_util.tree_flatten_with_path(args)[0], mask):
+            if dynamic:
+                first, rest = path[0].idx, path[1:]
+                head = written[first] if first < len(written) else f"argument {first}"
+                names.append(head + jax.tree_util.keystr(rest))
+        return names
 
     def explain(self, *args: Any, key: Any = None, argnums: Any = 0) -> Any:
         log: list = []

@@ -58,6 +58,10 @@ class Strategy:
 
     kind: str = "?"
     needs: tuple[str, ...] = ()
+    #: True if the rule puts the gradient of the estimator's variance, not of the
+    #: objective, on its operands' tangents (a learned baseline or surrogate): genvi
+    #: then refuses a differentiated parameter that reaches both them and the objective
+    trains_operands: bool = False
     #: a `RunState` subclass if the strategy keeps state across a run (None: none)
     run_state: type | None = None
 

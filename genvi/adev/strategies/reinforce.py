@@ -36,8 +36,10 @@ class Reinforce(Strategy):
         `baseline` is any value computed in the program: a constant, a decaying
         average you pass in (see `gv.decaying_average`), or a learned function of
         parameters. When it depends on differentiated parameters, those receive the
-        gradient of −½ (f − b)², so a learned baseline trains with the objective
-        (its parameters do not affect the objective itself).
+        gradient of −½ (f − b)², so a learned baseline trains with the objective.
+        Its parameters must be its own: one that the objective also reads (a baseline
+        network sharing the encoder's layers) is refused, since it would be trained on
+        the sum; pass such a parameter behind `jax.lax.stop_gradient`.
         """
         return ReinforceBaseline(jnp.asarray(baseline))
 
@@ -50,6 +52,7 @@ class ReinforceBaseline(Strategy):
     baseline_tangent: Any = None
     kind = "REINFORCE"
     needs = Reinforce.needs
+    trains_operands = True  # a learned baseline descends −½ (f − b)²
 
     def split(self):
         return ReinforceBaseline(None), (self.baseline,)
@@ -62,6 +65,9 @@ class ReinforceBaseline(Strategy):
 
     def __eq__(self, other):
         return isinstance(other, ReinforceBaseline)
+
+    def __repr__(self) -> str:
+        return "gv.REINFORCE.with_baseline(baseline)"
 
     def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple, k: Any) -> Any:
         b = self.baseline

@@ -29,7 +29,9 @@ surrogate needs z (REBAR's σ(z / λ)): σ(z) rounds to 1 in float32 once z exce
 17, and a surrogate that inverts it to temper it then has an infinite derivative.
 Everything it reads comes in `phi` (a pytree: the surrogate function is a static part
 of the site), so a surrogate that uses the model (REBAR) takes the model's parameters
-in `phi` behind `jax.lax.stop_gradient`, which keeps the variance gradient off them.
+in `phi` behind `jax.lax.stop_gradient`, which keeps the variance gradient off them;
+a differentiated parameter that reaches both `phi` and the objective is refused
+(`genvi.adev.variance_training`).
 
 Lane-local (the default where it is cheap). In a plate, f(b) is the whole
 minibatch's objective, and a lane's score term f(b) ∂ℓᵢ log p(bᵢ) carries every other
@@ -118,6 +120,7 @@ class RELAX(Strategy):
     ranks: tuple | None = dataclasses.field(default=None, kw_only=True, repr=False)
     kind = "RELAX"
     needs = ("sample", "lane_log_prob", "support")
+    trains_operands = True  # phi descends the estimator's variance
 
     def __post_init__(self):
         if not callable(self.surrogate):
