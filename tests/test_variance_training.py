@@ -144,3 +144,13 @@ def test_found_through_scans_conds_and_calls():
         choices, _ = chain.sim(params)
         return jnp.sum(f_of(choices["steps", "x"]))
     carry_only.grad_estimate(jax.random.key(0), {"theta": 0.4, "w": 1.0})  # w: phi's alone
+
+
+def test_found_in_a_switch_among_strategies():
+    @gv.expectation
+    def e(params, which):
+        phi = {"w": params["theta"], "b": 0.0}
+        grad = gv.switch(which, [gv.ENUM, gv.RELAX(linear, phi)])
+        return f_of(gv.sample(gv.bernoulli(params["theta"], grad=grad), name="x"))
+    with pytest.raises(gv.VarianceTrainingError, match=r"params\['theta'\]"):
+        e.grad_estimate(jax.random.key(0), {"theta": 0.4}, jnp.int32(1))

@@ -42,6 +42,10 @@ class SwitchStrategy(Strategy):
             events += list(own) + [0] * (n - len(own))
         return tuple(events)
 
+    def trained_operands(self, count):
+        return (False,) + tuple(t for s, n in zip(self.strategies, self.operands)
+                                for t in s.trained_operands(n))
+
     def join(self, operands, tangents=None):
         index, rest = operands[0], list(operands[1:])
         rest_t = None if tangents is None else list(tangents[1:])

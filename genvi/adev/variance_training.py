@@ -1,7 +1,8 @@
 """The check that a learned baseline or surrogate trains parameters of its own.
 
 A strategy whose `trains_operands` is set (`gv.RELAX`'s `phi`, a learned
-`gv.REINFORCE.with_baseline`) puts on its operands' tangents the gradient of the
+`gv.REINFORCE.with_baseline`; `Strategy.trained_operands` says which operands, so a
+`gv.switch` among strategies says it of each) puts on its operands' tangents the gradient of the
 estimator's variance (−½ ∂|ĝ|²), not of the objective: the step that ascends the
 objective descends the variance in them. That is unbiased only where the parameters
 those operands read do not also reach the objective. One that does (a REBAR surrogate
@@ -41,6 +42,7 @@ from typing import Any, Sequence
 
 from genvi.core import jaxpr as jx
 from genvi.core.primitives import SiteEqn, sample_p
+from genvi.core.strategy import Strategy
 from genvi.core.walk import walk
 
 
@@ -108,10 +110,12 @@ class _Reach:
         site = SiteEqn.of(eqn)
         law = _union(ins[:site.n_params])
         self.laws |= law
-        if getattr(site.strategy, "trains_operands", False):
-            operands = ins[site.n_params:len(ins) - site.masked]
+        operands = ins[site.n_params:len(ins) - site.masked]
+        if operands and isinstance(site.strategy, Strategy):
+            flags = site.strategy.trained_operands(len(operands))
+            trained = _union([m for m, t in zip(operands, flags) if t])
             _, before = self.trained.get(id(eqn), (eqn, 0))
-            self.trained[id(eqn)] = (eqn, before | _union(operands))
+            self.trained[id(eqn)] = (eqn, before | trained)
         return law
 
     def scan(self, scan: jx.ScanEqn, ins: list) -> list:

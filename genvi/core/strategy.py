@@ -89,6 +89,11 @@ class Strategy:
         """The inverse of `split`, with the operands' tangents (None: none)."""
         return self
 
+    def trained_operands(self, count: int) -> tuple[bool, ...]:
+        """Of the static part: which of the site's `count` operands the rule trains for
+        the estimator's variance (default: all of them where `trains_operands`)."""
+        return (self.trains_operands,) * count
+
     def __repr__(self) -> str:
         return f"gv.{self.kind}"
 
