@@ -154,3 +154,37 @@ def test_found_in_a_switch_among_strategies():
         return f_of(gv.sample(gv.bernoulli(params["theta"], grad=grad), name="x"))
     with pytest.raises(gv.VarianceTrainingError, match=r"params\['theta'\]"):
         e.grad_estimate(jax.random.key(0), {"theta": 0.4}, jnp.int32(1))
+
+
+@jax.custom_vjp
+def product(x, y):
+    return x * y
+
+
+product.defvjp(lambda x, y: (x * y, (x, y)), lambda r, g: (g * r[1], g * r[0]))
+
+
+@jax.custom_jvp
+def sine(x):
+    return jnp.sin(x)
+
+
+sine.defjvp(lambda p, t: (jnp.sin(p[0]), jnp.cos(p[0]) * t[0]))
+
+
+@pytest.mark.parametrize("use,refused", [("custom_vjp", True), ("custom_jvp", True),
+                                         ("neither", False)])
+def test_found_through_functions_with_their_own_derivative(use, refused):
+    @gv.expectation
+    def e(params):
+        phi = {"w": params["w"], "b": 0.0}
+        x = gv.sample(gv.bernoulli(params["theta"], grad=gv.RELAX(linear, phi)), name="x")
+        extra = {"custom_vjp": product(params["c"], params["w"]), "custom_jvp": sine(params["w"]),
+                 "neither": product(params["c"], 2.0) + sine(params["c"])}[use]
+        return f_of(x) + extra
+    params = {"theta": 0.3, "w": 1.0, "c": 0.5}
+    if refused:
+        with pytest.raises(gv.VarianceTrainingError, match=r"params\['w'\]"):
+            e.grad_estimate(jax.random.key(0), params)
+    else:
+        e.grad_estimate(jax.random.key(0), params)
