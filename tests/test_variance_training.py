@@ -188,3 +188,19 @@ def test_found_through_functions_with_their_own_derivative(use, refused):
             e.grad_estimate(jax.random.key(0), params)
     else:
         e.grad_estimate(jax.random.key(0), params)
+
+
+def test_checked_in_the_built_in_objectives():
+    @gv.gen
+    def model(params, y):
+        z = gv.flip(0.5) @ "z"
+        gv.observe(gv.normal(jnp.where(z, 1.0, -1.0), 1.0), y)
+
+    @gv.gen
+    def guide(params, y):
+        phi = {"w": params["theta"], "b": 0.0}
+        gv.bernoulli(params["theta"], grad=gv.RELAX(linear, phi)) @ "z"
+    for objective, y in ((gv.elbo(model, guide), 0.5),
+                         (gv.batch_mean(gv.elbo(model, guide)), jnp.ones(4))):
+        with pytest.raises(gv.VarianceTrainingError, match=r"argument 0\['theta'\]"):
+            objective.grad_estimate(jax.random.key(0), {"theta": 0.3}, y)
