@@ -96,13 +96,13 @@ class ProgramExpectation(Expectation):
                 if any(differentiated) and self.requires is not None:
                     self.requires(*args)
                 smoothness.check(closed, differentiated)
-                variance_training.check(closed, differentiated, self._input_names(args))
+                variance_training.check(closed, differentiated, self._input_names(args, mask))
                 self._checked.add((id(closed), differentiated))
         return estimate_jvp(closed, key, dyn, tdyn)
 
-    def _input_names(self, args: tuple) -> list[str]:
-        """The dynamic inputs' names, for messages: `params['enc']['w']`."""
-        _, _, _, mask = split_args(args)
+    def _input_names(self, args: tuple, mask: tuple) -> list[str]:
+        """The dynamic inputs' names (`mask`: which leaves of `args` are dynamic), for
+        messages: `params['enc']['w']`."""
         written = arg_names(self.fn) or []
         names = []
         for (path, _), dynamic in zip(jax.tree_util.tree_flatten_with_path(args)[0], mask):
