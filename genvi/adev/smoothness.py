@@ -49,7 +49,7 @@ from typing import Any, Sequence
 
 from genvi.core import jaxpr as jx
 from genvi.core.primitives import SiteEqn, sample_p
-from genvi.core.walk import walk
+from genvi.core.walk import scan_fixed_point, walk, while_fixed_point
 from genvi.core.scopes import CONTINUOUS_SCOPE, DENSITY_SCOPE
 
 
@@ -215,29 +215,22 @@ def _cond(eqn: Any, ins: list, live: bool, trusted: bool, at: Any) -> list:
 
 
 def _scan(eqn: Any, ins: list, trusted: bool, at: Any) -> list:
-    scan = jx.ScanEqn.of(eqn)
-    consts, carry, xs = scan.split(ins)
-    while True:  # carries only gain taint, and there are two levels: this ends
-        outs = _analyze(scan.body.jaxpr, consts + carry + xs, trusted, at)
-        joined = [_merge([c, o]) for c, o in zip(carry, scan.split_outs(outs)[0])]
-        if joined == carry:
-            return outs
-        carry = joined
+    return scan_fixed_point(jx.ScanEqn.of(eqn), ins, _walker(trusted, at), _join)
 
 
 def _while(eqn: Any, ins: list, live: bool, trusted: bool, at: Any) -> list:
-    loop = jx.WhileEqn.of(eqn)
-    cond_consts, body_consts, carry = loop.split(ins)
-    while True:
-        outs = _analyze(loop.body.jaxpr, body_consts + carry, trusted, at)
-        joined = [_merge([c, o]) for c, o in zip(carry, outs)]
-        if joined == carry:
-            break
-        carry = joined
-    (pred,) = _analyze(loop.cond.jaxpr, cond_consts + carry, trusted, at)
+    carry, pred = while_fixed_point(jx.WhileEqn.of(eqn), ins, _walker(trusted, at), _join)
     if _decides(pred) and live and not trusted:
         _refuse(eqn, pred, at)
     return carry
+
+
+def _walker(trusted: bool, at: Any) -> Any:
+    return lambda jaxpr, ins: _analyze(jaxpr, ins, trusted, at)
+
+
+def _join(a: "_Taint | None", b: "_Taint | None") -> "_Taint | None":
+    return _merge([a, b])
 
 
 def _argsort(eqn: Any, ins: list) -> bool:

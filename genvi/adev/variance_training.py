@@ -38,12 +38,13 @@ Example:
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Sequence
 
 from genvi.core import jaxpr as jx
 from genvi.core.primitives import SiteEqn, sample_p
 from genvi.core.strategy import Strategy
-from genvi.core.walk import walk
+from genvi.core.walk import scan_fixed_point, walk, while_fixed_point
 
 
 class VarianceTrainingError(ValueError):
@@ -119,22 +120,10 @@ class _Reach:
         return law
 
     def scan(self, scan: jx.ScanEqn, ins: list) -> list:
-        consts, carry, xs = scan.split(ins)
-        while True:  # carries only gain inputs, of finitely many: this ends
-            outs = self.run(scan.body.jaxpr, consts + carry + xs)
-            joined = [c | o for c, o in zip(carry, scan.split_outs(outs)[0])]
-            if joined == carry:
-                return outs
-            carry = joined
+        return scan_fixed_point(scan, ins, self.run, operator.or_)
 
     def loop(self, loop: jx.WhileEqn, ins: list) -> list:
-        cond_consts, body_consts, carry = loop.split(ins)
-        while True:
-            joined = [c | o for c, o in zip(carry, self.run(loop.body.jaxpr, body_consts + carry))]
-            if joined == carry:
-                break
-            carry = joined
-        (pred,) = self.run(loop.cond.jaxpr, cond_consts + carry)
+        carry, pred = while_fixed_point(loop, ins, self.run, operator.or_)
         return [c | pred for c in carry]
 
 

@@ -14,6 +14,10 @@ of JAX's `eval_jaxpr` with a rule table keyed by primitive:
   bodies hold one of the primitives in `holds`, a hook per kind of control flow
   receiving a typed view (`ScanEqn`, `CondEqn`, `CallEqn`), else `other`.
 
+* `scan_fixed_point` and `while_fixed_point` run a loop's body in a walk over
+  abstract values (the smoothness and variance-training checks) until its carry
+  stops changing.
+
 A walk knows no JAX parameter: the typed views of `genvi.core.jaxpr` read them.
 
 Example:
@@ -149,3 +153,68 @@ class Hooks:
             f"sampling sites inside `{eqn.primitive.name}` are not supported: use gv.scan or "
             "jax.lax.scan with a fixed length for loops, and keep sampling out of "
             "custom_jvp/custom_vjp functions")
+
+
+# -- loops in an abstract walk ------------------------------------------------------
+#
+# An analysis that walks a jaxpr with abstract values (the smoothness and
+# variance-training checks) runs a loop's body until its carry stops changing. Each
+# pass joins what the body returns into what it was given; the joins only go up, in a
+# lattice of finite height, so the loop ends.
+
+
+def scan_fixed_point(view: jx.ScanEqn, ins: list, run: Callable[[Any, list], list],
+                     join: Callable[[Any, Any], Any]) -> list:
+    """The outputs of a scan in an abstract walk: `run(jaxpr, values)` walks a body,
+    `join` joins two abstract values. The body is run with its carry joined to a fixed
+    point; returns that last run's outputs (carry out, then stacked).
+
+    Example:
+        >>> import jax, operator
+        >>> closed = jax.make_jaxpr(lambda c, xs: jax.lax.scan(
+        ...     lambda c, x: (x, c), c, xs))(0.0, jax.numpy.zeros(3))
+        >>> (eqn,) = closed.jaxpr.eqns
+        >>> run = lambda jaxpr, ins: walk(jaxpr, dict(zip(jaxpr.invars, ins)),
+        ...                               lambda i, e, a: [0] * len(e.outvars))
+        >>> scan_fixed_point(jx.ScanEqn.of(eqn), [1, 2], run, operator.or_)  # ys: c or an x
+        [2, 3]
+    """
+    consts, carry, xs = view.split(ins)
+
+    def step(carry: list) -> tuple[list, list]:
+        outs = run(view.body.jaxpr, consts + carry + xs)
+        return view.split_outs(outs)[0], outs
+
+    return _fixed_point(step, carry, join)[1]
+
+
+def while_fixed_point(view: jx.WhileEqn, ins: list, run: Callable[[Any, list], list],
+                      join: Callable[[Any, Any], Any]) -> tuple[list, Any]:
+    """A while loop in an abstract walk (as `scan_fixed_point`): returns its carry at
+    the fixed point and its predicate's abstract value there.
+
+    Example:
+        >>> import jax, operator
+        >>> closed = jax.make_jaxpr(lambda x: jax.lax.while_loop(
+        ...     lambda c: c < 3.0, lambda c: c + x, 0.0))(1.0)
+        >>> eqn = closed.jaxpr.eqns[-1]
+        >>> run = lambda jaxpr, ins: walk(jaxpr, dict(zip(jaxpr.invars, ins)),
+        ...                               lambda i, e, a: [max(a)] * len(e.outvars),
+        ...                               literal=lambda _: 0)
+        >>> while_fixed_point(jx.WhileEqn.of(eqn), [1, 0], run, operator.or_)
+        ([1], 1)
+    """
+    cond_consts, body_consts, carry = view.split(ins)
+    carry, _ = _fixed_point(lambda c: (run(view.body.jaxpr, body_consts + c), None), carry, join)
+    (pred,) = run(view.cond.jaxpr, cond_consts + carry)
+    return carry, pred
+
+
+def _fixed_point(step: Callable[[list], tuple[list, Any]], carry: list,
+                 join: Callable[[Any, Any], Any]) -> tuple[list, Any]:
+    while True:
+        out, result = step(carry)
+        joined = [join(c, o) for c, o in zip(carry, out)]
+        if joined == carry:
+            return carry, result
+        carry = joined
