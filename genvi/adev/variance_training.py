@@ -15,7 +15,8 @@ of the objective's traced jaxpr, once per trace and set of differentiated inputs
 (beside the smoothness check), and raises `VarianceTrainingError` naming the site,
 the parameter and the fix. Each value is tracked for the differentiated inputs its
 tangent can depend on (a bit set): integer and boolean values carry none,
-`stop_gradient` cuts, a continuous site's value carries its distribution's
+`stop_gradient` cuts, and so do `floor`, `ceil`, `round` and `sign` (their derivative
+is zero), a continuous site's value carries its distribution's
 parameters' (a discrete one's none), and a strategy's operands reach only the
 strategy. A parameter reaches the objective where it reaches the objective's value
 or any site's distribution (whose score terms move with it).
@@ -45,6 +46,10 @@ from genvi.core import jaxpr as jx
 from genvi.core.primitives import SiteEqn, sample_p
 from genvi.core.strategy import Strategy
 from genvi.core.walk import scan_fixed_point, walk, while_fixed_point
+
+
+# functions whose derivative is zero wherever it exists: what they return has no tangent
+_ZERO_DERIVATIVE = frozenset({"stop_gradient", "floor", "ceil", "round", "sign"})
 
 
 class VarianceTrainingError(ValueError):
@@ -91,7 +96,7 @@ class _Reach:
         n_out = len(eqn.outvars)
         if eqn.primitive is sample_p:
             return [self.site(eqn, ins)]
-        if eqn.primitive.name == "stop_gradient":
+        if eqn.primitive.name in _ZERO_DERIVATIVE:
             return [0] * n_out
         kind = jx.kind(eqn)
         if kind in ("call", "custom"):
