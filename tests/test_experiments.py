@@ -237,6 +237,18 @@ def test_time_to_target_reads_the_trajectories():
     assert _ratio(math.inf, 2.0, 8.0) == "> 4.0" and _ratio(3.0, 2.0, 8.0) == "1.50"
 
 
+def test_time_to_target_records_the_objective_at_the_budget(tmp_path, monkeypatch):
+    from genvi_experiments.bench import frontier, results
+    # two starts each; "stops" ended at a non-finite gradient before the budget (8 s)
+    runs = {"fast": [[(1.0, -5.0), (2.0, -1.0), (8.5, -0.5)], [(4.0, -2.0), (8.1, -1.5)]],
+            "stops": [[(1.0, -9.0), (3.0, -4.0)], [(2.0, -6.0), (8.2, -2.0)]]}
+    monkeypatch.setattr(results, "_RESULTS_ELSEWHERE", str(tmp_path))
+    frontier.record_time_to_target("ttt", "frontier_air", runs, 8.0, [], 4, chunk=10)
+    table = json.loads((tmp_path / f"{results.on_platform('ttt')}.json").read_text())
+    assert table["columns"][-1] == "training objective after 8 s"
+    assert [row[-1] for row in table["rows"]] == ["-1.00 ± 0.50", "-3.00 ± 1.00"]
+
+
 class _Quadratic:
     """A frontier model in one parameter: the training objective -E[(x - 3)²],
     x ~ N(mu, 1), climbs from -10 towards its optimum -1."""

@@ -397,7 +397,9 @@ def time_to_target(runs: dict, fraction: float = TARGET_FRACTION) -> tuple[float
 
 
 def _value_at(points: list, seconds: float) -> float:
-    return next(v for t, v in points if t >= seconds)
+    """The training objective at `seconds` (at the first chunk's end past it), or where
+    the run stopped before (a non-finite gradient) its last."""
+    return next((v for t, v in points if t >= seconds), points[-1][1])
 
 
 def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv,
@@ -409,9 +411,10 @@ def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv
     best = min((a for a in median if a != "AUTO"), key=median.get)
     auto = median.get("AUTO", math.nan)
     columns = ["strategy", "seconds to the target (median)", "÷ best single strategy's",
-               "÷ AUTO's", "each start"]
+               "÷ AUTO's", "each start", f"training objective after {budget:g} s"]
     rows = [[a, _seconds(median[a]), _ratio(median[a], median[best], budget),
-             _ratio(median[a], auto, budget), ", ".join(_seconds(t) for t in reach[a])]
+             _ratio(median[a], auto, budget), ", ".join(_seconds(t) for t in reach[a]),
+             _mean_sd([_value_at(p, budget) for p in runs[a]])]
             for a in runs]
     optimizer = "" if lr is None else f", Adam {lr:g}"
     note = (f"Training objective (mean of the last {chunk} steps' estimates, minibatches of "
@@ -419,7 +422,8 @@ def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv
             f"{budget:g} s of wall-clock time, compiling (no persistent compilation cache) "
             f"and AUTO's measurements included; the starts interleaved (each start runs every "
             f"strategy, in an order rotated by one from the last start's), after an untimed "
-            f"chunk of training. Target: "
+            f"chunk of training; the last column is the training objective at "
+            f"{budget:g} s, mean ± sd over the starts. Target: "
             f"{target:.2f}, what the strategy with the best final value reached at a quarter "
             f"of its run ({best} is the fastest to it); – : not reached, and a ratio "
             "\"> r\" for a strategy that did not reach it: the run's length over the other's "
@@ -430,6 +434,10 @@ def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv
             "a twentieth of the fit's time so far), then with its choice (the "
             f"starting one kept where it measured within {KEEP_MARGIN:g} times the best).")
     record(on_platform(name), command(bench, argv), columns, rows, note=note)
+
+
+def _mean_sd(values: list) -> str:
+    return f"{np.mean(values):.2f} ± {np.std(values):.2f}"
 
 
 def _ratio(t: float, other: float, budget: float) -> str:
@@ -466,7 +474,7 @@ def record_lab(name: str, bench: str, lab: gv.EstimatorComparison, trained: dict
         columns += [f"{score} after {budget:g} s (steps)"]
         for row, a in zip(rows, lab.labels):
             steps, scores, stops = trained[a]
-            row.append(f"{np.mean(scores):.2f} ± {np.std(scores):.2f} ({steps:,})"
+            row.append(f"{_mean_sd(scores)} ({steps:,})"
                        + (f"; {len(stops)} stopped at a non-finite gradient (steps "
                           f"{', '.join(map(str, stops))})" if stops else ""))
     record(on_platform(name), command(bench, argv), columns, rows, note=note)
