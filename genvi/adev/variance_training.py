@@ -14,12 +14,16 @@ objective, with no sign of it in the numbers.
 of the objective's traced jaxpr, once per trace and set of differentiated inputs
 (beside the smoothness check), and raises `VarianceTrainingError` naming the site,
 the parameter and the fix. Each value is tracked for the differentiated inputs its
-tangent can depend on (a bit set): integer and boolean values carry none,
-`stop_gradient` cuts, and so do `floor`, `ceil`, `round` and `sign` (their derivative
-is zero), a continuous site's value carries its distribution's
-parameters' (a discrete one's none), and a strategy's operands reach only the
-strategy. A parameter reaches the objective where it reaches the objective's value
-or any site's distribution (whose score terms move with it).
+tangent can depend on (a bit set):
+
+* integer and boolean values carry none;
+* `stop_gradient`, `floor`, `ceil`, `round` and `sign` cut (their derivative is zero);
+* a continuous site's value carries its distribution's parameters' (a discrete one's
+  none);
+* a strategy's operands reach only the strategy.
+
+A parameter reaches the objective where it reaches the objective's value or any
+site's distribution (whose score terms move with it).
 
 Example:
     >>> import genvi as gv, jax, jax.numpy as jnp
