@@ -28,6 +28,7 @@ Example:
 
 from __future__ import annotations
 
+import argparse
 import gc
 import math
 import time
@@ -400,6 +401,14 @@ def _value_at(points: list, seconds: float) -> float:
     """The training objective at `seconds` (at the first chunk's end past it), or where
     the run stopped before (a non-finite gradient) its last."""
     return next((v for t, v in points if t >= seconds), points[-1][1])
+
+
+def add_table_option(ap: argparse.ArgumentParser, default: str) -> None:
+    """A bench's `--table`: the name its time-to-target table is recorded under (another
+    than `default` for a run of some strategies beside the full table)."""
+    ap.add_argument("--table", default=default,
+                    help="the time-to-target table --record writes (another name: a run of "
+                         "some strategies beside the full table)")
 
 
 def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv,

@@ -57,7 +57,8 @@ import genvi as gv
 from genvi_experiments.air.config import AIRConfig
 from genvi_experiments.air.data import make_canvases
 from genvi_experiments.air.model import AIRNets, air_programs
-from genvi_experiments.bench.frontier import (RELAX, RELAX_FORMS, RELAX_WHOLE, measure,
+from genvi_experiments.bench.frontier import (RELAX, RELAX_FORMS, RELAX_WHOLE, add_table_option,
+                                              measure,
                                               record_lab, record_runs_to_level,
                                               record_runs_to_levels, runs_to_levels,
                                               record_time_to_target, relax_init, relax_note,
@@ -129,9 +130,7 @@ def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:
                     help="minibatch for --time-to-target (genvi run air's)")
     ap.add_argument("--lr", type=float, default=1e-3,
                     help="Adam's learning rate for --time-to-target (genvi run air's)")
-    ap.add_argument("--table", default="air_frontier_auto",
-                    help="the time-to-target table --record writes (another name: a run of "
-                         "some strategies beside the full table)")
+    add_table_option(ap, "air_frontier_auto")
     ap.add_argument("--trained-steps", type=int, default=0,
                     help="measure the estimator table after this many steps of training "
                          "with ENUM (Adam at --lr, minibatches of --train-batch) rather than "

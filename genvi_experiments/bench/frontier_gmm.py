@@ -27,7 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import genvi as gv
-from genvi_experiments.bench.frontier import (RELAX, RELAX_FORMS, RELAX_WHOLE, measure,
+from genvi_experiments.bench.frontier import (RELAX, RELAX_FORMS, RELAX_WHOLE, add_table_option,
+                                              measure,
                                               record_lab, relax_init, relax_note, site_strategy,
                                               surrogate_value, record_time_to_target,
                                               time_to_target, train_in_budget, trajectories)
@@ -119,9 +120,7 @@ def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:
     ap.add_argument("--train-seconds", type=float, default=0.0)
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--time-to-target", type=float, default=0.0)
-    ap.add_argument("--table", default="gmm_frontier_auto",
-                    help="the time-to-target table --record writes (another name: a run of "
-                         "some strategies beside the full table)")
+    add_table_option(ap, "gmm_frontier_auto")
     ap.add_argument("--record", action="store_true")
     args = ap.parse_args(argv)
     points, held_out = make_points(args.points)[0], make_points(2000, seed=1)[0]
