@@ -224,3 +224,28 @@ def test_the_measurement_traces_and_compiles_in_the_background():
     finally:
         tuning.close(ended=False)
     assert not tune_threads()
+
+
+def test_a_resumed_fit_measures_where_it_resumes(monkeypatch, tmp_path):
+    # at the checkpoint's parameters and the batch of the step it resumes at, not at
+    # the parameters the call was given (those of the run's start)
+    seen = []
+    begin = FitTuning.begin
+
+    def recorded(self, args, step):
+        seen.append((step, args))
+        return begin(self, args, step)
+    monkeypatch.setattr(FitTuning, "_submit", done_at_once)
+    checkpoints = gv.Checkpoints(str(tmp_path), every=CHUNK)
+    first = fit(objective(gv.AUTO), PARAMS, 2 * CHUNK, key=KEY, checkpoints=checkpoints)
+    monkeypatch.setattr(FitTuning, "begin", recorded)
+    resumed = fit(objective(gv.AUTO), PARAMS, 3 * CHUNK, key=KEY,
+                  checkpoints=gv.Checkpoints(str(tmp_path), every=CHUNK, resume=True))
+    assert [step for step, _ in seen] == [2 * CHUNK]
+    assert [t.step for t in resumed.tunings] == [2 * CHUNK]
+    params, batch = seen[0][1]
+    for a, b in zip(jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(first.params)):
+        np.testing.assert_array_equal(a, b)
+    setup = Setup((16, "epoch"), 64, False, None, ())
+    (expected,) = batch_at((DATA,), setup, jax.random.split(KEY)[1], 1, 2 * CHUNK)
+    np.testing.assert_array_equal(batch, expected)

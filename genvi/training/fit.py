@@ -196,13 +196,6 @@ def fit(objective: Expectation, params: Any, *data: Any,
         # minibatch and scheduled arguments that step trains on
         batch = batch_at(data, setup, data_key, sharding.processes, step)
         return (at_params,) + tuple(at_step(batch, scheduled, step))
-    first = measured_at(params, base)
-    tuning = _tuning(objective, retune_every, key, first, sharding, tune_in_background,
-                     precompile)
-    if tuning is not None:
-        tuning.begin(first, base)
-    chunk = compiled_chunk(objective if tuning is None else tuning.current, optimizer, setup,
-                           sharding)
     start = base
     latest = checkpoint_files.latest_step(checkpoint_dir) if checkpoint_dir is not None else None
     found = latest is not None and latest > base
@@ -212,6 +205,14 @@ def fit(objective: Expectation, params: Any, *data: Any,
         raise checkpoint_files.CheckpointError(f"resume=True but there is no checkpoint in {where}{after}")
     if found and resume is not False:
         start, params, state, history = fit_state.resume(checkpoint_dir, params, state, key)
+    # a resumed run measures gv.AUTO's sites where it resumes, not at the start it skips
+    first = measured_at(params, start)
+    tuning = _tuning(objective, retune_every, key, first, sharding, tune_in_background,
+                     precompile)
+    if tuning is not None:
+        tuning.begin(first, start)
+    chunk = compiled_chunk(objective if tuning is None else tuning.current, optimizer, setup,
+                           sharding)
     # a resumed or continued run replays its history, so it stops where one run would
     rule_state = () if stop is None else replay(stop, history["objective"], ~history["skipped"])
     if shard:
