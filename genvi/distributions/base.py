@@ -16,7 +16,8 @@ follow (`strategies`, for messages):
 * `binary = True`: each lane takes the values 0 and 1 (or False and True), with
   `lane_log_prob` defined at both (DisARM).
 * `lanewise = True`: `sample` draws each lane from that lane's parameters alone
-  (ENUM/MVD replays in a plate stay O(lanes) through such a draw).
+  (the lane-local replays of ENUM, MVD, RLOO, DisARM, SWOR and RELAX stay O(lanes)
+  through such a draw).
 * `domain`: where a continuous value lies ("real", "positive", "unit_interval",
   "interval", "simplex", "tfp"): automatic guides transform onto it
   (`genvi.guides.supports`). None: unknown (automatic guides refuse the site).
