@@ -42,6 +42,10 @@ class SwitchStrategy(Strategy):
             events += list(own) + [0] * (n - len(own))
         return tuple(events)
 
+    def lane_operands(self, count):
+        return (True,) + tuple(t for s, n in zip(self.strategies, self.operands)
+                               for t in s.lane_operands(n))
+
     def trained_operands(self, count):
         return (False,) + tuple(t for s, n in zip(self.strategies, self.operands)
                                 for t in s.trained_operands(n))

@@ -497,7 +497,8 @@ def shaped(shape: tuple, dtype: Any) -> Any:
 
 def register_batching_by_broadcasting(prim: jcore.Primitive,
                                      event_ndims: Callable[..., Sequence[int]] | None = None,
-                                     shared: Callable[..., Sequence[int]] | None = None
+                                     shared: Callable[..., Sequence[int]] | None = None,
+                                     unpadded: Callable[..., Sequence[int]] | None = None
                                      ) -> None:
     """Make `jax.vmap` turn `prim` into one site whose parameters gained a leading
     axis (a product of independent components): every batch axis moves to the
@@ -517,6 +518,10 @@ def register_batching_by_broadcasting(prim: jcore.Primitive,
     size 1 instead of a copy per lane (the primitive's own rule broadcasts them: a
     guide's covariance factor stays one matrix under a particle `vmap`, so its
     products are matrix products rather than one matrix-vector product per lane).
+
+    `unpadded(count, **params)` names, of `count` operands, those that are not lane-shaped (a strategy's learned
+    parameters): they gain the batch axis only, never the singleton axes that align
+    the others with the site's lanes, so their leading axes are exactly the `vmap`s'.
     """
 
     def rule(axis_data, args, dims, **params):
@@ -528,10 +533,11 @@ def register_batching_by_broadcasting(prim: jcore.Primitive,
                  for i, (a, d) in enumerate(zip(args, dims))]
         events = list(event_ndims(**params)) if event_ndims else []
         events += [0] * (len(moved) - len(events))
+        own = set(unpadded(len(moved), **params)) if unpadded else set()
         batch_ranks = [a.ndim - 1 - e for a, e in zip(moved, events)]
-        top = max(batch_ranks, default=0)
-        moved = [a.reshape(a.shape[:1] + (1,) * (top - r) + a.shape[1:])
-                 for a, r in zip(moved, batch_ranks)]
+        top = max((r for i, r in enumerate(batch_ranks) if i not in own), default=0)
+        moved = [a if i in own else a.reshape(a.shape[:1] + (1,) * (top - r) + a.shape[1:])
+                 for i, (a, r) in enumerate(zip(moved, batch_ranks))]
         out = prim.bind(*moved, **params)
         if prim.multiple_results:
             return out, [0] * len(out)

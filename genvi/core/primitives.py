@@ -52,6 +52,15 @@ def _site_event_ndims(*, dist, n_params, strategy=None, **_):
     return params + (() if strategy is None else tuple(strategy.operand_event_ndims()))
 
 
+def _site_unpadded(count, *, n_params, strategy=None, masked=False, **_):
+    # the strategy's operands (after the parameters, before a mask) that are not
+    # lane-shaped (`Strategy.lane_operands`)
+    if strategy is None:
+        return ()
+    flags = strategy.lane_operands(count - n_params - int(masked))
+    return tuple(n_params + i for i, lane in enumerate(flags) if not lane)
+
+
 def _observe_event_ndims(*, dist, n_params, **_):
     return (dist.value_event_ndim,) + _site_event_ndims(dist=dist, n_params=n_params)
 
@@ -62,8 +71,8 @@ def _site_shared(*, dist, **_):
     return getattr(dist, "lane_shared_params", ())
 
 
-jx.register_batching_by_broadcasting(site_p, _site_event_ndims, _site_shared)
-jx.register_batching_by_broadcasting(sample_p, _site_event_ndims, _site_shared)
+jx.register_batching_by_broadcasting(site_p, _site_event_ndims, _site_shared, _site_unpadded)
+jx.register_batching_by_broadcasting(sample_p, _site_event_ndims, _site_shared, _site_unpadded)
 jx.register_batching_by_broadcasting(observe_p, _observe_event_ndims)
 jx.register_batching_by_broadcasting(plate_p)
 

@@ -85,6 +85,13 @@ class Strategy:
         front of these; missing entries count as 0."""
         return ()
 
+    def lane_operands(self, count: int) -> tuple[bool, ...]:
+        """Of the static part: which of the site's `count` operands are lane-shaped
+        (default: all). Under `vmap` a lane-shaped operand is padded to broadcast
+        against the site's lanes; one that is not (a learned surrogate's parameters)
+        gains the `vmap`s' axes only, so its leading axes are exactly the plates'."""
+        return (True,) * count
+
     def join(self, operands: tuple, tangents: tuple | None = None) -> "Strategy":
         """The inverse of `split`, with the operands' tangents (None: none)."""
         return self

@@ -138,6 +138,9 @@ class RELAX(Strategy):
     def operand_event_ndims(self):
         return self.ranks or ()  # phi is not lane-shaped: its axes are its own
 
+    def lane_operands(self, count):
+        return (False,) * count  # under vmap phi gains the plates' axes, and no others
+
     def join(self, operands, tangents=None):
         phi = jax.tree_util.tree_unflatten(self.phi, list(operands))
         # leaves without a tangent (data, parameters behind stop_gradient) stay
