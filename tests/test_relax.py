@@ -469,5 +469,16 @@ def test_explain_names_it_and_refusals():
         z = gv.sample(gv.flip(jax.nn.sigmoid(theta * jnp.ones(3)),
                                   grad=gv.RELAX(lambda phi, z: phi * z, 1.0)))
         return jnp.sum(z) * theta
-    with pytest.raises(TypeError, match=r"must return a float scalar"):
+    with pytest.raises(TypeError, match=r"must return a float scalar.*\(the site '\(gv.sample\)', "
+                       r"gv.flip\)"):
         lanes_out.grad_estimate(jax.random.key(0), 1.0)
+    with pytest.raises(TypeError, match=r"phi, the surrogate's parameters .* is missing"):
+        gv.RELAX(linear)
+
+    @gv.expectation
+    def closes_over(theta, eta):   # eta should come in phi: the surrogate runs elsewhere
+        x = gv.sample(gv.flip(jax.nn.sigmoid(theta),
+                              grad=gv.RELAX(lambda phi, z: eta * jnp.sum(z), ())))
+        return (3.0 * x - 1.0) ** 2
+    with pytest.raises(TypeError, match=r"closes over a traced value.*must come in phi"):
+        closes_over.grad_estimate(jax.random.key(0), 0.4, 2.0)

@@ -209,8 +209,21 @@ def test_refusals():
     @gv.expectation
     def too_many(p):
         return gv.sample(gv.flip(p, grad=gv.SWOR(3))) * 1.0
-    with pytest.raises(ValueError, match=r"gv.SWOR\(3\) at a gv.flip site with 2 values.*SWOR\(2\)"):
+    with pytest.raises(ValueError, match=r"gv.SWOR\(3\) at the site '\(gv.sample\)' \(gv.flip, "
+                       r"2 values\).*SWOR\(2\)"):
         too_many.grad_estimate(jax.random.key(0), 0.3)
+
+    @gv.gen
+    def named(logits):
+        gv.categorical(logits, grad=gv.SWOR(4)) @ "cat"
+
+    @gv.expectation
+    def named_too_many(logits):
+        return -named.sim(logits)[1]
+    with pytest.raises(ValueError, match=r"gv.SWOR\(4\) at the site 'cat' \(gv.categorical, 3 "
+                       r"values\).*gv.SWOR\(3\), which is exact"):
+        named_too_many.grad_estimate(jax.random.key(0), jnp.zeros(3))
+    assert gv.SWOR(np.int64(3)) == gv.SWOR(3)   # a NumPy integer is an int
 
     @gv.gen
     def normal():

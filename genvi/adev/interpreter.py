@@ -99,6 +99,13 @@ class _Continuation:
         return lanes_couple(self._run.replay_context(), self._after(), value)
 
     @property
+    def address(self) -> str:
+        """The site's address as written ("outer/inner"; "(gv.sample)" for an unnamed
+        draw), for a rule's error messages."""
+        addr = SiteEqn.of(self._jaxpr.eqns[self._index]).addr
+        return "/".join(map(str, addr)) if addr else "(gv.sample)"
+
+    @property
     def location(self) -> tuple:
         """Where the site is: the enclosing control-flow equations and scan steps,
         then the site's equation (what a replay's override names)."""

@@ -126,6 +126,18 @@ class RELAX(Strategy):
         if not callable(self.surrogate):
             raise TypeError(f"gv.RELAX(surrogate, phi) needs a function surrogate(phi, z) "
                             f"returning a float scalar; got {self.surrogate!r}")
+        closed = [c.cell_contents for c in getattr(self.surrogate, "__closure__", None) or ()]
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(closed)):
+            # it would leak: the estimator runs the surrogate in another trace
+            raise TypeError(
+                f"gv.RELAX: the surrogate {_name(self.surrogate)!r} closes over a traced value "
+                "(a parameter of the objective, say); everything it reads must come in phi, "
+                "e.g. gv.RELAX(surrogate, {'eta': params['eta']}) with surrogate(phi, z) "
+                "reading phi['eta'] (REBAR's example in gv.RELAX's docstring)")
+        if self.phi is None:
+            raise TypeError("gv.RELAX(surrogate, phi): phi, the surrogate's parameters (a "
+                            "pytree from your params, which gv.fit trains for the variance; "
+                            "() for a surrogate without any), is missing")
 
     # phi travels as traced operands (its leaves); the surrogate, phi's structure and
     # its leaves' ranks are the static part
@@ -185,7 +197,7 @@ class RELAX(Strategy):
                 and other.logits == self.logits and other.whole == self.whole)
 
     def __repr__(self) -> str:
-        name = (f"gv.RELAX({getattr(self.surrogate, '__name__', 'surrogate')}, phi"
+        name = (f"gv.RELAX({_name(self.surrogate)}, phi"
                 + (", logits=True)" if self.logits else ")"))
         return name + {None: "", True: ".whole_site()", False: ".per_lane()"}[self.whole]
 
@@ -208,7 +220,10 @@ class RELAX(Strategy):
             other = self.baseline_draw(dist, key, primals)
             relax_other = type(relax)(index_in_support(support, other))
             v_other = relax.uniforms(jax.random.fold_in(key, 4), logits)
-        cv, d_cv = self._surrogate_terms(relax, relax_other, logits, noise, v_tilde, v_other)
+        try:
+            cv, d_cv = self._surrogate_terms(relax, relax_other, logits, noise, v_tilde, v_other)
+        except _NotAScalar as err:
+            raise TypeError(f"{err} (the site {k.address!r}, gv.{dist.name})") from None
 
         # the lanes that run (a site in an untaken branch of a batched cond: none)
         running = dist.where(jnp.ones(b.shape, bool)) if getattr(dist, "is_masked", False) else True
@@ -298,12 +313,20 @@ class RELAX(Strategy):
     def _c(self, phi, z):
         out = self.surrogate(phi, z)
         if jnp.shape(out) != () or not jnp.issubdtype(jnp.result_type(out), jnp.floating):
-            raise TypeError(
-                f"gv.RELAX: the surrogate {getattr(self.surrogate, '__name__', '')!r} must "
+            raise _NotAScalar(
+                f"gv.RELAX: the surrogate {_name(self.surrogate)!r} must "
                 f"return a float scalar (the control variate c(z) of the whole site); it "
                 f"returned {jnp.result_type(out)}{list(jnp.shape(out))}. Sum over lanes "
                 "inside it.")
         return out
+
+
+class _NotAScalar(TypeError):
+    """A surrogate that returned other than a float scalar (`jvp` adds the site)."""
+
+
+def _name(surrogate: Callable) -> str:
+    return getattr(surrogate, "__name__", "surrogate")
 
 
 class _Terms:

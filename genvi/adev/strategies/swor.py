@@ -34,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import itertools
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,11 +66,12 @@ class SWOR(Strategy):
 
     def __post_init__(self):
         k = self.k
-        if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= MAX_K:
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral) or not 2 <= k <= MAX_K:
             raise ValueError(f"gv.SWOR(k) needs an int k with 2 <= k <= {MAX_K} (its set "
                              f"probabilities sum over the k! orders of a set); got {k!r}. "
                              "At k = the number of values it is exact, as gv.ENUM is at "
                              "any number")
+        object.__setattr__(self, "k", int(k))   # a NumPy integer too
 
     def __repr__(self) -> str:
         return f"gv.SWOR({self.k})"
@@ -79,8 +81,9 @@ class SWOR(Strategy):
         support = dist.support(*primals)
         size = support.shape[0]
         if self.k > size:
-            raise ValueError(f"gv.SWOR({self.k}) at a gv.{dist.name} site with {size} values: "
-                             f"k can be at most the number of values (gv.SWOR({size}) is exact)")
+            raise ValueError(f"gv.SWOR({self.k}) at the site {k.address!r} (gv.{dist.name}, "
+                             f"{size} values): k can be at most the number of values; use "
+                             f"gv.SWOR({size}), which is exact, or a smaller k")
         if all(t is None for t in tangents):
             return k.dual(x)
 
