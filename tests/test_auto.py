@@ -159,6 +159,32 @@ def test_explain_prints_the_choice_and_the_table():
     assert "gv.AUTO, measured at step 0" in text and "variance × seconds" in text
 
 
+def test_explain_lists_each_untuned_site_once_in_any_objective():
+    # the trial traces that find the untuned choices leave no rows in explain's table,
+    # and an objective built on a program (gv.batch_mean) marks its untuned sites too
+    @gv.expectation
+    def e(p):
+        x = gv.sample(gv.normal(p, 1.0, grad=gv.AUTO), name="x")
+        a = gv.sample(gv.flip(jax.nn.sigmoid(p + x), grad=gv.AUTO), name="a")
+        return jnp.where(a, 1.0, -1.0) * x
+    for _ in range(2):   # the first call finds the choices, the second reuses them
+        rows = [(r["addr"], r["strategy"]) for r in e.explain(0.4).sites]
+        assert rows == [("x", "gv.AUTO (untuned) → gv.REPARAM"),
+                        ("a", "gv.AUTO (untuned) → gv.ENUM")]
+
+    @gv.gen
+    def guide(p, y):
+        gv.normal(p["m"] * y, 1.0, grad=gv.AUTO) @ "z"
+
+    @gv.gen
+    def prior(p, y):
+        z = gv.normal(0.0, 1.0) @ "z"
+        gv.observe(gv.normal(z, 1.0), y)
+    text = str(gv.batch_mean(gv.elbo(prior, guide)).explain({"m": 0.3}, jnp.ones(4)))
+    assert "gv.AUTO (untuned) → gv.REPARAM" in text
+    assert "gv.AUTO at 'z' untuned: gv.REPARAM" in text
+
+
 def test_two_sites_are_tuned_one_after_the_other():
     @gv.expectation
     def e(p):

@@ -189,9 +189,11 @@ def _flops(compiled: Any) -> float:
 
 def explain(objective: Any, key: Any, args: tuple, argnums: tuple) -> Explanation:
     """Trace `objective`'s gradient estimator afresh with the log open; compile the
-    value and gradient steps for their FLOPs."""
+    value and gradient steps for their FLOPs. A `gv.AUTO` site left untuned (at its
+    first allowed candidate) says so, in any objective built on a program."""
     log: dict = {}
-    with using(log=log):  # the interpreter's notes go to `log`
+    untuned: list = []   # the programs' untuned gv.AUTO sites (`genvi.adev.auto`)
+    with using(log=log, auto_sites=untuned):  # the interpreter's notes go to `log`
         # fresh functions (not the objective's cached ones), so the estimator is traced
         def grad_step(key, *a):
             return objective._value_and_grad_uncached(key, a, argnums)
@@ -201,6 +203,24 @@ def explain(objective: Any, key: Any, args: tuple, argnums: tuple) -> Explanatio
     def value_step(key, *a):
         return objective._value_fn(key, a)(split_args(a)[0])
     value = jax.jit(value_step).lower(key, *args).compile()
-    return Explanation(objective._label, list(log.values()), _flops(value), _flops(gradient),
-                       work(jax.make_jaxpr(value_step)(key, *args)), work(gradient_jaxpr),
-                       compiled_work(value.as_text()), compiled_work(gradient.as_text()))
+    explanation = Explanation(objective._label, list(log.values()), _flops(value),
+                              _flops(gradient), work(jax.make_jaxpr(value_step)(key, *args)),
+                              work(gradient_jaxpr), compiled_work(value.as_text()),
+                              compiled_work(gradient.as_text()))
+    _mark_untuned(explanation, untuned)
+    return explanation
+
+
+def _mark_untuned(explanation: Explanation, untuned: list) -> None:
+    """Mark each untuned `gv.AUTO` site's row and add a note naming its choice."""
+    by_name = {site.name: site for site in untuned}
+    for row in explanation.sites:
+        site = by_name.get(row["addr"])
+        if site is not None and row["strategy"] == repr(site.default):
+            row["strategy"] = f"gv.AUTO (untuned) → {row['strategy']}"
+    for site in by_name.values():
+        refused = "".join(f"; {c!r} refused: {m}" for c, m in site.refused)
+        explanation.notes.append(
+            f"gv.AUTO at {site.name!r} untuned: {site.default!r}, the first candidate "
+            f"the objective allows{refused}. gv.fit measures the candidates (gv.tune "
+            "does it alone).")

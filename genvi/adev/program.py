@@ -112,23 +112,6 @@ class ProgramExpectation(Expectation):
                 names.append(head + jax.tree_util.keystr(rest))
         return names
 
-    def explain(self, *args: Any, key: Any = None, argnums: Any = 0) -> Any:
-        log: list = []
-        with using(auto_sites=log):
-            explanation = super().explain(*args, key=key, argnums=argnums)
-        untuned = {site.name: site for site in log}
-        for row in explanation.sites:
-            site = untuned.get(row["addr"])
-            if site is not None and row["strategy"] == repr(site.default):
-                row["strategy"] = f"gv.AUTO (untuned) → {row['strategy']}"
-        for site in untuned.values():
-            refused = "".join(f"; {c!r} refused: {m}" for c, m in site.refused)
-            explanation.notes.append(
-                f"gv.AUTO at {site.name!r} untuned: {site.default!r}, the first candidate "
-                f"the objective allows{refused}. gv.fit measures the candidates (gv.tune "
-                "does it alone).")
-        return explanation
-
     def _auto_sites(self, closed: Any) -> list:
         hit = self._auto.get(id(closed))
         if hit is None or hit[0] is not closed:
@@ -146,8 +129,8 @@ class ProgramExpectation(Expectation):
             outer = current().choices
 
             def allowed(trial):
-                def trace():
-                    with using(choices=outer + trial):
+                def trace():  # a trial: nothing of it goes to explain's log
+                    with using(choices=outer + trial, log=None):
                         jax.eval_shape(lambda k, a, t: _dual_pair(self.dual_estimate(k, a, t)),
                                        key, args, targs)
                 return auto.refusal(trace)
