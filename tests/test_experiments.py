@@ -370,3 +370,13 @@ def test_discrete_vae_bench_tiny():
     assert all(tuple(lab.labels) == ("REINFORCE", "MVD") and
                all(np.isfinite(v) for per in lab.variance.values() for v in per.values())
                for lab in labs.values())
+
+
+def test_disarm_plate_forms_bench_tiny():
+    from genvi_experiments.bench import disarm_plate_forms
+    rows = disarm_plate_forms.main(["--sizes", "8", "--estimates", "200", "--rounds", "1"])
+    by_name = {r["name"]: r for r in rows}
+    assert len(rows) == 5 and all(r["ms"] > 0 for r in rows)
+    # the default takes the whole-site form here (the rest couples a datapoint's lanes)
+    assert by_name["DisARM (default)"]["variance"] == by_name["DisARM.whole_site()"]["variance"]
+    assert "lane-local" in by_name["DisARM.per_lane()"]["replays"]
