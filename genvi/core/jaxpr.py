@@ -519,9 +519,10 @@ def register_batching_by_broadcasting(prim: jcore.Primitive,
     guide's covariance factor stays one matrix under a particle `vmap`, so its
     products are matrix products rather than one matrix-vector product per lane).
 
-    `unpadded(count, **params)` names, of `count` operands, those that are not lane-shaped (a strategy's learned
-    parameters): they gain the batch axis only, never the singleton axes that align
-    the others with the site's lanes, so their leading axes are exactly the `vmap`s'.
+    `unpadded(count, **params)` names, of the `count` operands, those that are not
+    lane-shaped (a strategy's learned parameters): they gain the batch axis only, never
+    the singleton axes that align the others with the site's lanes, so their leading
+    axes are exactly the batch axes.
     """
 
     def rule(axis_data, args, dims, **params):

@@ -89,7 +89,8 @@ class Strategy:
         """Of the static part: which of the site's `count` operands are lane-shaped
         (default: all). Under `vmap` a lane-shaped operand is padded to broadcast
         against the site's lanes; one that is not (a learned surrogate's parameters)
-        gains the `vmap`s' axes only, so its leading axes are exactly the plates'."""
+        gains only the batch axes of the transformations around the site, so its
+        leading axes are exactly the plates' (a `gv.vmap`'s, a particle axis)."""
         return (True,) * count
 
     def join(self, operands: tuple, tangents: tuple | None = None) -> "Strategy":
