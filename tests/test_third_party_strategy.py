@@ -12,12 +12,16 @@ The strategy declares what it needs of a distribution once (`needs`), so every
 distribution with `sample` and `lane_log_prob` supports it; genvi's own code names
 it nowhere. It is checked against enumeration at a site, in a `gv.plate` and in a
 `gv.scan`, with the mean of many independent estimates within 5 standard errors.
+A strategy's dynamic operand that is not lane-shaped (`lane_operands`) reaches its
+rule with the plates' axes only.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -169,3 +173,48 @@ def test_a_masked_site_refuses_a_hook_it_cannot_mask():
     masked.sample(jax.random.key(0), jnp.array([0.5, 0.5]))  # mask-free: forwarded
     with pytest.raises(AttributeError, match=r"gv\.tilted\.my_terms .* masked site"):
         masked.my_terms
+
+
+SEEN: list = []
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class WithOperand(gv.Strategy):
+    """REINFORCE carrying a dynamic operand `c`, noting the shape its rule receives;
+    `lanes` says whether `c` is lane-shaped."""
+
+    c: Any = None
+    lanes: bool = True
+    kind = "WITH_OPERAND"
+    needs = ("sample", "lane_log_prob")
+
+    def split(self):
+        return dataclasses.replace(self, c=None), (self.c,)
+
+    def join(self, operands, tangents=None):
+        return dataclasses.replace(self, c=operands[0])
+
+    def lane_operands(self, count):
+        return (self.lanes,) * count
+
+    def jvp(self, dist, key, primals, tangents, k):
+        SEEN.append(jnp.shape(self.c))
+        x = dist.sample(key, *primals)
+        if all(t is None for t in tangents):
+            return k.dual(x)
+        _, score = gv.dual.jvp(lambda *q: jnp.sum(dist.lane_log_prob(x, *q)), primals, tangents)
+        return k.dual(x).plus(score=score)
+
+
+@pytest.mark.parametrize("lanes,seen", [(True, (3, 1)), (False, (3,))])
+def test_an_operand_that_is_not_lane_shaped_gains_the_plates_axes_only(lanes, seen):
+    # 3 datapoints, each a latent vector of 2: a lane-shaped operand is padded to
+    # broadcast against the vector's lanes, one that is not keeps the plate's axis only
+    @gv.expectation
+    def objective(logits):
+        def point(row):
+            return gv.sample(gv.bernoulli(row, grad=WithOperand(jnp.float32(1.0), lanes)))
+        return jnp.sum(jax.vmap(point)(logits) * 1.0)
+    SEEN.clear()
+    objective.grad_estimate(jax.random.key(0), jnp.zeros((3, 2), F32))
+    assert SEEN and all(shape == seen for shape in SEEN)
