@@ -377,6 +377,7 @@ def test_disarm_plate_forms_bench_tiny():
     rows = disarm_plate_forms.main(["--sizes", "8", "--estimates", "200", "--rounds", "1"])
     by_name = {r["name"]: r for r in rows}
     assert len(rows) == 5 and all(r["ms"] > 0 for r in rows)
-    # the default takes the whole-site form here (the rest couples a datapoint's lanes)
-    assert by_name["DisARM (default)"]["variance"] == by_name["DisARM.whole_site()"]["variance"]
-    assert "lane-local" in by_name["DisARM.per_lane()"]["replays"]
+    # the rest couples a datapoint's lanes: the default pairs each datapoint's vector
+    # whole, one lane-local replay per datapoint
+    assert by_name["DisARM (default)"]["replays"] == "1 × 8 lanes: lane-local"
+    assert "1 × 16 lanes: lane-local" in by_name["DisARM.per_lane()"]["replays"]

@@ -41,17 +41,22 @@ class Deferred:
         return Deferred(self.value, self.tangent, d.add(self.score, score),
                         d.add(self.offset, tangent), self.replays)
 
-    def plus_replays(self, alternatives: Any, weights: Any, live: Any = True) -> "Deferred":
+    def plus_replays(self, alternatives: Any, weights: Any, live: Any = True,
+                     lane_axes: int | None = None) -> "Deferred":
         """Add Σ_{j, lane} `weights[j, lane] × k.pure(x with lane := alternatives[j, lane])`
         over the `live` terms (a dead term contributes 0 even where its replay is
         ±inf). The interpreter picks when to run the replays: a site inside `scan`
-        has its replays evaluated after the scan, several steps per `vmap`."""
+        has its replays evaluated after the scan, several steps per `vmap`.
+
+        `lane_axes`: how many leading axes of the value index the lanes (default: all,
+        one element a lane); with fewer, a lane is a slice (a datapoint's latent
+        vector), replaced whole, and `weights` and `live` are `[J, *x.shape[:lane_axes]]`."""
         if self.replays is not None:
             raise ValueError("a rule can add one set of replays; stack the alternatives")
         x = jnp.asarray(self.value)
         shape = (-1,) + x.shape
         alts = jnp.asarray(alternatives, x.dtype).reshape(shape)
-        weights = jnp.reshape(weights, shape)
+        weights = jnp.reshape(weights, shape[:1 + (x.ndim if lane_axes is None else lane_axes)])
         live = jnp.broadcast_to(live, weights.shape)
         return Deferred(self.value, self.tangent, self.score, self.offset,
                         Replays(alts, weights, live))

@@ -81,7 +81,7 @@ class _Continuation:
         total = total_at_site(self._run.replay_context(), self.location, res.value,
                               res.replays, self._after())
         note_total(self._run.context.log, self._jaxpr.eqns[self._index],
-                   res.replays.alternatives, total)
+                   res.replays.weights, total)   # [J, *lanes]
         return Deferred(res.value, res.tangent, res.score, d.add(res.offset, total.value))
 
     def _after(self) -> AfterSite | None:
@@ -90,13 +90,20 @@ class _Continuation:
             return AfterSite(self._jaxpr, self._index, self._env, self._keys, self._steps)
         return None
 
-    def lanes_couple(self, value: Any) -> bool:
+    def lanes_couple(self, value: Any, lane_axes: int | None = None) -> bool:
         """Whether replays of this site lane by lane (`plus_replays`) would cost more
         than two evaluations of the rest of the objective, its lanes meeting in work
         done once per lane (a decoder reading a latent vector); False inside a scan or
         cond body (see `genvi.replays.engine.lanes_couple`). A strategy with a
-        whole-site form takes it where this is True."""
-        return lanes_couple(self._run.replay_context(), self._after(), value)
+        whole-site form takes it where this is True. `lane_axes`: lanes that are
+        slices of the value (its leading axes), as `Deferred.plus_replays` takes them."""
+        return lanes_couple(self._run.replay_context(), self._after(), value, lane_axes)
+
+    @property
+    def batch_axes(self) -> int:
+        """How many leading axes of the site's value are lanes of the `vmap` transformations around it
+        (a plate's datapoints, particles) rather than the site's own."""
+        return SiteEqn.of(self._jaxpr.eqns[self._index]).batch_axes
 
     @property
     def address(self) -> str:
@@ -219,7 +226,7 @@ class _Run:
                 return Stop(self._finish(res, acc.score, acc.offset))
             if res.replays is not None and pending is not None:
                 pending.add(steps + (eqn,), res.value, res.replays)
-                note_replays(self.context.log, eqn, res.replays.alternatives,
+                note_replays(self.context.log, eqn, res.replays.weights,
                              "whole-objective replays, after the scan")
             else:
                 res = k.resolved(res)
@@ -338,9 +345,9 @@ class _Run:
                  None if key is None else jax.random.split(key, scan.length))
         (c_p, c_t, _, s, o), (y_p, y_t, deferred, kept) = scan.scan(step, init_carry, xs_in)
         if pending is not None:
-            for below, alternatives, total in pending.totals(self.replay_context(),
-                                                             steps + (eqn,), deferred):
-                note_total(self.context.log, below[-1], alternatives, total, scan.length)
+            for below, weights, total in pending.totals(self.replay_context(),
+                                                        steps + (eqn,), deferred):
+                note_total(self.context.log, below[-1], weights, total, scan.length)
                 o = d.add(o, total.value)
         for cls, state in self.states.items():
             state.after_scan(key, kept[cls])

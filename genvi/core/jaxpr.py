@@ -498,8 +498,8 @@ def shaped(shape: tuple, dtype: Any) -> Any:
 def register_batching_by_broadcasting(prim: jcore.Primitive,
                                      event_ndims: Callable[..., Sequence[int]] | None = None,
                                      shared: Callable[..., Sequence[int]] | None = None,
-                                     unpadded: Callable[..., Sequence[int]] | None = None
-                                     ) -> None:
+                                     unpadded: Callable[..., Sequence[int]] | None = None,
+                                     counted: str | None = None) -> None:
     """Make `jax.vmap` turn `prim` into one site whose parameters gained a leading
     axis (a product of independent components): every batch axis moves to the
     front and unbatched operands are broadcast.
@@ -523,6 +523,9 @@ def register_batching_by_broadcasting(prim: jcore.Primitive,
     lane-shaped (a strategy's learned parameters): they gain the batch axis only, never
     the singleton axes that align the others with the site's lanes, so their leading
     axes are exactly the batch axes.
+
+    `counted` names a parameter that counts the batch axes the rule has added (a
+    site's `batch_axes`: how many leading axes of its value are lanes of `vmap` transformations).
     """
 
     def rule(axis_data, args, dims, **params):
@@ -539,6 +542,8 @@ def register_batching_by_broadcasting(prim: jcore.Primitive,
         top = max((r for i, r in enumerate(batch_ranks) if i not in own), default=0)
         moved = [a if i in own else a.reshape(a.shape[:1] + (1,) * (top - r) + a.shape[1:])
                  for i, (a, r) in enumerate(zip(moved, batch_ranks))]
+        if counted:
+            params = {**params, counted: params.get(counted, 0) + 1}
         out = prim.bind(*moved, **params)
         if prim.multiple_results:
             return out, [0] * len(out)

@@ -71,8 +71,10 @@ def _site_shared(*, dist, **_):
     return getattr(dist, "lane_shared_params", ())
 
 
-jx.register_batching_by_broadcasting(site_p, _site_event_ndims, _site_shared, _site_unpadded)
-jx.register_batching_by_broadcasting(sample_p, _site_event_ndims, _site_shared, _site_unpadded)
+jx.register_batching_by_broadcasting(site_p, _site_event_ndims, _site_shared, _site_unpadded,
+                                     "batch_axes")
+jx.register_batching_by_broadcasting(sample_p, _site_event_ndims, _site_shared, _site_unpadded,
+                                     "batch_axes")
 jx.register_batching_by_broadcasting(observe_p, _observe_event_ndims)
 jx.register_batching_by_broadcasting(plate_p)
 
@@ -84,17 +86,20 @@ RANDOMNESS = SAMPLES | {draw_p}
 
 
 def bind_site(prim: Any, dist: Any, params: tuple, strategy: Any, addr: tuple,
-              mask: Any = None, nest: tuple = ()) -> Any:
+              mask: Any = None, nest: tuple = (), batch_axes: int = 0) -> Any:
     """Bind a sampling primitive for `dist(*params)` with `strategy` at `addr`.
 
     A `mask` (one boolean per lane) marks lanes where the site is not executed (an
-    untaken branch of a batched `cond`): they are sampled but not scored."""
+    untaken branch of a batched `cond`): they are sampled but not scored. `batch_axes`:
+    how many leading axes of the value are already lanes of `vmap` transformations (a site re-bound
+    from a batched program's equation keeps its count)."""
     if prim is sample_p:  # an objective's site: gv.AUTO takes the run's choice here
         strategy = chosen_strategy(strategy, addr, current().choices)
     static, operands = (None, ()) if strategy is None else strategy.split()
     extra = () if mask is None else (mask,)
+    counted = {"batch_axes": batch_axes} if batch_axes else {}
     return prim.bind(*params, *operands, *extra, dist=dist, strategy=static, addr=addr,
-                     n_params=len(params), masked=mask is not None, nest=nest)
+                     n_params=len(params), masked=mask is not None, nest=nest, **counted)
 
 
 def bind_observe(dist: Any, value: Any, params: tuple, mask: Any = None,
@@ -126,7 +131,9 @@ class SiteEqn:
     part of the gradient strategy (None if none); `n_params` how many operands are
     the distribution's parameters; `masked` whether the last operand is a lane mask
     (a site in an untaken branch of a batched cond, at `branch`); `nest` the
-    combinators around a named site; `missing` an observation given no value.
+    combinators around a named site; `missing` an observation given no value;
+    `batch_axes` how many leading axes of its value are lanes of `vmap` transformations (plates,
+    particles) rather than the site's own.
 
     Example:
         >>> import jax, genvi as gv
@@ -145,6 +152,7 @@ class SiteEqn:
     nest: tuple
     branch: tuple
     missing: bool
+    batch_axes: int = 0
 
     @property
     def is_observation(self) -> bool:
@@ -160,7 +168,7 @@ class SiteEqn:
         p = eqn.params
         return SiteEqn(eqn, p["addr"], p["dist"], p["strategy"], p["n_params"],
                        bool(p.get("masked")), p.get("nest", ()), p.get("branch", ()),
-                       bool(p.get("missing")))
+                       bool(p.get("missing")), p.get("batch_axes", 0))
 
 
 def plate_marker(eqn: Any) -> tuple[bool, float]:

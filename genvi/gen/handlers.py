@@ -104,6 +104,12 @@ class Site:
         return jx.source_line(self.eqn)
 
     @property
+    def batch_axes(self) -> int:
+        """How many leading axes of the value are lanes of the `vmap` transformations
+        around the site (plates, particles)."""
+        return 0 if self.eqn is None else SiteEqn.of(self.eqn).batch_axes
+
+    @property
     def missing(self) -> bool:
         """An observation given no value (`gv.observe(..., None, name=...)`)."""
         return SiteEqn.of(self.eqn).missing
@@ -301,7 +307,7 @@ def _objective_sample(site: Site, strategy: Any) -> Any:
         raise missing_strategy_error(dist, site.addr)
     mask = dist.mask if isinstance(dist, Masked) else None
     return bind_site(sample_p, getattr(dist, "base", dist), site.params, strategy, site.addr,
-                     mask)
+                     mask, batch_axes=site.batch_axes)
 
 
 class Sim(Handler):

@@ -46,6 +46,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -126,10 +127,12 @@ class EveryStep(NamedTuple):
     below: tuple
 
 
-def replay_values(replay: Replay, where: Any, x: Any, alternatives: Any) -> Exact | Fallback:
+def replay_values(replay: Replay, where: Any, x: Any, alternatives: Any,
+                  lane_axes: int | None = None) -> Exact | Fallback:
     """The values of a site's replays, lane by lane, or why not (see the module
     docstring). `x`: the site's values (`[T, *lanes]` for `EveryStep`);
-    `alternatives`: `[J, *x.shape]` (`[T, J, *lanes]` for `EveryStep`).
+    `alternatives`: `[J, *x.shape]` (`[T, J, *lanes]` for `EveryStep`). After a site,
+    `lane_axes` may make a lane a slice of x (its leading axes index the lanes).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -143,9 +146,14 @@ def replay_values(replay: Replay, where: Any, x: Any, alternatives: Any) -> Exac
         return Fallback("whole-objective replays asked for")
     if isinstance(where, EveryStep) and not all(hasattr(s, "primitive") for s in where.scan):
         return Fallback("a scan inside another scan")
+    grouped = lane_axes is not None and lane_axes < jnp.ndim(x)
+    if grouped and not isinstance(where, AfterSite):
+        return Fallback("lanes of several elements are replayed lane-locally after a "
+                        "top-level site only")
     try:
         if isinstance(where, AfterSite):
-            return _after_site(replay, where, x, alternatives)
+            return _after_site(replay, where, x, alternatives,
+                               jnp.ndim(x) if lane_axes is None else lane_axes)
         if isinstance(where, AtLocation):
             return _from_the_start(replay, jnp.shape(x), alternatives, 0, lambda alt: LaneEval(
                 replay, jnp.shape(x), target=(where.location, alt)))
@@ -157,24 +165,27 @@ def replay_values(replay: Replay, where: Any, x: Any, alternatives: Any) -> Exac
     raise TypeError(f"replay_values: {where!r} is not AfterSite, AtLocation or EveryStep")
 
 
-def _after_site(replay: Replay, where: AfterSite, x: Any, alternatives: Any) -> Exact:
+def _after_site(replay: Replay, where: AfterSite, x: Any, alternatives: Any,
+                lane_axes: int) -> Exact:
     site = where.jaxpr.eqns[where.index]
     (outvar,) = site.outvars
     start = {v: d.primal for v, d in where.env.items()}
-    evaluator = LaneEval(replay, jnp.shape(x))
+    lanes = jnp.shape(x)[:lane_axes]
+    evaluator = LaneEval(replay, lanes)
 
     def one(alt):
         local = dict(start)
-        local[outvar] = Local(x, alt.astype(x.dtype), tuple(range(jnp.ndim(x))))
+        local[outvar] = Local(x, alt.astype(x.dtype), tuple(range(lane_axes)))
         (out,) = evaluator.level(where.jaxpr, where.index + 1, local, where.keys, where.steps)
-        return evaluator.materialize(out).values.reshape(x.shape)
+        return evaluator.materialize(out).values.reshape(lanes)
 
     values = jax.vmap(one)(alternatives)
     return Exact(values, tuple(evaluator.coupled),
                  work=(evaluator.per_lane_elements, evaluator.once_elements))
 
 
-def lanes_couple(replay: Replay, after: AfterSite | None, x: Any) -> bool:
+def lanes_couple(replay: Replay, after: AfterSite | None, x: Any,
+                 lane_axes: int | None = None) -> bool:
     """Whether replaying the site met at `after` lane by lane (each lane at another
     value, the others kept) costs more than two evaluations of the rest of the
     objective: the rest carries an array per lane (more than a number: the lanes meet
@@ -184,7 +195,8 @@ def lanes_couple(replay: Replay, after: AfterSite | None, x: Any) -> bool:
     changed, as DisARM's and RELAX's papers write them) takes it there. False for a
     single lane, and where `after` is None (a site in a scan or cond body, whose
     replays are evaluated after the scan). Traces the rest under `jax.eval_shape`:
-    nothing of it is left in the estimator.
+    nothing of it is left in the estimator. `lane_axes`: lanes that are slices of x
+    (its leading axes), as `Replays.lane_axes`.
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -193,13 +205,13 @@ def lanes_couple(replay: Replay, after: AfterSite | None, x: Any) -> bool:
         >>> lanes_couple(replay, None, jnp.zeros(3))
         False
     """
-    if after is None or jnp.size(x) <= 1:
+    if after is None or math.prod(jnp.shape(x)[:lane_axes]) <= 1:
         return False
     probe = replay._replace(lane_local=True)  # the objective's form, not the run's path
     found: list = []
 
     def lane_by_lane():
-        got = replay_values(probe, after, x, jnp.asarray(x)[None])
+        got = replay_values(probe, after, x, jnp.asarray(x)[None], lane_axes)
         found.append(got)
         return got.values if isinstance(got, Exact) else None
 
@@ -240,12 +252,18 @@ def _from_the_start(replay: Replay, shape: tuple, alternatives: Any, axis: int,
 class Replays:
     """Σ over live (j, lane) of `weights[j, lane] × k(x with lane set to
     alternatives[j, lane])`: a linear combination of the continuation's values at
-    alternatives (see `Deferred.plus_replays`). All three arrays have shape
-    `[J, *x.shape]`; `live` is boolean."""
+    alternatives (see `Deferred.plus_replays`). `alternatives` has shape
+    `[J, *x.shape]`; `weights` and `live` (boolean) `[J, *lanes]`, the lanes being the
+    leading `lane_axes` axes of x: all of them (one element a lane), or fewer (a lane
+    is a slice, a datapoint's latent vector, replaced whole)."""
 
     alternatives: Any
     weights: Any
     live: Any
+
+    @property
+    def lane_axes(self) -> int:
+        return jnp.ndim(self.weights) - 1
 
 
 class Total(NamedTuple):
@@ -270,19 +288,22 @@ def replays_total(values: jax.Array, replays: Replays) -> jax.Array:
     return jnp.sum(replays.weights * values)  # dead ones zeroed first: 0 × inf is NaN
 
 
-def _lanes_set(x: jax.Array, lane: jax.Array, value: jax.Array) -> jax.Array:
-    """`x` with its `lane`-th element (flat index) replaced by `value`."""
-    return x.reshape(-1).at[lane].set(value.astype(x.dtype)).reshape(x.shape)
+def _lanes_set(x: jax.Array, lane: jax.Array, value: jax.Array, n: int) -> jax.Array:
+    """`x`, seen as `n` lanes (each a slice of its trailing elements), with its `lane`-th
+    lane (flat index) replaced by `value`."""
+    return x.reshape(n, -1).at[lane].set(value.astype(x.dtype)).reshape(x.shape)
 
 
-def lane_replacements(pure: Any, x: jax.Array, alternatives: jax.Array) -> jax.Array:
+def lane_replacements(pure: Any, x: jax.Array, alternatives: jax.Array,
+                      lane_axes: int | None = None) -> jax.Array:
     """`pure(v)` at `x` with lane `l` set to `alternatives[j, l]`, for every (j, l):
-    one trace of `pure` under `vmap`, O(lanes) evaluations of it."""
-    n = x.size
-    alts = alternatives.reshape(alternatives.shape[0], n)
+    one trace of `pure` under `vmap`, O(lanes) evaluations of it. The lanes are the
+    leading `lane_axes` axes of x (default all)."""
+    n = math.prod(x.shape[:x.ndim if lane_axes is None else lane_axes])
+    alts = alternatives.reshape(alternatives.shape[0], n, -1)
 
     def one(lane, alt):
-        return pure(_lanes_set(x, lane, alt))
+        return pure(_lanes_set(x, lane, alt, n))
 
     over_lanes = jax.vmap(one, in_axes=(0, 0))
     return jax.vmap(lambda a: over_lanes(jnp.arange(n), a))(alts)
@@ -292,7 +313,8 @@ def whole_objective(replay: Replay, location: tuple, x: jax.Array, replays: Repl
     """The sum by replaying the whole objective once per alternative and lane, the site
     at `location` overridden (the general path: always exact, O(lanes) objectives)."""
     pure = lambda v: replay.whole(((location, v),))  # noqa: E731
-    return replays_total(lane_replacements(pure, x, replays.alternatives), replays)
+    return replays_total(lane_replacements(pure, x, replays.alternatives, replays.lane_axes),
+                         replays)
 
 
 def total_at_site(replay: Replay, location: tuple, x: jax.Array, replays: Replays,
@@ -302,7 +324,7 @@ def total_at_site(replay: Replay, location: tuple, x: jax.Array, replays: Replay
     level) allows, else whole-objective."""
     if after is None or jnp.size(x) <= 1:
         return Total(whole_objective(replay, location, x, replays), "whole-objective")
-    got = replay_values(replay, after, x, replays.alternatives)
+    got = replay_values(replay, after, x, replays.alternatives, replays.lane_axes)
     if isinstance(got, Exact):
         return Total(replays_total(got.values, replays), "lane-local",
                      coupled=tuple(sorted(set(got.coupled))))
@@ -341,17 +363,20 @@ class ScanReplays:
 
     def totals(self, replay: Replay, at: tuple, emitted: tuple) -> list[tuple[tuple, Any, Total]]:
         """Per site of the body: (its location below the step, one step's
-        alternatives, its `Total` over every step). `at` locates the scan (its
+        weights `[J, *lanes]`, its `Total` over every step). `at` locates the scan (its
         enclosing equations, then the scan's); `emitted` is what `arrays` emitted,
         stacked over the steps."""
-        return [(below, arrays[2][0], _every_step(replay, at, below, arrays))
+        return [(below, arrays[3][0], _every_step(replay, at, below, arrays))
                 for below, arrays in zip(self.sites, emitted)]
 
 
 def _every_step(replay: Replay, at: tuple, below: tuple, arrays: tuple) -> Total:
     _, x, alternatives, weights, live = arrays
     # every step's replays at once, where a step's value reaches nearby steps only
-    got = replay_values(replay, EveryStep(at, below), x, alternatives)
+    grouped = jnp.ndim(weights) - 2 < jnp.ndim(x) - 1   # a lane is a slice of the value
+    got = (Fallback("lanes of several elements are replayed lane-locally after a "
+                    "top-level site only") if grouped
+           else replay_values(replay, EveryStep(at, below), x, alternatives))
     if isinstance(got, Exact):
         value = replays_total(jnp.moveaxis(got.values, 0, 1), Replays(alternatives, weights, live))
         return Total(value, "Markov-local", True, tuple(sorted(set(got.coupled))),
@@ -363,7 +388,8 @@ def _every_step(replay: Replay, at: tuple, below: tuple, arrays: tuple) -> Total
         replays = Replays(*replays)
         location = at + (i,) + below
         if jnp.size(x) > 1:  # a batched site: lane-local replays, O(lanes)
-            got = replay_values(replay, AtLocation(location), x, replays.alternatives)
+            got = replay_values(replay, AtLocation(location), x, replays.alternatives,
+                                replays.lane_axes)
             if isinstance(got, Exact):
                 coupled.append(got.coupled)
                 return replays_total(got.values, replays)

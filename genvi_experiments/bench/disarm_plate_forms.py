@@ -5,10 +5,10 @@ Each of B datapoints has a latent vector of two bits that its likelihood reads
 jointly (a `lax.cond` on one bit choosing how the other enters the mean). The guide
 is a plate of Bernoulli vectors whose logits are affine in the datapoint. The rest of
 the objective then couples each datapoint's two lanes, so the default (`gv.DisARM`)
-takes the whole-site form over the plate's whole [B, 2] site: one antithetic partner
-for every lane at once, whose score term carries every datapoint's noise.
-`.per_lane()` replays lane by lane (each lane's replay runs its datapoint's likelihood
-again), and ENUM and RLOO(2) are printed beside them. Columns: the total gradient
+pairs each datapoint's vector whole, one lane-local replay per datapoint;
+`.whole_site()` pairs the plate's whole [B, 2] site at once, whose score term carries
+every datapoint's noise; `.per_lane()` replays lane by lane (each lane's replay runs
+its datapoint's likelihood again); ENUM and RLOO(2) are printed beside them. Columns: the total gradient
 variance over the guide's 4 parameters (from `--estimates` estimates), the step time
 (interleaved, warm, median) and how `explain` says the site's replays ran.
 

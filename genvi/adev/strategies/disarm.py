@@ -49,8 +49,10 @@ class DisARM(Strategy):
     lane-tracked replay); where the rest of the objective couples the site's lanes
     (a decoder reading a latent vector, where a lane's replay runs it again) every lane
     flips with its partner at once: the paper's multivariate estimator, two
-    evaluations of the rest in all. `gv.DisARM.whole_site()` and `gv.DisARM.per_lane()`
-    fix the form.
+    evaluations of the rest in all; and where it couples each datapoint's lanes but
+    not the datapoints (a plate of latent vectors), that estimator datapoint by
+    datapoint, one lane-local replay per datapoint. `gv.DisARM.whole_site()` and
+    `gv.DisARM.per_lane()` fix the form.
 
     Example:
         >>> import genvi as gv
@@ -72,6 +74,9 @@ class DisARM(Strategy):
         whole, why = self.whole, ""
         if whole is None:  # lane by lane unless a lane's replay would run the rest again
             whole = k.lanes_couple(b)
+            plates = k.batch_axes
+            if whole and 0 < plates < b.ndim and not k.lanes_couple(b, plates):
+                return self._per_datapoint(b, partner, differ, weight, plates, k)
             why = ": the rest couples the lanes (a lane's replay would run it again)"
         if whole:
             k.note("1 replay of the rest of the objective, every lane at its antithetic "
@@ -80,6 +85,21 @@ class DisARM(Strategy):
             return k.dual(b).plus(score=total, tangent=-total * k.pure(partner))
         return k.dual(b).plus(score=jnp.sum(weight)).plus_replays(partner[None], -weight[None],
                                                                    differ[None])
+
+    @staticmethod
+    def _per_datapoint(b, partner, differ, weight, plates, k):
+        """The whole-site estimator datapoint by datapoint: each plate lane's vector
+        (the site's trailing axes) flips to its antithetic partner at once, the other
+        datapoints kept; given them, that is the paper's multivariate estimator of
+        that datapoint's vector, so the sum is unbiased, without the other
+        datapoints' noise the whole site's form carries."""
+        k.note("the rest couples each datapoint's lanes: one replay per datapoint, "
+               "its vector at its antithetic partner")
+        lanes = b.shape[:plates]
+        per_point = jnp.sum(weight.reshape(lanes + (-1,)), -1)
+        live = jnp.any(differ.reshape(lanes + (-1,)), -1)
+        return k.dual(b).plus(score=jnp.sum(weight)).plus_replays(
+            partner[None], -per_point[None], live[None], lane_axes=plates)
 
     def whole_site(self) -> "DisARM":
         """DisARM with one antithetic partner for the whole site, always: the weights
