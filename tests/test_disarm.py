@@ -125,17 +125,23 @@ XS = jnp.array([[1.0, 0.5], [-0.3, 2.0], [0.8, -1.2]])
 GUIDE = {"A": jnp.array([[0.4, -0.2], [0.1, 0.3], [-0.5, 0.2]]), "c": jnp.array([0.2, -0.1, 0.3])}
 
 
-def test_whole_site_pairs_per_datapoint_under_batch_mean():
-    params, xs = GUIDE, XS
+def datapoint_elbos(params):
+    """Each datapoint's exact ELBO, Σ_z q(z) (log p(z, x) − log q(z)), by enumeration."""
     zs = jnp.array(list(itertools.product([0.0, 1.0], repeat=3)))
 
-    def exact(params):  # mean over datapoints of Σ_z q(z) (log p(z, x) − log q(z))
-        def one(x):
-            logits = params["A"] @ x + params["c"]
-            log_q = jnp.sum(zs * jax.nn.log_sigmoid(logits) + (1 - zs) * jax.nn.log_sigmoid(-logits), 1)
-            log_p = 3 * jnp.log(0.5) + jnp.sum(jax.scipy.stats.norm.logpdf(x, jax.vmap(decoder)(zs), 1.0), 1)
-            return jnp.sum(jnp.exp(log_q) * (log_p - log_q))
-        return jnp.mean(jax.vmap(one)(xs))
+    def one(x):
+        logits = params["A"] @ x + params["c"]
+        log_q = jnp.sum(zs * jax.nn.log_sigmoid(logits) + (1 - zs) * jax.nn.log_sigmoid(-logits), 1)
+        log_p = 3 * jnp.log(0.5) + jnp.sum(jax.scipy.stats.norm.logpdf(x, jax.vmap(decoder)(zs), 1.0), 1)
+        return jnp.sum(jnp.exp(log_q) * (log_p - log_q))
+    return jax.vmap(one)(XS)
+
+
+def test_whole_site_pairs_per_datapoint_under_batch_mean():
+    params, xs = GUIDE, XS
+
+    def exact(params):
+        return jnp.mean(datapoint_elbos(params))
     want = jax.grad(exact)(params)
     for strategy in FORMS:
         obj = latent_vector_elbo(strategy)
@@ -174,15 +180,8 @@ def test_in_a_plate_of_latent_vectors_the_default_pairs_each_datapoint_whole():
     # the decoder couples a datapoint's lanes, not the datapoints: the default flips
     # each datapoint's vector to its partner with the others kept (one lane-local
     # replay per datapoint), unbiased, and not the whole site's form
-    zs = jnp.array(list(itertools.product([0.0, 1.0], repeat=3)))
-
-    def exact(params):  # Σ over datapoints of Σ_z q(z) (log p(z, x) − log q(z))
-        def one(x):
-            logits = params["A"] @ x + params["c"]
-            log_q = jnp.sum(zs * jax.nn.log_sigmoid(logits) + (1 - zs) * jax.nn.log_sigmoid(-logits), 1)
-            log_p = 3 * jnp.log(0.5) + jnp.sum(jax.scipy.stats.norm.logpdf(x, jax.vmap(decoder)(zs), 1.0), 1)
-            return jnp.sum(jnp.exp(log_q) * (log_p - log_q))
-        return jnp.sum(jax.vmap(one)(XS))
+    def exact(params):
+        return jnp.sum(datapoint_elbos(params))
     obj = latent_vector_plate_elbo(gv.DisARM)
     assert "1 × 3 lanes: lane-local" in str(obj.explain(GUIDE, XS))
     key = jax.random.key(2)
