@@ -373,10 +373,8 @@ class ScanReplays:
 def _every_step(replay: Replay, at: tuple, below: tuple, arrays: tuple) -> Total:
     _, x, alternatives, weights, live = arrays
     # every step's replays at once, where a step's value reaches nearby steps only
-    grouped = jnp.ndim(weights) - 2 < jnp.ndim(x) - 1   # a lane is a slice of the value
-    got = (Fallback("lanes of several elements are replayed lane-locally after a "
-                    "top-level site only") if grouped
-           else replay_values(replay, EveryStep(at, below), x, alternatives))
+    # the steps and each step's lanes: weights are [T, J, *lanes]
+    got = replay_values(replay, EveryStep(at, below), x, alternatives, jnp.ndim(weights) - 1)
     if isinstance(got, Exact):
         value = replays_total(jnp.moveaxis(got.values, 0, 1), Replays(alternatives, weights, live))
         return Total(value, "Markov-local", True, tuple(sorted(set(got.coupled))),

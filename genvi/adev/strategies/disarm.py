@@ -93,8 +93,6 @@ class DisARM(Strategy):
         datapoints kept; given them, that is the paper's multivariate estimator of
         that datapoint's vector, so the sum is unbiased, without the other
         datapoints' noise the whole site's form carries."""
-        k.note("the rest couples each datapoint's lanes: one replay per datapoint, "
-               "its vector at its antithetic partner")
         lanes = b.shape[:plates]
         per_point = jnp.sum(weight.reshape(lanes + (-1,)), -1)
         live = jnp.any(differ.reshape(lanes + (-1,)), -1)
