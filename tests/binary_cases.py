@@ -1,8 +1,11 @@
 """Objectives over flip sites with their exact values and θ-derivatives, shared by the
 statistical tests of the binary estimators (DisARM, RELAX, RLOO): one site with a score
 part and a pathwise part, one site's five lanes coupled through their sum, and a Markov
-chain of flips in a `jax.lax.scan`. Each takes the site's strategy; its exact twin
-enumerates every joint value (`estimates.exact_by_enumeration`)."""
+chain of flips in a `jax.lax.scan`, and a plate of latent vectors each read by a
+decoder. Each takes the site's strategy; its exact twin enumerates every joint value
+(`estimates.exact_by_enumeration`, `datapoint_elbos`)."""
+
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -79,3 +82,52 @@ def exact_markov_chain(theta: float) -> tuple[float, float]:
             prev = z[t]
         return probs, total
     return exact_by_enumeration(value_of, theta, T)
+
+
+W1 = jnp.asarray(np.random.default_rng(0).normal(size=(32, 3)), jnp.float32)
+W2 = jnp.asarray(np.random.default_rng(1).normal(size=(2, 32)) / 4, jnp.float32)
+
+
+def decoder(z):  # the binary VAE's decoder at toy size: every output reads every lane
+    return W2 @ jnp.tanh(W1 @ z - 0.5)
+
+
+XS = jnp.array([[1.0, 0.5], [-0.3, 2.0], [0.8, -1.2]])  # three datapoints
+# the guide's parameters at which the latent-vector tests measure: logits A x + c
+GUIDE = {"A": jnp.array([[0.4, -0.2], [0.1, 0.3], [-0.5, 0.2]]), "c": jnp.array([0.2, -0.1, 0.3])}
+
+
+def datapoint_elbos(params):
+    """Each datapoint's exact ELBO, Σ_z q(z) (log p(z, x) − log q(z)), by enumeration."""
+    zs = jnp.array(list(itertools.product([0.0, 1.0], repeat=3)))
+
+    def one(x):
+        logits = params["A"] @ x + params["c"]
+        log_q = jnp.sum(zs * jax.nn.log_sigmoid(logits) + (1 - zs) * jax.nn.log_sigmoid(-logits), 1)
+        log_p = 3 * jnp.log(0.5) + jnp.sum(jax.scipy.stats.norm.logpdf(x, jax.vmap(decoder)(zs), 1.0), 1)
+        return jnp.sum(jnp.exp(log_q) * (log_p - log_q))
+    return jax.vmap(one)(XS)
+
+
+def latent_vector_plate_elbo(strategy):
+    """The binary VAE's shape at toy size, as a plate: each datapoint of `XS` has three
+    binary latents that `decoder` reads jointly, and the guide's logits are affine in
+    the datapoint (`GUIDE`); the ELBO of all datapoints, one site of shape
+    [datapoints, 3], exactly `sum(datapoint_elbos(params))`."""
+    @gv.gen
+    def point(x):
+        z = gv.bernoulli(jnp.zeros(3)) @ "z"
+        gv.observe(gv.normal(decoder(z * 1.0), 1.0), x)
+
+    @gv.gen
+    def model(params, xs):
+        gv.plate(point, size=len(XS))(xs) @ "data"
+
+    @gv.gen
+    def guide_point(params, x):
+        gv.bernoulli(params["A"] @ x + params["c"], grad=strategy) @ "z"
+
+    @gv.gen
+    def guide(params, xs):
+        gv.plate(guide_point, size=len(XS), in_axes=(None, 0))(params, xs) @ "data"
+    return gv.elbo(model, guide)

@@ -9,7 +9,6 @@ sample size fails a variant whose partner is drawn independently (no antithetic
 coupling) and one without the σ(|α|) weighting; its variance against REINFORCE with RLOO(2),
 which also evaluates the rest of the objective twice; refusals."""
 
-import itertools
 import math
 
 import jax
@@ -18,8 +17,9 @@ import numpy as np
 import pytest
 
 import genvi as gv
-from binary_cases import (THETA, coupled_lanes, exact_coupled_lanes, exact_markov_chain,
-                          exact_single_flip, markov_chain, sig, single_flip)
+from binary_cases import (GUIDE, THETA, XS, coupled_lanes, datapoint_elbos, decoder,
+                          exact_coupled_lanes, exact_markov_chain, exact_single_flip,
+                          latent_vector_plate_elbo, markov_chain, sig, single_flip)
 from estimates import N, exact_by_enumeration, moments, within
 from genvi.adev import dual as d
 
@@ -99,14 +99,6 @@ def test_an_elbo_with_a_plate_guide_is_unbiased():
 W = jnp.array([[1.5, -1.0, 0.5], [-0.5, 2.0, 1.0]])  # 3 binary latents -> 2-D observations
 
 
-W1 = jnp.asarray(np.random.default_rng(0).normal(size=(32, 3)), jnp.float32)
-W2 = jnp.asarray(np.random.default_rng(1).normal(size=(2, 32)) / 4, jnp.float32)
-
-
-def decoder(z):  # the binary VAE's decoder at toy size: every output reads every lane
-    return W2 @ jnp.tanh(W1 @ z - 0.5)
-
-
 def latent_vector_elbo(strategy):
     """The binary VAE's shape: one latent vector per datapoint read by a decoder, the
     batch mean of ELBOs."""
@@ -119,22 +111,6 @@ def latent_vector_elbo(strategy):
     def guide(params, x):
         gv.bernoulli(params["A"] @ x + params["c"], grad=strategy) @ "z"
     return gv.batch_mean(gv.elbo(model, guide))
-
-
-XS = jnp.array([[1.0, 0.5], [-0.3, 2.0], [0.8, -1.2]])
-GUIDE = {"A": jnp.array([[0.4, -0.2], [0.1, 0.3], [-0.5, 0.2]]), "c": jnp.array([0.2, -0.1, 0.3])}
-
-
-def datapoint_elbos(params):
-    """Each datapoint's exact ELBO, Σ_z q(z) (log p(z, x) − log q(z)), by enumeration."""
-    zs = jnp.array(list(itertools.product([0.0, 1.0], repeat=3)))
-
-    def one(x):
-        logits = params["A"] @ x + params["c"]
-        log_q = jnp.sum(zs * jax.nn.log_sigmoid(logits) + (1 - zs) * jax.nn.log_sigmoid(-logits), 1)
-        log_p = 3 * jnp.log(0.5) + jnp.sum(jax.scipy.stats.norm.logpdf(x, jax.vmap(decoder)(zs), 1.0), 1)
-        return jnp.sum(jnp.exp(log_q) * (log_p - log_q))
-    return jax.vmap(one)(XS)
 
 
 def test_whole_site_pairs_per_datapoint_under_batch_mean():
@@ -152,28 +128,6 @@ def test_whole_site_pairs_per_datapoint_under_batch_mean():
         for leaf in ("A", "c"):
             gl = np.asarray(g[leaf], np.float64)
             assert within(gl.mean(0), gl.std(0) / math.sqrt(N), np.asarray(want[leaf])), (strategy, leaf)
-
-
-def latent_vector_plate_elbo(strategy):
-    """`latent_vector_elbo`'s model and guide as a plate: the ELBO of all datapoints,
-    one site of shape [datapoints, 3]."""
-    @gv.gen
-    def point(x):
-        z = gv.bernoulli(jnp.zeros(3)) @ "z"
-        gv.observe(gv.normal(decoder(z * 1.0), 1.0), x)
-
-    @gv.gen
-    def model(params, xs):
-        gv.plate(point, size=len(XS))(xs) @ "data"
-
-    @gv.gen
-    def guide_point(params, x):
-        gv.bernoulli(params["A"] @ x + params["c"], grad=strategy) @ "z"
-
-    @gv.gen
-    def guide(params, xs):
-        gv.plate(guide_point, size=len(XS), in_axes=(None, 0))(params, xs) @ "data"
-    return gv.elbo(model, guide)
 
 
 def test_in_a_plate_of_latent_vectors_the_default_pairs_each_datapoint_whole():

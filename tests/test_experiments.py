@@ -372,12 +372,13 @@ def test_discrete_vae_bench_tiny():
                for lab in labs.values())
 
 
-def test_disarm_plate_forms_bench_tiny():
-    from genvi_experiments.bench import disarm_plate_forms
-    rows = disarm_plate_forms.main(["--sizes", "8", "--estimates", "200", "--rounds", "1"])
+def test_binary_plate_forms_bench_tiny():
+    from genvi_experiments.bench import binary_plate_forms
+    rows = binary_plate_forms.main(["--sizes", "8", "--estimates", "200", "--rounds", "1"])
     by_name = {r["name"]: r for r in rows}
-    assert len(rows) == 5 and all(r["ms"] > 0 for r in rows)
+    assert len(rows) == 8 and all(r["ms"] > 0 for r in rows)
     # the rest couples a datapoint's lanes: the default pairs each datapoint's vector
     # whole, one lane-local replay per datapoint
-    assert by_name["DisARM (default)"]["replays"] == "1 × 8 lanes: lane-local"
-    assert "1 × 16 lanes: lane-local" in by_name["DisARM.per_lane()"]["replays"]
+    for strategy in ("DisARM", "RELAX"):
+        assert by_name[f"{strategy} (default)"]["replays"] == "1 × 8 lanes: lane-local"
+        assert "1 × 16 lanes: lane-local" in by_name[f"{strategy}.per_lane()"]["replays"]

@@ -205,7 +205,8 @@ class RELAX(Strategy):
         b = dist.sample(key, *primals)
         if all(t is None for t in tangents) and self.phi_tangent is None:
             return k.dual(b)
-        whole = self._form(k, b)
+        units = self._replay_units(k, b)
+        whole = units is None
         binary = getattr(dist, "binary", False) is True
         logits, dlogits = d.jvp(lambda *p: _site_logits(dist, b, binary, *p), primals, tangents)
         # the relaxations index the support: b's position in it, not b itself
@@ -221,15 +222,16 @@ class RELAX(Strategy):
             relax_other = type(relax)(index_in_support(support, other))
             v_other = relax.uniforms(jax.random.fold_in(key, 4), logits)
         try:
-            cv, d_cv = self._surrogate_terms(relax, relax_other, logits, noise, v_tilde, v_other)
+            cv, d_cv = self._surrogate_terms(relax, relax_other, logits, noise, v_tilde, v_other,
+                                             units)
         except _NotAScalar as err:
             raise TypeError(f"{err} (the site {k.address!r}, gv.{dist.name})") from None
 
         # the lanes that run (a site in an untaken branch of a batched cond: none)
         running = dist.where(jnp.ones(b.shape, bool)) if getattr(dist, "is_masked", False) else True
         running = jnp.broadcast_to(running, b.shape)
-        # a lane where b' equals b has f(b₋ᵢ, b'ᵢ) = f(b): no score term and no replay
-        replayed = None if whole else (other != b) & running
+        # a unit where b' equals b has f(b₋ᵢ, b'ᵢ) = f(b): no score term and no replay
+        replayed = None if whole else _per_unit(jnp.any, (other != b) & running, units)
         terms = _Terms(relax, logits, running, replayed)
         score, replay, offset = terms.along_logits(cv, dlogits)
         if d_cv is not None:
@@ -239,22 +241,29 @@ class RELAX(Strategy):
         out = k.dual(b).plus(score=score, tangent=offset)
         if replay is None:
             return out
-        return out.plus_replays(other[None], replay[None], replayed[None])
+        return out.plus_replays(other[None], replay[None], replayed[None], lane_axes=units)
 
-    def _form(self, k, b) -> bool:
-        """Whether the site takes the papers' form (no replay baseline): `whole`, or
-        where it is None, where a lane's replay would run the rest again."""
+    def _replay_units(self, k, b) -> int | None:
+        """How many leading axes of b index the units that take a replay baseline each
+        (all: lane by lane; the plates': each datapoint's vector whole), or None for
+        the papers' form. The default is lane by lane unless a lane's replay would run
+        the rest again; then datapoint by datapoint where the rest couples each
+        datapoint's lanes but not the datapoints (a plate of latent vectors), as
+        `gv.DisARM`'s default, and otherwise the papers' form."""
         if self.whole is not None:
-            return self.whole
-        whole = k.lanes_couple(b)
-        if whole:
-            k.note("the papers' form, no replay baseline: the rest couples the lanes "
-                   "(a lane's replay would run it again)")
-        return whole
+            return None if self.whole else b.ndim
+        if not k.lanes_couple(b):
+            return b.ndim
+        plates = k.batch_axes
+        if 0 < plates < b.ndim and not k.lanes_couple(b, plates):
+            return plates
+        k.note("the papers' form, no replay baseline: the rest couples the lanes "
+               "(a lane's replay would run it again)")
+        return None
 
-    def _surrogate_terms(self, relax, relax_other, logits, noise, v_tilde, v_other):
-        """(∂ℓ Σ (c(z) − c(z̃)), c(z̃) per plate lane, c(z̃ with lane := z̃') per lane or
-        None), and their tangents along phi (None where phi has none)."""
+    def _surrogate_terms(self, relax, relax_other, logits, noise, v_tilde, v_other, units):
+        """(∂ℓ Σ (c(z) − c(z̃)), c(z̃) per plate lane, c(z̃ with unit := z̃') per replay
+        unit or None), and their tangents along phi (None where phi has none)."""
         leaves, tree = jax.tree_util.tree_flatten(self.phi)
         plated = jnp.ndim(leaves[0]) - self.ranks[0] if leaves and self.ranks else 0  # vmap axes
 
@@ -264,7 +273,7 @@ class RELAX(Strategy):
             def differences(ell):
                 diff, at_z_tilde = self.control_variates(phi, relax, ell, noise, v_tilde, plated)
                 swapped = None if relax_other is None else self.swapped_control_variates(
-                    phi, relax, relax_other, ell, v_tilde, v_other, plated)
+                    phi, relax, relax_other, ell, v_tilde, v_other, plated, units)
                 return jnp.sum(diff), (at_z_tilde, swapped)
             grad_cv, (at_z_tilde, swapped) = jax.grad(differences, has_aux=True)(logits)
             return grad_cv, at_z_tilde, swapped
@@ -286,20 +295,22 @@ class RELAX(Strategy):
         return at_z - at_z_tilde, at_z_tilde
 
     def swapped_control_variates(self, phi, relax, relax_other, ell, v_tilde, v_other,
-                                 plated=0):
-        """Per lane i of the site: c(z̃ with lane i := z̃'ᵢ), z̃ given b and z̃' given b'.
-        Independent of bᵢ, so c(...) ∂ℓᵢ log p(bᵢ) has mean zero; with the replay
+                                 plated=0, units=None):
+        """Per replay unit i of the site (a lane, or with `units` fewer than the lanes'
+        axes a datapoint's vector): c(z̃ with unit i := z̃'ᵢ), z̃ given b and z̃' given
+        b'. Independent of bᵢ, so c(...) ∂ℓᵢ log p(bᵢ) has mean zero; with the replay
         f(b₋ᵢ, b'ᵢ) it cancels what the surrogate models of f at b'ᵢ."""
         z_tilde = self._seen(relax, relax.given_b(ell, v_tilde))
         z_other = self._seen(relax_other, relax_other.given_b(ell, v_other))
-        trailing = relax.simplex_axes
+        lanes = z_tilde.ndim - relax.simplex_axes
+        swapped = (lanes if units is None else units) - plated  # the units' axes in a plate lane
 
         def per_plate_lane(phi, zt, zo):
-            event = zt.shape[:zt.ndim - trailing]
+            event = zt.shape[:swapped]
             size = math.prod(event)
 
             def swap(i):
-                at = (jnp.arange(size) == i).reshape(event + (1,) * trailing)
+                at = (jnp.arange(size) == i).reshape(event + (1,) * (zt.ndim - swapped))
                 return self._c(phi, jnp.where(at, zo, zt))
             return jax.vmap(swap)(jnp.arange(size)).reshape(event)
         for _ in range(plated):
@@ -345,11 +356,13 @@ class _Terms:
         return x.reshape(x.shape + (1,) * (self.logits.ndim - x.ndim))
 
     def on_f(self, weights):
-        """[logits' shape] weights of ∂ℓ on f(b): (score, replay weights or None)."""
+        """[logits' shape] weights of ∂ℓ on f(b): (score, replay weights per unit or
+        None)."""
         if self.whole:
             return jnp.sum(weights), None
-        per_lane = jnp.where(self.replayed, self.per_lane(weights), 0.0)
-        return jnp.sum(per_lane), -per_lane
+        per_unit = _per_unit(jnp.sum, self.per_lane(weights), self.replayed.ndim)
+        per_unit = jnp.where(self.replayed, per_unit, 0.0)
+        return jnp.sum(per_unit), -per_unit
 
     def baseline(self, at_z_tilde, swapped):
         """Per logit: what multiplies ∂ℓ log p(b) in r."""
@@ -381,6 +394,12 @@ class _Terms:
         dr = (self.baseline(d_c_tilde, d_c_swapped) * self.score_logits + d_grad_cv) * self.live
         score, replay = self.on_f(-self.score_logits * dr)
         return score, replay, -jnp.sum(r * dr)
+
+
+def _per_unit(reduce: Callable, x: jax.Array, units: int) -> jax.Array:
+    """A per-lane x reduced over the lanes of each replay unit (its leading `units`
+    axes index the units)."""
+    return reduce(x.reshape(x.shape[:units] + (-1,)), axis=-1)
 
 
 def _static_tree(phi: Any) -> Any:

@@ -1,5 +1,5 @@
-"""`gv.DisARM`'s forms in a plate of latent vectors: which one the default takes, and
-what each costs in variance and time.
+"""`gv.DisARM`'s and `gv.RELAX`'s forms in a plate of latent vectors: which one the
+default takes, and what each costs in variance and time.
 
 Each of B datapoints has a latent vector of two bits that its likelihood reads
 jointly (a `lax.cond` on one bit choosing how the other enters the mean). The guide
@@ -8,11 +8,15 @@ the objective then couples each datapoint's two lanes, so the default (`gv.DisAR
 pairs each datapoint's vector whole, one lane-local replay per datapoint;
 `.whole_site()` pairs the plate's whole [B, 2] site at once, whose score term carries
 every datapoint's noise; `.per_lane()` replays lane by lane (each lane's replay runs
-its datapoint's likelihood again); ENUM and RLOO(2) are printed beside them. Columns: the total gradient
-variance over the guide's 4 parameters (from `--estimates` estimates), the step time
-(interleaved, warm, median) and how `explain` says the site's replays ran.
+its datapoint's likelihood again). `gv.RELAX`'s forms follow the same rule: by default
+one replay baseline per datapoint (its vector at an independent draw), the papers'
+form (no baseline) or one per lane; its surrogate is linear in a datapoint's relaxed
+vector, at zero as a fit starts it. ENUM and RLOO(2) are printed beside them. Columns:
+the total gradient variance over the guide's 4 parameters (from `--estimates`
+estimates), the step time (interleaved, warm, median) and how `explain` says the
+site's replays ran.
 
-    python -m genvi_experiments.bench.disarm_plate_forms [--sizes 64 512]
+    python -m genvi_experiments.bench.binary_plate_forms [--sizes 64 512]
         [--estimates 2000] [--rounds 15] [--record]
 """
 
@@ -29,9 +33,17 @@ from genvi.training.timing import interleaved_samples
 from genvi_experiments.bench.results import command, record
 from genvi_experiments.common.timing import describe_machine, median
 
+
+def linear(phi: dict, z: jax.Array) -> jax.Array:
+    """RELAX's surrogate: linear in a datapoint's relaxed vector."""
+    return jnp.dot(phi["w"], z) + phi["b"]
+
+
+RELAX = gv.RELAX(linear, {"w": jnp.zeros(2), "b": jnp.float32(0.0)})
 STRATEGIES = {"DisARM (default)": gv.DisARM, "DisARM.per_lane()": gv.DisARM.per_lane(),
-              "DisARM.whole_site()": gv.DisARM.whole_site(), "ENUM": gv.ENUM,
-              "RLOO(2)": gv.RLOO(2)}
+              "DisARM.whole_site()": gv.DisARM.whole_site(), "RELAX (default)": RELAX,
+              "RELAX.per_lane()": RELAX.per_lane(), "RELAX.whole_site()": RELAX.whole_site(),
+              "ENUM": gv.ENUM, "RLOO(2)": gv.RLOO(2)}
 PARAMS = {"a": jnp.array([0.4, -0.3]), "b": jnp.array([0.1, 0.2])}
 
 
@@ -94,7 +106,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for cells in table:
         print("| " + " | ".join(cells) + " |")
     if args.record:
-        record("disarm_plate_forms", command("disarm_plate_forms", argv), columns, table,
+        record("binary_plate_forms", command("binary_plate_forms", argv), columns, table,
                note=f"{args.estimates} gradient estimates per row at fixed parameters; step "
                     "times interleaved, warm, median.")
     return rows
