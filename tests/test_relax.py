@@ -3,11 +3,12 @@ sites: value and gradient against exact enumeration, 2·10⁴ estimates each, wi
 standard errors, at a single site (a learned linear surrogate, and REBAR's: the
 objective's own relaxation), at coupled sites, at one site's coupled lanes, in a plate
 guide's ELBO (a flip per datapoint, and a latent vector per datapoint) and in a
-scan, lane-local (the default) and `.whole_site()`; the same
+scan, lane-local (the default) and `.whole_site()`; in a plate of decoded latent
+vectors, whose default takes a baseline per datapoint; the same
 sample size fails a variant with the surrogate's gradient left out, one whose
 replay baseline is not independent of the draw and one whose swapped control variate
-is not; in a plate the lane-local baseline
-lowers the variance; phi's gradient is −½ ∂φ E|ĝ|² (central differences on common
+is not (at a single site, and datapoint by datapoint); in a plate the lane-local
+baseline lowers the variance; phi's gradient is −½ ∂φ E|ĝ|² (central differences on common
 keys), `gv.fit` lowers the variance by training phi in the same step; refusals."""
 
 import math

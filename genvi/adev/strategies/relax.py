@@ -50,7 +50,10 @@ of lane i's part at bᵢ and at b'ᵢ. The replays are the lane-local ones MVD a
 lane whose b'ᵢ equals bᵢ has no replay. The surrogate runs once more per lane.
 Where the rest of the objective couples the site's lanes, so that a lane's replay would
 run it again (a decoder reading a latent vector), the default takes the papers' form,
-without both terms: one evaluation of the rest of the objective.
+without both terms: one evaluation of the rest of the objective. In a plate of latent
+vectors, where it couples each datapoint's lanes but not the datapoints, the unit i
+of both terms is a datapoint's vector, swapped whole (one lane-local replay per
+datapoint, as `gv.DisARM`'s default pairs it).
 `.whole_site()` and `.per_lane()` fix the form. The papers' form is also the better one
 where lanes are few and the surrogate models f well (at a single flip a trained linear
 surrogate leaves it 4% of its variance, the lane-local form 50%: b'ᵢ's noise stays).
@@ -94,7 +97,8 @@ class RELAX(Strategy):
     `phi` (a pytree of arrays, from your params) and the relaxed draw `z` (σ / softmax
     of the logistic or Gumbel variable; that variable itself with `logits=True`),
     returning a float scalar. Under `gv.vmap` (a plate) it is applied lane by lane, as
-    written. Each lane's score term has a lane-local replay baseline; `.whole_site()`
+    written. Each lane's score term has a lane-local replay baseline (each
+    datapoint's, in a plate of latent vectors the rest reads jointly); `.whole_site()`
     drops it (the papers' form, one evaluation of the rest of the objective).
 
     Example:
@@ -113,7 +117,7 @@ class RELAX(Strategy):
     # the surrogate sees z itself rather than σ(z) / softmax(z)
     logits: bool = False
     # the papers' form (no lane-local replay baseline): True, False (lane by lane), or
-    # None: where the rest of the objective couples the lanes (`k.lanes_couple`)
+    # None: as `_replay_units` decides from `k.lanes_couple`
     whole: bool | None = dataclasses.field(default=None, kw_only=True)
     phi_tangent: Any = dataclasses.field(default=None, kw_only=True, repr=False)
     # phi's leaves' ranks as written (the static part's)
