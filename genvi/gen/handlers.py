@@ -24,7 +24,8 @@ Example:
     ...     def __init__(self):
     ...         self.scales = {}
     ...     def site(self, site, state):
-    ...         self.scales[site.addr] = site.params[1]
+    ...         _, scale = site.params           # gv.normal's (loc, scale)
+    ...         self.scales[site.addr] = scale
     ...         return super().site(site, state)
     >>> @gv.gen
     ... def g():
@@ -223,8 +224,8 @@ class Handler:
         return replace(state, log_density=state.log_density + log_p)
 
     def deterministic(self, site: Site, state: State) -> State:
-        """The state after `gv.deterministic(name, value)` (`site.params[0]` is the
-        value): default, unchanged; the handlers that return choices record it."""
+        """The state after `gv.deterministic(name, value)` (`site.params` is
+        `(value,)`): default, unchanged; the handlers that return choices record it."""
         return state
 
     def record(self, state: State, addr: tuple, value: Any, log_p: Any, dist: Any = None,
@@ -255,7 +256,8 @@ class Simulate(Handler):
         return value, replace(self.record(state, site.addr, value, log_p, site.dist), key=key)
 
     def deterministic(self, site, state):
-        return self.record(state, site.addr, site.params[0], 0.0, site.dist)
+        (value,) = site.params
+        return self.record(state, site.addr, value, 0.0, site.dist)
 
 
 class RecordedSite(NamedTuple):

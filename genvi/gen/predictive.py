@@ -82,7 +82,8 @@ class Predict(Handler):
         return value, self.record(state, addr, value, 0.0, dist)
 
     def deterministic(self, site, state):
-        return self.record(state, site.addr, site.params[0], 0.0, site.dist)
+        (value,) = site.params
+        return self.record(state, site.addr, value, 0.0, site.dist)
 
     def observe(self, site, state):
         if site.addr is None:  # unnamed: nothing to return

@@ -117,8 +117,8 @@ def training_step(objective: Expectation, optimizer: optax.GradientTransformatio
         ...     pass
         >>> init, step = gv.training_step(gv.elbo(model, guide), optax.sgd(0.1))
         >>> state = init({"mu": 0.0}, jax.random.key(0))
-        >>> state, _ = jax.lax.scan(lambda s, _: step(s, 2.0), state, None, length=100)
-        >>> round(float(state.params["mu"]), 3)
+        >>> final, _ = jax.lax.scan(lambda s, _: step(s, 2.0), state, None, length=100)
+        >>> round(float(final.params["mu"]), 3)
         2.0
     """
     check_objective(objective, "objective")
