@@ -131,3 +131,32 @@ def latent_vector_plate_elbo(strategy):
     def guide(params, xs):
         gv.plate(guide_point, size=len(XS), in_axes=(None, 0))(params, xs) @ "data"
     return gv.elbo(model, guide)
+
+
+def latent_vector_iwelbo(strategy, particles: int = 2):
+    """The IWELBO with `particles` particles of one datapoint (`XS[0]`) whose three
+    binary latents `decoder` reads jointly: the site's leading axis is the particles'
+    `vmap` (its batch axis), and the particles meet in the log-mean-exp."""
+    @gv.gen
+    def model(params, x):
+        z = gv.bernoulli(jnp.zeros(3)) @ "z"
+        gv.observe(gv.normal(decoder(z * 1.0), 1.0), x)
+
+    @gv.gen
+    def guide(params, x):
+        gv.bernoulli(params["A"] @ x + params["c"], grad=strategy) @ "z"
+    return gv.iwelbo(model, guide, particles)
+
+
+def exact_latent_vector_iwelbo(params, particles: int = 2):
+    """`latent_vector_iwelbo`'s exact value: every particle's latent vector enumerated."""
+    x = XS[0]
+    zs = jnp.array(list(itertools.product([0.0, 1.0], repeat=3)))
+    logits = params["A"] @ x + params["c"]
+    log_q = jnp.sum(zs * jax.nn.log_sigmoid(logits) + (1 - zs) * jax.nn.log_sigmoid(-logits), 1)
+    log_p = 3 * jnp.log(0.5) + jnp.sum(jax.scipy.stats.norm.logpdf(x, jax.vmap(decoder)(zs), 1.0), 1)
+    tuples = jnp.array(list(itertools.product(range(len(zs)), repeat=particles)))
+    log_w = (log_p - log_q)[tuples]
+    return jnp.sum(jnp.exp(jnp.sum(log_q[tuples], 1))
+                   * (jax.scipy.special.logsumexp(log_w, 1) - jnp.log(particles)))
+

@@ -1,6 +1,7 @@
 """What the statistical tests of gradient strategies share: the mean and standard error
-of many independent value and gradient estimates, the within-k-standard-errors check,
-and exact values and θ-derivatives by enumerating every joint value of a few discrete
+of many independent value and gradient estimates, the within-k-standard-errors check
+(and `biased_parts`, which applies it to a value and every leaf of a gradient), and
+exact values and θ-derivatives by enumerating every joint value of a few discrete
 sites."""
 
 import itertools
@@ -24,6 +25,27 @@ def moments(e, arg, seed: int = 0, n: int = N):
 def within(mean, se, exact, sigmas: float = 5.0) -> bool:
     """Every entry of `mean` within `sigmas` standard errors of `exact`."""
     return bool(np.all(np.abs(mean - exact) <= sigmas * se + 1e-5))
+
+
+def estimates(e, params, *data, seed: int = 0, n: int = N):
+    """`n` value estimates [n] and gradient estimates (a pytree like `params`, leaves
+    [n, ...]) of `e` at `(params, *data)`, in float64, keys split from `seed`."""
+    keys = jax.random.split(jax.random.key(seed), n)
+    v, g = jax.jit(jax.vmap(lambda k: e.value_and_grad_estimate(k, params, *data)))(keys)
+    return np.asarray(v, np.float64), jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), g)
+
+
+def biased_parts(e, exact, params, *data, seed: int = 0) -> list[str]:
+    """What of `e`'s estimates at `(params, *data)` lies beyond 5 standard errors of
+    `exact(params)` and its gradient: "value" and the paths of `params`' leaves; [] for
+    an unbiased estimator."""
+    v, g = estimates(e, params, *data, seed=seed)
+    out = [] if within(v.mean(), v.std() / math.sqrt(len(v)), float(exact(params))) else ["value"]
+    want = jax.tree_util.tree_leaves_with_path(jax.grad(exact)(params))
+    for (path, leaf), got in zip(want, jax.tree_util.tree_leaves(g)):
+        if not within(got.mean(0), got.std(0) / math.sqrt(len(got)), np.asarray(leaf)):
+            out.append(jax.tree_util.keystr(path))
+    return out
 
 
 def exact_by_enumeration(value_of, theta: float, sites: int, size: int = 2):
