@@ -133,10 +133,9 @@ def latent_vector_plate_elbo(strategy):
     return gv.elbo(model, guide)
 
 
-def latent_vector_iwelbo(strategy, particles: int = 2):
-    """The IWELBO with `particles` particles of one datapoint (`XS[0]`) whose three
-    binary latents `decoder` reads jointly: the site's leading axis is the particles'
-    `vmap` (its batch axis), and the particles meet in the log-mean-exp."""
+def latent_vector_programs(strategy):
+    """`(model, guide)` of one datapoint x whose three binary latents `decoder` reads
+    jointly; the guide's logits are affine in x (`GUIDE`), with `strategy`."""
     @gv.gen
     def model(params, x):
         z = gv.bernoulli(jnp.zeros(3)) @ "z"
@@ -145,7 +144,14 @@ def latent_vector_iwelbo(strategy, particles: int = 2):
     @gv.gen
     def guide(params, x):
         gv.bernoulli(params["A"] @ x + params["c"], grad=strategy) @ "z"
-    return gv.iwelbo(model, guide, particles)
+    return model, guide
+
+
+def latent_vector_iwelbo(strategy, particles: int = 2):
+    """The IWELBO of `latent_vector_programs` with `particles` particles (at `XS[0]` in
+    the tests): the site's leading axis is the particles' `vmap` (its batch axis), and
+    the particles meet in the log-mean-exp."""
+    return gv.iwelbo(*latent_vector_programs(strategy), particles)
 
 
 def exact_latent_vector_iwelbo(params, particles: int = 2):

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 import genvi as gv
-from binary_cases import (GUIDE, THETA, XS, coupled_lanes, datapoint_elbos, decoder,
+from binary_cases import (GUIDE, THETA, XS, coupled_lanes, datapoint_elbos,
                           exact_coupled_lanes, exact_latent_vector_iwelbo, exact_markov_chain,
                           exact_single_flip, latent_vector_iwelbo, latent_vector_plate_elbo,
-                          markov_chain, sig, single_flip)
+                          latent_vector_programs, markov_chain, sig, single_flip)
 from estimates import N, biased_parts, exact_by_enumeration, moments, within
 from genvi.adev import dual as d
 
@@ -105,15 +105,7 @@ W = jnp.array([[1.5, -1.0, 0.5], [-0.5, 2.0, 1.0]])  # 3 binary latents -> 2-D o
 def latent_vector_elbo(strategy):
     """The binary VAE's shape: one latent vector per datapoint read by a decoder, the
     batch mean of ELBOs."""
-    @gv.gen
-    def model(params, x):
-        z = gv.bernoulli(jnp.zeros(3)) @ "z"
-        gv.observe(gv.normal(decoder(z * 1.0), 1.0), x)
-
-    @gv.gen
-    def guide(params, x):
-        gv.bernoulli(params["A"] @ x + params["c"], grad=strategy) @ "z"
-    return gv.batch_mean(gv.elbo(model, guide))
+    return gv.batch_mean(gv.elbo(*latent_vector_programs(strategy)))
 
 
 def test_whole_site_pairs_per_datapoint_under_batch_mean():
