@@ -109,30 +109,6 @@ def datapoint_elbos(params):
     return jax.vmap(one)(XS)
 
 
-def latent_vector_plate_elbo(strategy):
-    """The binary VAE's shape at toy size, as a plate: each datapoint of `XS` has three
-    binary latents that `decoder` reads jointly, and the guide's logits are affine in
-    the datapoint (`GUIDE`); the ELBO of all datapoints, one site of shape
-    [datapoints, 3], exactly `sum(datapoint_elbos(params))`."""
-    @gv.gen
-    def point(x):
-        z = gv.bernoulli(jnp.zeros(3)) @ "z"
-        gv.observe(gv.normal(decoder(z * 1.0), 1.0), x)
-
-    @gv.gen
-    def model(params, xs):
-        gv.plate(point, size=len(XS))(xs) @ "data"
-
-    @gv.gen
-    def guide_point(params, x):
-        gv.bernoulli(params["A"] @ x + params["c"], grad=strategy) @ "z"
-
-    @gv.gen
-    def guide(params, xs):
-        gv.plate(guide_point, size=len(XS), in_axes=(None, 0))(params, xs) @ "data"
-    return gv.elbo(model, guide)
-
-
 def latent_vector_programs(strategy):
     """`(model, guide)` of one datapoint x whose three binary latents `decoder` reads
     jointly; the guide's logits are affine in x (`GUIDE`), with `strategy`."""
@@ -145,6 +121,22 @@ def latent_vector_programs(strategy):
     def guide(params, x):
         gv.bernoulli(params["A"] @ x + params["c"], grad=strategy) @ "z"
     return model, guide
+
+
+def latent_vector_plate_elbo(strategy):
+    """The binary VAE's shape at toy size, as a plate: `latent_vector_programs` at each
+    datapoint of `XS`; the ELBO of all datapoints, one site of shape [datapoints, 3],
+    exactly `sum(datapoint_elbos(params))`."""
+    model_point, guide_point = latent_vector_programs(strategy)
+
+    @gv.gen
+    def model(params, xs):
+        gv.plate(model_point, size=len(XS), in_axes=(None, 0))(params, xs) @ "data"
+
+    @gv.gen
+    def guide(params, xs):
+        gv.plate(guide_point, size=len(XS), in_axes=(None, 0))(params, xs) @ "data"
+    return gv.elbo(model, guide)
 
 
 def latent_vector_iwelbo(strategy, particles: int = 2):
