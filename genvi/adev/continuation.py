@@ -61,3 +61,19 @@ class Deferred:
         return Deferred(self.value, self.tangent, self.score, self.offset,
                         Replays(alts, weights, live))
 
+
+def reduce_to_lanes(x: Any, lane_axes: int, reduce: Any = jnp.sum) -> Any:
+    """A per-element array reduced over each lane's slice (`reduce(..., axis=-1)`), to
+    `x.shape[:lane_axes]`, as `Deferred.plus_replays(..., lane_axes=)` takes weights
+    and `live`; `x` itself where every element is a lane.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> reduce_to_lanes(jnp.ones((2, 3)), 1).tolist()
+        [3.0, 3.0]
+    """
+    x = jnp.asarray(x)
+    if lane_axes == x.ndim:
+        return x
+    return reduce(x.reshape(x.shape[:lane_axes] + (-1,)), axis=-1)
+

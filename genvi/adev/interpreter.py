@@ -99,6 +99,20 @@ class _Continuation:
         slices of the value (its leading axes), as `Deferred.plus_replays` takes them."""
         return lanes_couple(self._run.replay_context(), self._after(), value, lane_axes)
 
+    def replay_units(self, value: Any) -> int | None:
+        """How many leading axes of the site's value a strategy's lane-local replays
+        should take as lanes (`plus_replays(..., lane_axes=)`): all of them where
+        replays lane by lane are cheap; the batch axes where the rest couples each
+        datapoint's lanes but not the datapoints (a plate of latent vectors, an IWELBO's
+        particles), so that each datapoint's slice is replaced whole; None where the
+        rest couples them all, and a strategy with a whole-site form takes it."""
+        if not self.lanes_couple(value):
+            return jnp.ndim(value)
+        plates = self.batch_axes
+        if 0 < plates < jnp.ndim(value) and not self.lanes_couple(value, plates):
+            return plates
+        return None
+
     @property
     def batch_axes(self) -> int:
         """How many leading axes of the site's value are lanes of the `vmap` transformations around it

@@ -38,6 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from genvi.adev import dual as d
+from genvi.adev.continuation import reduce_to_lanes
 from genvi.core.strategy import Strategy, register_built_in
 
 
@@ -61,7 +62,7 @@ class DisARM(Strategy):
     """
 
     # one partner for the whole site: True, False (lane by lane), or None: where the
-    # rest of the objective couples the lanes (`k.lanes_couple`), as `gv.RELAX`'s field
+    # rest of the objective couples the lanes (`k.replay_units`), as `gv.RELAX`'s field
     whole: bool | None = None
     kind = "DisARM"
     needs = ("sample", "lane_log_prob", "binary")
@@ -71,33 +72,23 @@ class DisARM(Strategy):
         if pair is None:
             return k.dual(b)
         partner, differ, weight = pair
-        whole, why = self.whole, ""
-        if whole is None:  # lane by lane unless a lane's replay would run the rest again
-            whole = k.lanes_couple(b)
-            plates = k.batch_axes
-            if whole and 0 < plates < b.ndim and not k.lanes_couple(b, plates):
-                return self._per_datapoint(b, partner, differ, weight, plates, k)
+        # the lanes of the replays: every element, each datapoint's vector, or None for
+        # one partner for the whole site
+        units, why = (None if self.whole else b.ndim), ""
+        if self.whole is None:
+            units = k.replay_units(b)
             why = ": the rest couples the lanes (a lane's replay would run it again)"
-        if whole:
+        if units is None:
             k.note("1 replay of the rest of the objective, every lane at its antithetic "
                    "partner" + why)
             total = jnp.sum(weight)  # linear in the tangents; f(b̃) is a primal value
             return k.dual(b).plus(score=total, tangent=-total * k.pure(partner))
-        return k.dual(b).plus(score=jnp.sum(weight)).plus_replays(partner[None], -weight[None],
-                                                                   differ[None])
-
-    @staticmethod
-    def _per_datapoint(b, partner, differ, weight, plates, k):
-        """The whole-site estimator datapoint by datapoint: each plate lane's vector
-        (the site's trailing axes) flips to its antithetic partner at once, the other
-        datapoints kept; given them, that is the paper's multivariate estimator of
-        that datapoint's vector, so the sum is unbiased, without the other
-        datapoints' noise the whole site's form carries."""
-        lanes = b.shape[:plates]
-        per_point = jnp.sum(weight.reshape(lanes + (-1,)), -1)
-        live = jnp.any(differ.reshape(lanes + (-1,)), -1)
+        # with a datapoint's vector as the lane, it flips to its partner whole, the
+        # other datapoints kept: given them, the paper's multivariate estimator of that
+        # vector, so the sum is unbiased, without the other datapoints' noise
         return k.dual(b).plus(score=jnp.sum(weight)).plus_replays(
-            partner[None], -per_point[None], live[None], lane_axes=plates)
+            partner[None], -reduce_to_lanes(weight, units)[None],
+            reduce_to_lanes(differ, units, jnp.any)[None], lane_axes=units)
 
     def whole_site(self) -> "DisARM":
         """DisARM with one antithetic partner for the whole site, always: the weights

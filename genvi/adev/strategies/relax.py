@@ -86,6 +86,7 @@ import jax
 import jax.numpy as jnp
 
 from genvi.adev import dual as d
+from genvi.adev.continuation import reduce_to_lanes
 from genvi.adev.finite import at_each_value, index_in_support
 from genvi.core.strategy import Strategy, register_with_settings
 
@@ -117,7 +118,7 @@ class RELAX(Strategy):
     # the surrogate sees z itself rather than σ(z) / softmax(z)
     logits: bool = False
     # the papers' form (no lane-local replay baseline): True, False (lane by lane), or
-    # None: as `_replay_units` decides from `k.lanes_couple`
+    # None: as `k.replay_units` decides
     whole: bool | None = dataclasses.field(default=None, kw_only=True)
     phi_tangent: Any = dataclasses.field(default=None, kw_only=True, repr=False)
     # phi's leaves' ranks as written (the static part's)
@@ -235,7 +236,7 @@ class RELAX(Strategy):
         running = dist.where(jnp.ones(b.shape, bool)) if getattr(dist, "is_masked", False) else True
         running = jnp.broadcast_to(running, b.shape)
         # a unit where b' equals b has f(b₋ᵢ, b'ᵢ) = f(b): no score term and no replay
-        replayed = None if whole else _per_unit(jnp.any, (other != b) & running, units)
+        replayed = None if whole else reduce_to_lanes((other != b) & running, units, jnp.any)
         terms = _Terms(relax, logits, running, replayed)
         score, replay, offset = terms.along_logits(cv, dlogits)
         if d_cv is not None:
@@ -250,20 +251,14 @@ class RELAX(Strategy):
     def _replay_units(self, k, b) -> int | None:
         """How many leading axes of b index the units that take a replay baseline each
         (all: lane by lane; the plates': each datapoint's vector whole), or None for
-        the papers' form. The default is lane by lane unless a lane's replay would run
-        the rest again; then datapoint by datapoint where the rest couples each
-        datapoint's lanes but not the datapoints (a plate of latent vectors), as
-        `gv.DisARM`'s default, and otherwise the papers' form."""
+        the papers' form; `k.replay_units` decides the default, as `gv.DisARM`'s."""
         if self.whole is not None:
             return None if self.whole else b.ndim
-        if not k.lanes_couple(b):
-            return b.ndim
-        plates = k.batch_axes
-        if 0 < plates < b.ndim and not k.lanes_couple(b, plates):
-            return plates
-        k.note("the papers' form, no replay baseline: the rest couples the lanes "
-               "(a lane's replay would run it again)")
-        return None
+        units = k.replay_units(b)
+        if units is None:
+            k.note("the papers' form, no replay baseline: the rest couples the lanes "
+                   "(a lane's replay would run it again)")
+        return units
 
     def _surrogate_terms(self, relax, relax_other, logits, noise, v_tilde, v_other, units):
         """(∂ℓ Σ (c(z) − c(z̃)), c(z̃) per plate lane, c(z̃ with unit := z̃') per replay
@@ -364,7 +359,7 @@ class _Terms:
         None)."""
         if self.whole:
             return jnp.sum(weights), None
-        per_unit = _per_unit(jnp.sum, self.per_lane(weights), self.replayed.ndim)
+        per_unit = reduce_to_lanes(self.per_lane(weights), self.replayed.ndim)
         per_unit = jnp.where(self.replayed, per_unit, 0.0)
         return jnp.sum(per_unit), -per_unit
 
@@ -398,12 +393,6 @@ class _Terms:
         dr = (self.baseline(d_c_tilde, d_c_swapped) * self.score_logits + d_grad_cv) * self.live
         score, replay = self.on_f(-self.score_logits * dr)
         return score, replay, -jnp.sum(r * dr)
-
-
-def _per_unit(reduce: Callable, x: jax.Array, units: int) -> jax.Array:
-    """A per-lane x reduced over the lanes of each replay unit (its leading `units`
-    axes index the units)."""
-    return reduce(x.reshape(x.shape[:units] + (-1,)), axis=-1)
 
 
 def _static_tree(phi: Any) -> Any:
