@@ -13,7 +13,7 @@ import pytest
 import genvi as gv
 from genvi.replays.engine import whole_objective_replays
 from genvi.core import jaxpr as jx
-from genvi_experiments.bench.scan_replays import categorical_hmm
+from genvi_experiments.bench.scan_replays import categorical_hmm, switching_args, switching_chain
 from programs import flip_hmm as hmm
 
 T = 6
@@ -121,6 +121,9 @@ CASES = {
                           tuple(a.T for a in lanes_ys(3)), 2),
     "a plate in each step": (lambda: gv.elbo(*chains(gv.ENUM, True)), lanes_ys(4), 2),
     "reverse scans": (lambda: reverse_scans(gv.ENUM), (0.3,), 2),
+    "switching ENUM": (lambda: gv.elbo(*switching_chain(gv.ENUM)), switching_args(T), 2),
+    "switching MVD": (lambda: gv.elbo(*switching_chain(gv.MVD)), switching_args(T), 2),
+    "switching RLOO": (lambda: gv.elbo(*switching_chain(gv.RLOO(3))), switching_args(T), 2),
 }
 
 
@@ -129,7 +132,7 @@ def test_same_estimate_as_a_replay_per_step(name):
     make, args, window = CASES[name]
     key = jax.random.key(7)
     objective = make()
-    (site,) = objective.explain(*args, key=key).sites
+    site = objective.explain(*args, key=key).sites[0]  # the discrete site
     assert "Markov-local" in site["replays"], site["replays"]
     assert f"reaches {window} steps" in site["replays"]
     markov = objective.grad_estimate(key, *args)
@@ -168,6 +171,41 @@ def test_unbiased_against_enumeration_on_a_small_chain(strategy):
     mean, se = jnp.mean(grads, 0), jnp.std(grads, 0) / np.sqrt(n)
     assert grads.shape == (n, length, 3)
     assert np.all(np.abs(mean - exact) < 5 * se + 1e-6), (mean, exact, se)
+
+
+def exact_switching_elbo(params, ys, regimes=3):
+    """The ELBO of `switching_chain` by enumerating the guide's regime paths, each with
+    its Gaussian expectations in closed form: w_t ~ N(a_t, 1) in the guide, so
+    E log N(w; m, 1) = log N(a; m, 1) − 1/2 and E log N(y; w, s) = log N(y; a, s) − 1/(2s²)."""
+    paths = jnp.array(list(itertools.product(range(regimes), repeat=len(ys))))
+    log_q = jax.nn.log_softmax(params["logits"])
+    means, norm = jnp.linspace(-1.0, 1.0, regimes), jax.scipy.stats.norm.logpdf
+
+    def one(path):
+        prev = jnp.concatenate([jnp.zeros(1, int), path[:-1]])
+        a = params["mu"][path] + 0.5 * ys
+        log_p = jnp.sum(jax.nn.log_softmax(jnp.eye(regimes)[prev])[jnp.arange(len(ys)), path]
+                        + norm(a, means[path], 1.0) - 0.5 + norm(ys, a, 0.5) - 2.0)
+        lq = jnp.sum(log_q[jnp.arange(len(ys)), path] + norm(a, a, 1.0) - 0.5)
+        return jnp.exp(jnp.sum(log_q[jnp.arange(len(ys)), path])) * (log_p - lq)
+    return jnp.sum(jax.vmap(one)(paths))
+
+
+@pytest.mark.parametrize("strategy", [gv.ENUM, gv.MVD], ids=repr)
+def test_switching_chain_unbiased_against_enumeration(strategy):
+    """Markov-local replays through a `switch` holding the guide's continuous state."""
+    params, ys = switching_args(3)
+    objective = gv.elbo(*switching_chain(strategy))
+    assert "Markov-local" in objective.explain(params, ys).sites[0]["replays"]
+    n = 20_000
+    value, exact = exact_switching_elbo(params, ys), jax.grad(exact_switching_elbo)(params, ys)
+    keys = jax.random.split(jax.random.key(5), n)
+    values = jax.jit(jax.vmap(lambda k: objective.estimate(k, params, ys)))(keys)
+    assert abs(values.mean() - value) < 5 * values.std() / np.sqrt(n), (values.mean(), value)
+    grads = jax.jit(jax.vmap(lambda k: objective.grad_estimate(k, params, ys)))(keys)
+    for name in ("logits", "mu"):
+        mean, se = grads[name].mean(0), grads[name].std(0) / np.sqrt(n) + 1e-6
+        assert np.all(np.abs(mean - exact[name]) < 5 * se), (name, mean, exact[name], se)
 
 
 def test_a_carry_that_keeps_the_change_replays_every_step():

@@ -25,8 +25,11 @@ over the lane axes turns `Local` into `Perturbed` at O(size) cost. Anything that
 couples lanes (a max or sort across the batch, a gather, a non-additive use) turns its
 `Local` operands into `Perturbed` ones (`materialize`, O(B × size)) and runs per
 replay under `vmap`: the general path, correct for any program, taken only where the
-lanes couple. Control flow holding sampling sites falls back to whole-objective
-replays (the engine, `genvi.replays.engine`, answers `Fallback`).
+lanes couple. A `scan` holding sampling sites is tracked through (`lane_scan`,
+`markov_scan`); a `cond` holding them, on lane-tracked values, runs per replay the same
+way, each lane's copy as a whole replay evaluates it (the run's key, its overrides). A
+`cond` holding the replayed site itself falls back to whole-objective replays (the
+engine, `genvi.replays.engine`, answers `Fallback`).
 """
 
 from __future__ import annotations
@@ -95,15 +98,20 @@ class LaneEval:
             mask = mask & (coord.reshape((-1,) + (1,) * len(shape)) == at[None])
         return Perturbed(jnp.where(mask, v.alt[None], v.base[None]))
 
-    def _general(self, eqn: Any, ins: list) -> list:
-        """Evaluate `eqn` once per lane's replay (lanes coupled here)."""
+    def _general(self, eqn: Any, ins: list, evaluate: Any = None) -> list:
+        """Evaluate `eqn` once per lane's replay (lanes coupled here), by
+        `evaluate(ins)` (default: the equation itself)."""
         if self.lanes > 1 and any(isinstance(x, Local) for x in ins):
             self.coupled.append(eqn.primitive.name)
+        evaluate = evaluate or (lambda a: jx.eval_eqn(eqn, a))
+        return [Perturbed(o) for o in self._per_lane(ins, lambda *a: evaluate(list(a)))]
+
+    def _per_lane(self, ins: list, f: Any) -> Any:
+        """`f(*ins)` once per lane's replay: lane-tracked operands as each lane's copy."""
         ins = [self.materialize(x) if isinstance(x, Local) else x for x in ins]
         axes = [0 if isinstance(x, Perturbed) else None for x in ins]
         vals = [x.values if isinstance(x, Perturbed) else x for x in ins]
-        outs = jax.vmap(lambda *a: jx.eval_eqn(eqn, a), in_axes=axes)(*vals)
-        return [Perturbed(o) for o in outs]
+        return jax.vmap(f, in_axes=axes)(*vals)
 
     # -- evaluation -----------------------------------------------------------------
     def level(self, jaxpr: Any, start: int, env: dict, keys: dict, steps: tuple) -> list:
@@ -128,9 +136,13 @@ class LaneEval:
         if jx.kind(eqn) not in ("call", "custom") and jx.nests(eqn, RANDOMNESS):
             if jx.kind(eqn) == "scan" and (not same or self._holds_target(eqn, steps)):
                 return self._scan(eqn, ins, key, steps)
-            if not same:
-                raise Coupled(eqn.primitive.name)  # sites in a cond: replays
-            return self.replay.control(eqn, ins, key, steps)
+            if same:
+                return self.replay.control(eqn, ins, key, steps)
+            if jx.kind(eqn) != "cond" or self._holds_target(eqn, steps):
+                raise Coupled(eqn.primitive.name)
+            # sites in a cond on lane-tracked values: each lane's replay evaluates the
+            # cond as a whole replay does (same key), so the lanes stay exact
+            return self._general(eqn, ins, lambda a: self.replay.control(eqn, a, key, steps))
         if same and not self._holds_target(eqn, steps):
             return jx.eval_eqn(eqn, ins)
         return self._eqn(eqn, ins, key, steps)
@@ -181,11 +193,7 @@ class LaneEval:
             return Local(base, alt, locals_[0].axes)
         if self.lanes > 1:
             self.coupled.append(f"gv.{getattr(dist, 'name', '?')} sample")
-        ins = [self.materialize(x) if isinstance(x, Local) else x for x in ins]
-        axes = [0 if isinstance(x, Perturbed) else None for x in ins]
-        vals = [x.values if isinstance(x, Perturbed) else x for x in ins]
-        return Perturbed(jax.vmap(lambda *a: replay_site(eqn, list(a), key, steps),
-                                  in_axes=axes)(*vals))
+        return Perturbed(self._per_lane(ins, lambda *a: replay_site(eqn, list(a), key, steps)))
 
     def _eqn(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
         name = eqn.primitive.name

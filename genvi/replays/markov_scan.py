@@ -26,6 +26,11 @@ the scan, so they never keep a change alive. A carry that keeps a change for eve
 autoregressive guide's state, an RNN) makes the window unbounded: `Coupled` is raised
 and the objective is replayed whole, as exact as before.
 
+A `cond` whose branches sample, on a step's changed value (a switching model's regime
+choosing the branch that draws the continuous state), runs once per lane's replay with
+the step's key (`genvi.replays.lanes`); at a step of one lane its output is that lane's
+replay, and stacked over the steps it is `Local` along them, its base the base run's.
+
 Cost: (W + 1) body evaluations per step and alternative, against T per step before.
 """
 
@@ -64,7 +69,7 @@ def markov_scan(ev: Any, eqn: Any, ins: list, key: Any, steps: tuple,
     final, incoming, terms, base_ys = scan.base_run()
     results = scan.rounds(rounds, incoming, terms)
     carries = [scan.final_carry(j, rounds, results, final[j]) for j in range(scan.carry_count)]
-    ys = [base_y if kd == SAME else _stacked_over_steps(y, kd)
+    ys = [_stacked_over_steps(base_y, y, kd)
           for base_y, y, kd in zip(base_ys, results[0][2], rounds[0][2])]
     return carries + ys
 
@@ -138,7 +143,7 @@ class _MarkovScan:
             if len(rounds) > 1 and any(kd != SAME for kd in out_ys):
                 raise Coupled("a scan output that depends on an earlier step's value")
             kinds = [SAME if j in self.acc else kd for j, kd in enumerate(out_carries)]
-        if any(kd == PERTURBED for kd in rounds[0][2]):
+        if math.prod(self.inner) > 1 and any(kd == PERTURBED for kd in rounds[0][2]):
             raise Coupled("a scan output that mixes the lanes of one step")
         return rounds
 
@@ -290,8 +295,12 @@ def _delta(sub: Any, out: Any, base_out: Any, kind: tuple) -> Any:
     return sub.materialize(out).values - base_out[None]
 
 
-def _stacked_over_steps(enc: Any, kind: tuple) -> Any:
-    """A round-0 output stacked over the steps: `Local` along the step axis too."""
+def _stacked_over_steps(base: Any, enc: Any, kind: tuple) -> Any:
+    """A round-0 output stacked over the steps: `Local` along the step axis too. A
+    step of one lane may hold it as that lane's replay (`Perturbed`: a `cond` holding
+    sites, an operation without a lane rule); its base is the base run's output."""
     if kind == SAME:
-        return enc
+        return base
+    if kind == PERTURBED:
+        return Local(base, enc[:, 0], (0,))
     return Local(enc[0], enc[1], (0,) + tuple(a + 1 for a in kind[1]))

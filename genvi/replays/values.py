@@ -24,5 +24,6 @@ class Perturbed:
 
 
 class Coupled(Exception):
-    """The rest of the objective cannot be evaluated lane by lane here (sites inside a
-    `cond` on lane-tracked values): whole-objective replays are used instead."""
+    """The rest of the objective cannot be evaluated lane by lane here (a scan carry
+    that keeps a step's change for good, a `cond` holding the replayed site itself):
+    whole-objective replays are used instead."""

@@ -196,9 +196,9 @@ def main(argv: list[str] | None = None) -> gv.EstimatorComparison | dict:
             note += relax_note("canvas and step", "a step's relaxed presence and its logit",
                                ("trained" if args.trained_steps else "initial")
                                + " AIR networks, which are held", "the per-lane form (a step's "
-                               "presence is one lane, and the cond on it keeps its replay "
-                               "from being Markov-local: it replays the rest of the ELBO "
-                               "after the scan)")
+                               "presence is one lane, and the guide's RNN carries it to every "
+                               "later step, which keeps its replay from being Markov-local: "
+                               "it replays the rest of the ELBO after the scan)")
         record_lab(args.lab_table, "frontier_air", lab, None, 0.0, argv, note, "guide", "",
                    at=where)
     return lab

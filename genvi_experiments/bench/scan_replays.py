@@ -12,6 +12,9 @@ per step, loops at their trip counts, as ratios to REINFORCE's beside the measur
 ratio: operations executed, and kernels run one after another (a scan that XLA:CPU
 does not compile into one kernel runs its body kernel by kernel, tens of ns each).
 
+K = "switching" is a switching state-space model (`switching_chain`) whose guide draws
+a continuous state inside a `lax.switch` on each step's regime.
+
     python -m genvi_experiments.bench.scan_replays [--lengths 100 400] [--states flip 2 3]
 """
 
@@ -83,16 +86,71 @@ def categorical_hmm(strategy: gv.Strategy, states: int) -> tuple:
     return model, guide, transition, means
 
 
+def switching_chain(strategy: gv.Strategy, regimes: int = 3) -> tuple:
+    """A switching state-space model and its guide, which draws a step's continuous
+    state w_t inside a `lax.switch` on the step's regime z_t (the guide's z_t with
+    `strategy`, w_t reparameterized): a replay at another z_t takes another branch and
+    draws there. (model, guide), both taking ({"logits": [T, regimes], "mu":
+    [regimes]}, observations [T]).
+
+    Example:
+        >>> model, guide = switching_chain(gv.ENUM)
+        >>> args = switching_args(4)
+        >>> float(gv.elbo(model, guide).estimate(jax.random.key(0), *args)) < 0
+        True
+    """
+    means = jnp.linspace(-1.0, 1.0, regimes)
+
+    @gv.gen
+    def model_step(z_prev, y):
+        z = gv.categorical(jnp.where(jnp.arange(regimes) == z_prev, 1.0, 0.0)) @ "z"
+        w = gv.normal(means[z], 1.0) @ "w"
+        gv.observe(gv.normal(w, 0.5), y)
+        return z, None
+
+    @gv.gen
+    def model(params, ys):
+        gv.scan(model_step)(0, ys) @ "s"
+
+    @gv.gen
+    def guide(params, ys):
+        @gv.gen
+        def guide_step(c, x):
+            logits, y = x
+            z = gv.categorical(logits, grad=strategy) @ "z"
+            branches = [lambda y, r=r: gv.normal(params["mu"][r] + 0.5 * y, 1.0,
+                                                 grad=gv.REPARAM) @ "w"
+                        for r in range(regimes)]
+            jax.lax.switch(z, branches, y)
+            return c, None
+
+        gv.scan(guide_step)(0, (params["logits"], ys)) @ "s"
+
+    return model, guide
+
+
+def switching_args(length: int, regimes: int = 3) -> tuple:
+    """`switching_chain`'s parameters and observations for `length` steps."""
+    params = {"logits": jnp.cos(jnp.arange(length * regimes * 1.0)).reshape(length, regimes),
+              "mu": jnp.linspace(-0.5, 0.5, regimes)}
+    return params, jnp.sin(jnp.arange(length) * 0.3) * 1.5
+
+
 def hmm_elbo(strategy: gv.Strategy, states: int | str) -> gv.Expectation:
-    """The ELBO of a `states`-state HMM ("flip": `flip_hmm_elbo`), its guide's sites
-    with `strategy`."""
+    """The ELBO of a `states`-state HMM ("flip": `flip_hmm_elbo`; "switching":
+    `switching_chain`), its guide's sites with `strategy`."""
     if states == "flip":
         return flip_hmm_elbo(strategy)
+    if states == "switching":
+        return gv.elbo(*switching_chain(strategy))
     return gv.elbo(*categorical_hmm(strategy, states)[:2])
 
 
 def step_args(states: int | str, length: int) -> tuple:
-    """(guide logits, observations) of a chain of `length` steps."""
+    """(guide logits, observations) of a chain of `length` steps (`switching_args` for
+    "switching")."""
+    if states == "switching":
+        return switching_args(length)
     logits = jnp.zeros(length) if states == "flip" else jnp.zeros((length, states))
     return logits, jnp.sin(jnp.arange(length) * 0.3) * 1.5
 
@@ -122,7 +180,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[100, 400])
     ap.add_argument("--states", nargs="+", default=["flip", "3"],
-                    help='"flip", or a number of states of a categorical chain')
+                    help='"flip", "switching" (`switching_chain`), or a number of states '
+                         'of a categorical chain')
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--general-up-to", type=int, default=100,
                     help="also time one replay per step at lengths up to this")
@@ -133,7 +192,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|")
     rows = []
     for states in args.states:
-        states = states if states == "flip" else int(states)
+        states = states if states in ("flip", "switching") else int(states)
         for length in args.lengths:
             timed = steps(states, length, length <= args.general_up_to)
             for r in rows_against_reinforce(timed, args.rounds):
