@@ -16,6 +16,7 @@ K = "switching" is a switching state-space model (`switching_chain`) whose guide
 a continuous state inside a `lax.switch` on each step's regime.
 
     python -m genvi_experiments.bench.scan_replays [--lengths 100 400] [--states flip 2 3]
+        [--record --table scan_replays]
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import jax.numpy as jnp
 import genvi as gv
 from genvi_experiments.bench.replay_steps import (Step, gradient_step, rows_against_reinforce,
                                                   worst_estimate)
+from genvi_experiments.bench.results import command, record
 from genvi_experiments.common.timing import describe_machine
 
 
@@ -176,7 +178,11 @@ def steps(states: int | str, length: int, general: bool) -> dict[str, Step]:
     return out
 
 
-def main() -> None:
+COLUMNS = ("K", "T", "strategy", "ms per step", "× REINFORCE", "explain: ops ×",
+           "explain: kernels ×", "explain: estimate ×")
+
+
+def main(argv: list[str] | None = None) -> list:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[100, 400])
     ap.add_argument("--states", nargs="+", default=["flip", "3"],
@@ -185,21 +191,32 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--general-up-to", type=int, default=100,
                     help="also time one replay per step at lengths up to this")
-    args = ap.parse_args()
+    ap.add_argument("--record", action="store_true",
+                    help="write the table to results/ and BENCHMARKS.md (under --table)")
+    ap.add_argument("--table", default="scan_replays", help="the result --record writes")
+    args = ap.parse_args(argv)
     print(f"# HMM in gv.scan, mean-field guide; {describe_machine()}")
-    print("| K | T | strategy | ms per step | × REINFORCE | explain: ops × | explain: "
-          "kernels × | explain: estimate × |")
-    print("|---|---|---|---|---|---|---|---|")
-    rows = []
+    print("| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS))
+    rows, table = [], []
     for states in args.states:
         states = states if states in ("flip", "switching") else int(states)
         for length in args.lengths:
             timed = steps(states, length, length <= args.general_up_to)
             for r in rows_against_reinforce(timed, args.rounds):
-                print(f"| {states} | {length} | {r.name} | {r.ms:.3f} | {r.measured:.2f} | "
-                      f"{r.ops:.2f} | {r.kernels:.2f} | {r.estimated:.2f} |")
+                cells = [str(states), str(length), r.name, f"{r.ms:.3f}", f"{r.measured:.2f}",
+                         f"{r.ops:.2f}", f"{r.kernels:.2f}", f"{r.estimated:.2f}"]
+                print("| " + " | ".join(cells) + " |")
+                table.append(cells)
                 rows.append(r._replace(name=f"K = {states}, T = {length}, {r.name}"))
     print(worst_estimate(rows))
+    if args.record:
+        record(args.table, command("scan_replays", argv), COLUMNS, table,
+               note=f"ms per jitted gradient step (interleaved, warm, median of {args.rounds} "
+                    "rounds); `explain`'s counts per step, loops at their trip counts, as "
+                    "ratios to REINFORCE's: operations executed, kernels run one after "
+                    "another, and its time estimate. \"(a replay per step)\": the same "
+                    "strategy traced under `whole_objective_replays()`.")
+    return rows
 
 
 if __name__ == "__main__":
