@@ -32,8 +32,9 @@ evaluation is wanted:
 The answer is `Exact(values, coupled, windows)`: `values[j, ...]` is the objective with
 lane l (of step t) set to alternative j, and the notes `explain` shows; or
 `Fallback(reason)`: this evaluation cannot be lane by lane (a `cond` holding the
-site itself, a carry that keeps a step's value, whole-objective replays asked for), and the caller replays the whole objective per lane and step. The engine
-depends only on `genvi.core`; `genvi.inference`'s enumeration uses its lane values and
+site itself, a carry that keeps a step's value, whole-objective replays asked for),
+and the caller replays the whole objective per lane and step. The engine depends only
+on `genvi.core`; `genvi.inference`'s enumeration uses its lane values and
 rules (`Local`, `Perturbed`, `RULES`) through this package's public names.
 
 Example:
