@@ -100,11 +100,11 @@ class LaneEval:
 
     def _general(self, eqn: Any, ins: list, evaluate: Any = None) -> list:
         """Evaluate `eqn` once per lane's replay (lanes coupled here), by
-        `evaluate(ins)` (default: the equation itself)."""
+        `evaluate(*ins)` (default: the equation itself)."""
         if self.lanes > 1 and any(isinstance(x, Local) for x in ins):
             self.coupled.append(eqn.primitive.name)
-        evaluate = evaluate or (lambda a: jx.eval_eqn(eqn, a))
-        return [Perturbed(o) for o in self._per_lane(ins, lambda *a: evaluate(list(a)))]
+        evaluate = evaluate or (lambda *a: jx.eval_eqn(eqn, a))
+        return [Perturbed(o) for o in self._per_lane(ins, evaluate)]
 
     def _per_lane(self, ins: list, f: Any) -> Any:
         """`f(*ins)` once per lane's replay: lane-tracked operands as each lane's copy."""
@@ -142,7 +142,8 @@ class LaneEval:
                 raise Coupled(eqn.primitive.name)
             # sites in a cond on lane-tracked values: each lane's replay evaluates the
             # cond as a whole replay does (same key), so the lanes stay exact
-            return self._general(eqn, ins, lambda a: self.replay.control(eqn, a, key, steps))
+            return self._general(eqn, ins,
+                                 lambda *a: self.replay.control(eqn, list(a), key, steps))
         if same and not self._holds_target(eqn, steps):
             return jx.eval_eqn(eqn, ins)
         return self._eqn(eqn, ins, key, steps)
