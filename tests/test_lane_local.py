@@ -106,17 +106,26 @@ def test_lane_local_equals_whole_objective_replays_on_the_same_key(site, strateg
     np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=2e-5)
 
 
+def _over_flips(theta, f):
+    """E f(z) for z ~ flip(sigmoid(θ)) lane by lane, by enumerating all 2^B joint values
+    (`f(z)` takes z as floats)."""
+    total = 0.0
+    for z in itertools.product([0, 1], repeat=B):
+        z = jnp.array(z, jnp.float32)
+        q = jnp.prod(jnp.where(z > 0, jax.nn.sigmoid(theta), 1 - jax.nn.sigmoid(theta)))
+        total = total + q * f(z)
+    return total
+
+
 def _exact_plate_gradient(theta):
     """d/dθ of the flip-plate ELBO by enumerating all 2^B joint values."""
     def elbo(theta):
-        total = 0.0
-        for z in itertools.product([0, 1], repeat=B):
-            z = jnp.array(z, jnp.float32)
+        def log_p_minus_log_q(z):
             q_lane = jnp.where(z > 0, jax.nn.sigmoid(theta), 1 - jax.nn.sigmoid(theta))
             mean = jnp.where(z > 0, 1.0, -1.0) * (1.0 + 0.1 * z)
             log_p = jnp.sum(jnp.log(0.5) + jax.scipy.stats.norm.logpdf(YS, mean, 1.0))
-            total = total + jnp.prod(q_lane) * (log_p - jnp.sum(jnp.log(q_lane)))
-        return total
+            return log_p - jnp.sum(jnp.log(q_lane))
+        return _over_flips(theta, log_p_minus_log_q)
     return jax.grad(elbo)(theta)
 
 
@@ -149,12 +158,7 @@ def test_coupled_continuations_take_the_general_path_and_stay_unbiased(name):
         return couple(jnp.sin(c * z + theta))
 
     def exact(theta):
-        total = 0.0
-        for z in itertools.product([0, 1], repeat=B):
-            z = jnp.array(z, jnp.float32)
-            q = jnp.prod(jnp.where(z > 0, jax.nn.sigmoid(theta), 1 - jax.nn.sigmoid(theta)))
-            total = total + q * couple(jnp.sin(c * z + theta))
-        return total
+        return _over_flips(theta, lambda z: couple(jnp.sin(c * z + theta)))
 
     theta = jnp.linspace(-1.0, 1.0, B)
     n = 20_000
@@ -182,14 +186,11 @@ def test_a_cond_holding_sites_is_replayed_lane_by_lane_and_stays_unbiased():
         return objective
 
     def exact(theta):  # E sin(w + a) = sin(m + a) exp(-s²/2) for w ~ N(m, s)
-        total = 0.0
-        for z in itertools.product([0, 1], repeat=B):
-            z = jnp.array(z, jnp.float32)
-            q = jnp.prod(jnp.where(z > 0, jax.nn.sigmoid(theta), 1 - jax.nn.sigmoid(theta)))
+        def given(z):
             a = jnp.sum(c * z)
-            total = total + q * jnp.where(jnp.sum(z) > 2, jnp.sin(theta[0] + a) * jnp.exp(-0.5),
-                                          jnp.sin(-1.0 + a) * jnp.exp(-2.0))
-        return total
+            return jnp.where(jnp.sum(z) > 2, jnp.sin(theta[0] + a) * jnp.exp(-0.5),
+                             jnp.sin(-1.0 + a) * jnp.exp(-2.0))
+        return _over_flips(theta, given)
 
     theta, objective = jnp.linspace(-1.0, 1.0, B), make()
     entry = objective.explain(theta).sites[0]

@@ -203,8 +203,9 @@ def exact_switching_elbo(params, ys, regimes=3):
         a = params["mu"][path] + 0.5 * ys
         log_p = jnp.sum(jax.nn.log_softmax(jnp.eye(regimes)[prev])[jnp.arange(len(ys)), path]
                         + norm(a, means[path], 1.0) - 0.5 + norm(ys, a, 0.5) - 2.0)
-        lq = jnp.sum(log_q[jnp.arange(len(ys)), path] + norm(a, a, 1.0) - 0.5)
-        return jnp.exp(jnp.sum(log_q[jnp.arange(len(ys)), path])) * (log_p - lq)
+        log_q_path = jnp.sum(log_q[jnp.arange(len(ys)), path])
+        lq = log_q_path + jnp.sum(norm(a, a, 1.0) - 0.5)
+        return jnp.exp(log_q_path) * (log_p - lq)
     return jnp.sum(jax.vmap(one)(paths))
 
 
