@@ -69,8 +69,8 @@ def markov_scan(ev: Any, eqn: Any, ins: list, key: Any, steps: tuple,
     final, incoming, terms, base_ys = scan.base_run()
     results = scan.rounds(rounds, incoming, terms)
     carries = [scan.final_carry(j, rounds, results, final[j]) for j in range(scan.carry_count)]
-    ys = [_stacked_over_steps(base_y, y, kd)
-          for base_y, y, kd in zip(base_ys, results[0][2], rounds[0][2])]
+    ys = [scan.output(base_y, [res[2][j] for res in results], [rnd[2][j] for rnd in rounds])
+          for j, base_y in enumerate(base_ys)]
     return carries + ys
 
 
@@ -140,11 +140,7 @@ class _MarkovScan:
                            [_encode(self.lane_free, v, kd) for v, kd in zip(self.init, kinds)])
             out_carries, out_ys = self.scan.split_outs(found["out"])
             rounds.append((kinds, out_carries, out_ys))
-            if len(rounds) > 1 and any(kd != SAME for kd in out_ys):
-                raise Coupled("a scan output that depends on an earlier step's value")
             kinds = [SAME if j in self.acc else kd for j, kd in enumerate(out_carries)]
-        if math.prod(self.inner) > 1 and any(kd == PERTURBED for kd in rounds[0][2]):
-            raise Coupled("a scan output that mixes the lanes of one step")
         return rounds
 
     def base_run(self) -> tuple:
@@ -200,8 +196,8 @@ class _MarkovScan:
                        for j, kd in enumerate(onward)]
             deltas = [_delta(lane_free, outs[j], term[j], kinds[j]) if j in self.acc else None
                       for j in range(self.carry_count)]
-            ys = [] if r else [_encode(lane_free, y, kd)
-                               for y, kd in zip(self.scan.split_outs(outs)[1], rounds[0][2])]
+            ys = [None if kd == SAME else _encode(lane_free, y, kd)
+                  for y, kd in zip(self.scan.split_outs(outs)[1], rounds[r][2])]
             return carries, deltas, ys
 
         def round0(carry, x0, i, k, alt, term):
@@ -246,6 +242,32 @@ class _MarkovScan:
                     self.lane_free.materialize(_decode(changed, kd)).values)
         return Perturbed(values.reshape((self.length * lanes,) + jnp.shape(final)))
 
+    def output(self, base: Any, encoded: list, kinds: list) -> Any:
+        """An output stacked over the steps, in every lane's replay: `Local` along the
+        steps where only round 0 changes it, lane by lane; else `Perturbed`, each lane's
+        whole output, the steps its change reached (round r: r steps on) replaced."""
+        lanes = math.prod(self.inner)
+        if all(kd == SAME for kd in kinds[1:]) and (kinds[0] != PERTURBED or lanes == 1):
+            return _stacked_over_steps(base, encoded[0], kinds[0])
+        size = self.length * lanes * math.prod(jnp.shape(base))
+        if size > MAX_OUTPUT_ELEMENTS:  # O(T²): whole replays hold one lane at a time
+            raise Coupled(f"a scan output that depends on an earlier step's value, "
+                          f"{size:,} elements in every lane's replay")
+        values = jnp.broadcast_to(base, (self.length, lanes) + jnp.shape(base))
+        lane = jnp.arange(self.length)
+        for r, (enc, kd) in enumerate(zip(encoded, kinds)):
+            if kd == SAME:
+                continue
+            per_step = jax.vmap(lambda e, kd=kd: self.lane_free.materialize(
+                _decode(e, kd)).values)(enc)  # [T, lanes, *y]: position t's, lane t - r's
+            at = lane + self.direction * r  # the position lane l's change reaches in round r
+            inside = ((at >= 0) & (at < self.length)).reshape(
+                (self.length,) + (1,) * (per_step.ndim - 1))
+            at = jnp.clip(at, 0, self.length - 1)
+            moved = _moved(per_step, -self.direction * r, jnp.zeros((), per_step.dtype))
+            values = values.at[lane, :, at].set(jnp.where(inside, moved, values[lane, :, at]))
+        return Perturbed(values.reshape((self.length * lanes,) + jnp.shape(base)))
+
     def _accumulated(self, final: Any, deltas: list, kinds: list) -> Any:
         """An accumulator's final value in every lane's replay: the base value plus the
         differences its terms took in the steps each lane's change reached."""
@@ -262,6 +284,11 @@ class _MarkovScan:
             # the difference at step t in round r belongs to the lane r steps back
             total = total + _moved(dl, -self.direction * r, jnp.zeros((), dl.dtype))
         return Perturbed((final + total).reshape((self.length * lanes,) + jnp.shape(final)))
+
+
+#: the most elements a scan output may hold in every lane's replay (an output that
+#: reads an earlier step's change is T × T × its step's size); beyond, whole replays
+MAX_OUTPUT_ELEMENTS = 1 << 24
 
 
 def _moved(stacked: jax.Array, by: int, fill: Any) -> jax.Array:

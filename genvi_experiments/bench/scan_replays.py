@@ -13,9 +13,11 @@ ratio: operations executed, and kernels run one after another (a scan that XLA:C
 does not compile into one kernel runs its body kernel by kernel, tens of ns each).
 
 K = "switching" is a switching state-space model (`switching_chain`) whose guide draws
-a continuous state inside a `lax.switch` on each step's regime.
+a continuous state inside a `lax.switch` on each step's regime; K = "pairs" a two-state
+chain whose emission means, computed in the model's scan from z_{t-1} and z_t, are
+observed after it (`paired_emissions_elbo`).
 
-    python -m genvi_experiments.bench.scan_replays [--lengths 100 400] [--states flip 2 3]
+    python -m genvi_experiments.bench.scan_replays [--lengths 100 400] [--states flip 2 3 pairs]
         [--record --table scan_replays]
 """
 
@@ -45,6 +47,41 @@ def flip_hmm_elbo(strategy: gv.Strategy) -> gv.Expectation:
     @gv.gen
     def model(logits, ys):
         gv.scan(model_step)(False, ys) @ "s"
+
+    @gv.gen
+    def guide_step(c, logit):
+        gv.flip(jax.nn.sigmoid(logit), grad=strategy) @ "z"
+        return c, None
+
+    @gv.gen
+    def guide(logits, ys):
+        gv.scan(guide_step)(0, logits) @ "s"
+
+    return gv.elbo(model, guide)
+
+
+def paired_emissions_elbo(strategy: gv.Strategy) -> gv.Expectation:
+    """The ELBO of a two-state chain whose emission at step t reads z_{t-1} and z_t (a
+    switch of state adds a jump), the means computed in the model's scan and observed
+    after it in one vectorized site: a step's value reaches two of the scan's outputs.
+    The guide is `flip_hmm_elbo`'s.
+
+    Example:
+        >>> elbo = paired_emissions_elbo(gv.ENUM)
+        >>> z = jnp.zeros(5)
+        >>> "reaches 2 steps" in elbo.explain(z, z).sites[0]["replays"]
+        True
+    """
+
+    @gv.gen
+    def model_step(z_prev, _):
+        z = gv.flip(jnp.where(z_prev, 0.8, 0.2)) @ "z"
+        return z, jnp.where(z, 1.0, -1.0) + jnp.where(z == z_prev, 0.0, 0.5)
+
+    @gv.gen
+    def model(logits, ys):
+        _, means = gv.scan(model_step)(False, ys) @ "s"
+        gv.observe(gv.normal(means, 1.0), ys)
 
     @gv.gen
     def guide_step(c, logit):
@@ -140,11 +177,14 @@ def switching_args(length: int, regimes: int = 3) -> tuple:
 
 def hmm_elbo(strategy: gv.Strategy, states: int | str) -> gv.Expectation:
     """The ELBO of a `states`-state HMM ("flip": `flip_hmm_elbo`; "switching":
-    `switching_chain`), its guide's sites with `strategy`."""
+    `switching_chain`; "pairs": `paired_emissions_elbo`), its guide's sites with
+    `strategy`."""
     if states == "flip":
         return flip_hmm_elbo(strategy)
     if states == "switching":
         return gv.elbo(*switching_chain(strategy))
+    if states == "pairs":
+        return paired_emissions_elbo(strategy)
     return gv.elbo(*categorical_hmm(strategy, states)[:2])
 
 
@@ -153,7 +193,7 @@ def step_args(states: int | str, length: int) -> tuple:
     "switching")."""
     if states == "switching":
         return switching_args(length)
-    logits = jnp.zeros(length) if states == "flip" else jnp.zeros((length, states))
+    logits = jnp.zeros(length) if states in ("flip", "pairs") else jnp.zeros((length, states))
     return logits, jnp.sin(jnp.arange(length) * 0.3) * 1.5
 
 
@@ -186,8 +226,9 @@ def main(argv: list[str] | None = None) -> list:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[100, 400])
     ap.add_argument("--states", nargs="+", default=["flip", "3"],
-                    help='"flip", "switching" (`switching_chain`), or a number of states '
-                         'of a categorical chain')
+                    help='"flip", "switching" (`switching_chain`), "pairs" '
+                         '(`paired_emissions_elbo`), or a number of states of a categorical '
+                         'chain')
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--general-up-to", type=int, default=100,
                     help="also time one replay per step at lengths up to this")
@@ -199,7 +240,7 @@ def main(argv: list[str] | None = None) -> list:
     print("| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS))
     rows, table = [], []
     for states in args.states:
-        states = states if states in ("flip", "switching") else int(states)
+        states = states if states in ("flip", "switching", "pairs") else int(states)
         for length in args.lengths:
             timed = steps(states, length, length <= args.general_up_to)
             for r in rows_against_reinforce(timed, args.rounds):
