@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import genvi as gv
+from genvi.replays import markov_scan
 from genvi.replays.engine import whole_objective_replays
 from genvi.core import jaxpr as jx
 from genvi_experiments.bench.scan_replays import categorical_hmm, switching_args, switching_chain
@@ -290,6 +291,18 @@ def test_outputs_of_two_steps_unbiased_against_enumeration(reverse):
     for got, exact in ((values, exact_paired(theta, reverse)),
                        (grads, jax.grad(exact_paired)(theta, reverse))):
         assert abs(got.mean() - exact) < 5 * got.std() / np.sqrt(n), (got.mean(), exact)
+
+
+def test_outputs_too_large_to_hold_per_lane_replay_every_step(monkeypatch):
+    """Past `MAX_OUTPUT_ELEMENTS`, an output read at later steps sends each step to a
+    whole replay of its own, which explain names, with the same estimate."""
+    monkeypatch.setattr(markov_scan, "MAX_OUTPUT_ELEMENTS", 2 * T * T - 1)
+    key, objective = jax.random.key(4), paired_outputs(gv.ENUM)
+    replays = objective.explain(0.3, key=key).sites[0]["replays"]
+    assert "not Markov-local: a scan output that depends on an earlier step's value" in replays
+    with whole_objective_replays():
+        per_step = paired_outputs(gv.ENUM).grad_estimate(key, 0.3)
+    np.testing.assert_allclose(objective.grad_estimate(key, 0.3), per_step, rtol=1e-6)
 
 
 def test_a_carry_that_keeps_the_change_replays_every_step():

@@ -31,6 +31,11 @@ choosing the branch that draws the continuous state), runs once per lane's repla
 the step's key (`genvi.replays.lanes`); at a step of one lane its output is that lane's
 replay, and stacked over the steps it is `Local` along them, its base the base run's.
 
+An output that a step's change reaches at later steps too (an emission mean computed
+from z_{t-1} and z_t, observed after the scan), or one that mixes a step's lanes, is
+held in every lane's replay (`Perturbed`: T × T step outputs, the base run's with the
+steps each lane's change reached replaced), up to `MAX_OUTPUT_ELEMENTS`.
+
 Cost: (W + 1) body evaluations per step and alternative, against T per step before.
 """
 
