@@ -157,6 +157,20 @@ def test_every_estimator_trains_with_finite_gradients(name):
         assert float(jnp.abs(grads["baseline"]["predict"]["dense1"]["bias"]).max()) > 0
 
 
+def test_enum_replays_are_whole_because_the_rnn_carries_every_step():
+    """The guide's LSTM carries each step's z_pres into every later step, so a replay
+    that changes it reruns the rest of the scan; explain names that carry as the reason
+    (the docs' account of AIR's ENUM step cost)."""
+    nets = AIRNets(TINY)
+    objective, _, _ = air_objective(TINY, nets, "enum")
+    images = jnp.asarray(make_canvases(train=4, test=1, canvas=20, digit_sizes=(6, 9)).train)
+    sites = {s["addr"]: s for s in objective.explain(nets.init(jax.random.key(0)),
+                                                        images).sites}
+    assert sites["steps/z_pres"]["replays"].endswith(
+        "whole-objective replays, after the scan; not Markov-local: a scan carry that keeps "
+        "a step's value"), sites["steps/z_pres"]["replays"]
+
+
 def test_train_air_logs_accuracy_and_elbo():
     data = make_canvases(train=32, test=16, canvas=20, digit_sizes=(6, 9))
     run = train_air(dataclasses.replace(TINY), data, "mvd", steps=4, chunk=2, batch_size=8,
