@@ -14,8 +14,7 @@ import genvi as gv
 from genvi.replays import markov_scan
 from genvi.replays.engine import whole_objective_replays
 from genvi.core import jaxpr as jx
-from genvi_experiments.bench.scan_replays import (categorical_hmm, rnn_prior_elbo, switching_args,
-                                                  switching_chain)
+from genvi_experiments.bench.scan_replays import categorical_hmm, switching_args, switching_chain
 from programs import flip_hmm as hmm
 
 T = 6
@@ -166,42 +165,6 @@ def lanes_of_a_step_paired(strategy):
     return objective
 
 
-def sampling_rnn_after(strategy):
-    """A hand-written objective: a scan holding the site, then a scan that samples a
-    normal per step from a recurrent state of every earlier value (its carry keeps a
-    step's change for good), run once per lane's replay with the run's keys."""
-
-    @gv.expectation
-    def objective(theta):
-        def first(c, logit):
-            z = gv.sample(gv.flip(jax.nn.sigmoid(logit + theta), grad=strategy))
-            return c, jnp.where(z, 1.0, -1.0)
-
-        def second(h, z):
-            h = jnp.tanh(0.8 * h + 0.7 * z)
-            return h, gv.sample(gv.normal(h, 0.5, grad=gv.REPARAM)) * theta
-
-        _, ws = jax.lax.scan(second, 0.0, jax.lax.scan(first, 0.0, LOGITS)[1])
-        return jnp.sum(jnp.sin(ws))
-    return objective
-
-
-def exact_sampling_rnn_after(theta):
-    """`sampling_rnn_after`'s expectation: over the flips' 2^T paths, with
-    E sin(θ w) = sin(θ h) exp(-θ² 0.5² / 2) for w ~ N(h, 0.5²)."""
-    paths = jnp.array(list(itertools.product([False, True], repeat=T)))
-    probs = jax.nn.sigmoid(LOGITS + theta)
-
-    def one(path):
-        def step(h, z):
-            h = jnp.tanh(0.8 * h + 0.7 * z)
-            return h, jnp.sin(theta * h) * jnp.exp(-0.125 * theta ** 2)
-
-        value = jnp.sum(jax.lax.scan(step, 0.0, jnp.where(path, 1.0, -1.0))[1])
-        return jnp.prod(jnp.where(path, probs, 1 - probs)) * value
-    return jnp.sum(jax.vmap(one)(paths))
-
-
 def lanes_ys(b):
     return (jnp.linspace(-1.0, 1.0, T * b).reshape(T, b), jnp.cos(jnp.arange(T * b)).reshape(T, b))
 
@@ -226,12 +189,6 @@ CASES = {
     "outputs of two steps, reverse": (lambda: paired_outputs(gv.MVD, True), (0.3,), 2),
     "outputs of two steps, mixing a step's lanes": (lambda: lanes_of_a_step_paired(gv.ENUM),
                                                      (0.3,), 2),
-    "a model carry that keeps every step's value": (lambda: rnn_prior_elbo(gv.ENUM),
-                                                     (LOGITS, YS), 1),
-    "a model carry that keeps every step's value, RLOO": (lambda: rnn_prior_elbo(gv.RLOO(3)),
-                                                           (LOGITS, YS), 1),
-    "a sampling scan whose carry keeps every step's value": (
-        lambda: sampling_rnn_after(gv.ENUM), (0.8,), 1),
     "switching ENUM": (lambda: gv.elbo(*switching_chain(gv.ENUM)), switching_args(T), 2),
     "switching MVD": (lambda: gv.elbo(*switching_chain(gv.MVD)), switching_args(T), 2),
     "switching RLOO": (lambda: gv.elbo(*switching_chain(gv.RLOO(3))), switching_args(T), 2),
@@ -346,53 +303,6 @@ def test_outputs_too_large_to_hold_per_lane_replay_every_step(monkeypatch):
     with whole_objective_replays():
         per_step = paired_outputs(gv.ENUM).grad_estimate(key, 0.3)
     np.testing.assert_allclose(objective.grad_estimate(key, 0.3), per_step, rtol=1e-6)
-
-
-def exact_rnn_prior_elbo(logits, ys):
-    """`rnn_prior_elbo`'s ELBO over the 2^T paths of its guide."""
-    paths = jnp.array(list(itertools.product([False, True], repeat=len(ys))))
-
-    def one(path):
-        def step(h, zy):
-            z, y = zy
-            lp = (jnp.where(z, jax.nn.log_sigmoid(2.0 * h), jax.nn.log_sigmoid(-2.0 * h))
-                  + jax.scipy.stats.norm.logpdf(y, jnp.where(z, 1.0, -1.0) + 0.3 * h, 1.0))
-            return jnp.tanh(0.8 * h + jnp.where(z, 0.7, -0.7)), lp
-
-        log_p = jnp.sum(jax.lax.scan(step, 0.0, (path, ys))[1])
-        log_q = jnp.sum(jnp.where(path, jax.nn.log_sigmoid(logits), jax.nn.log_sigmoid(-logits)))
-        return jnp.exp(log_q) * (log_p - log_q)
-    return jnp.sum(jax.vmap(one)(paths))
-
-
-@pytest.mark.parametrize("strategy", [gv.ENUM, gv.MVD], ids=repr)
-def test_a_model_carry_that_keeps_every_step_unbiased_against_enumeration(strategy):
-    """The guide's scan stays Markov-local; the model's scan, whose carry keeps each
-    step's value, runs once per lane's replay."""
-    logits, ys, n = jnp.array([0.4, -0.3, 0.8, -1.0]), jnp.array([1.1, -0.4, 0.3, 1.6]), 20_000
-    objective = rnn_prior_elbo(strategy)
-    replays = objective.explain(logits, ys).sites[0]["replays"]
-    assert "Markov-local" in replays and "lanes coupled at scan" in replays, replays
-    keys = jax.random.split(jax.random.key(2), n)
-    values = jax.jit(jax.vmap(lambda k: objective.estimate(k, logits, ys)))(keys)
-    value = exact_rnn_prior_elbo(logits, ys)
-    assert abs(values.mean() - value) < 5 * values.std() / np.sqrt(n), (values.mean(), value)
-    grads = jax.jit(jax.vmap(lambda k: objective.grad_estimate(k, logits, ys)))(keys)
-    mean, se = grads.mean(0), grads.std(0) / np.sqrt(n)
-    exact = jax.grad(exact_rnn_prior_elbo)(logits, ys)
-    assert np.all(np.abs(mean - exact) < 5 * se + 1e-6), (mean, exact, se)
-
-
-def test_a_sampling_scan_run_per_lane_is_unbiased_against_enumeration():
-    objective, theta, n = sampling_rnn_after(gv.ENUM), 0.8, 20_000
-    replays = objective.explain(theta).sites[0]["replays"]
-    assert "Markov-local" in replays and "lanes coupled at scan" in replays, replays
-    keys = jax.random.split(jax.random.key(6), n)
-    values = jax.jit(jax.vmap(lambda k: objective.estimate(k, theta)))(keys)
-    grads = jax.jit(jax.vmap(lambda k: objective.grad_estimate(k, theta)))(keys)
-    for got, exact in ((values, exact_sampling_rnn_after(theta)),
-                       (grads, jax.grad(exact_sampling_rnn_after)(theta))):
-        assert abs(got.mean() - exact) < 5 * got.std() / np.sqrt(n), (got.mean(), exact)
 
 
 def test_a_carry_that_keeps_the_change_replays_every_step():

@@ -25,12 +25,11 @@ over the lane axes turns `Local` into `Perturbed` at O(size) cost. Anything that
 couples lanes (a max or sort across the batch, a gather, a non-additive use) turns its
 `Local` operands into `Perturbed` ones (`materialize`, O(B × size)) and runs per
 replay under `vmap`: the general path, correct for any program, taken only where the
-lanes couple. A `scan` is tracked through (`lane_scan`, `markov_scan`); where it
-cannot be (a carry keeps a step's change for good, operands held per lane), it runs
-per replay the same way, as does a `cond` holding sites on lane-tracked values: each
-lane's copy as a whole replay evaluates it (the run's key, its overrides). A `scan` or
-`cond` holding the replayed site itself, where it cannot be tracked, falls back to
-whole-objective replays (the engine, `genvi.replays.engine`, answers `Fallback`).
+lanes couple. A `scan` holding sampling sites is tracked through (`lane_scan`,
+`markov_scan`); a `cond` holding them, on lane-tracked values, runs per replay the same
+way, each lane's copy as a whole replay evaluates it (the run's key, its overrides). A
+`cond` holding the replayed site itself falls back to whole-objective replays (the
+engine, `genvi.replays.engine`, answers `Fallback`).
 """
 
 from __future__ import annotations
@@ -158,24 +157,6 @@ class LaneEval:
     def _scan(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
         if self.every_step is not None and _at(self.every_step[0], steps + (eqn,)):
             return markov_scan(self, eqn, ins, key, steps, self.every_step[1:])
-        if self._holds_target(eqn, steps):
-            return self._tracked_scan(eqn, ins, key, steps)
-        notes = (len(self.coupled), len(self.windows), self.per_lane_elements,
-                 self.once_elements)
-        try:
-            return self._tracked_scan(eqn, ins, key, steps)
-        except Coupled:
-            # a carry keeps a step's change, or the operands are per lane: each lane's
-            # replay runs the scan as a whole replay does (O(lanes) scans, not O(lanes)
-            # objectives); the failed attempt's notes are dropped
-            del self.coupled[notes[0]:], self.windows[notes[1]:]
-            self.per_lane_elements, self.once_elements = notes[2:]
-            if not jx.nests(eqn, RANDOMNESS):
-                return self._general(eqn, ins)
-            return self._general(eqn, ins,
-                                 lambda *a: self.replay.control(eqn, list(a), key, steps))
-
-    def _tracked_scan(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
         if scans_over_lanes(eqn, ins):
             return markov_scan(self, eqn, ins, key, steps)
         return lane_scan(self, eqn, ins, key, steps)

@@ -23,10 +23,8 @@ the body is evaluated abstractly on the kinds of its carries, round after round,
 no carry depends on the change any more. Carries that only accumulate (`c + term`,
 `c` used nowhere else) are run at zero and their differences summed per lane after
 the scan, so they never keep a change alive. A carry that keeps a change for ever (an
-autoregressive guide's state, an RNN) makes the window unbounded: `Coupled` is raised.
-In the scan holding the site the objective is then replayed whole, as exact as before;
-a later scan over the steps (a model with a recurrent state) runs once per lane's
-replay instead (`genvi.replays.lanes`), O(T) scans rather than O(T) objectives.
+autoregressive guide's state, an RNN) makes the window unbounded: `Coupled` is raised
+and the objective is replayed whole, as exact as before.
 
 A `cond` whose branches sample, on a step's changed value (a switching model's regime
 choosing the branch that draws the continuous state), runs once per lane's replay with

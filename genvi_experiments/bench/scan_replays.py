@@ -15,10 +15,9 @@ does not compile into one kernel runs its body kernel by kernel, tens of ns each
 K = "switching" is a switching state-space model (`switching_chain`) whose guide draws
 a continuous state inside a `lax.switch` on each step's regime; K = "pairs" a two-state
 chain whose emission means, computed in the model's scan from z_{t-1} and z_t, are
-observed after it (`paired_emissions_elbo`); K = "rnn" a two-state chain whose model
-carries a recurrent state of every earlier z (`rnn_prior_elbo`).
+observed after it (`paired_emissions_elbo`).
 
-    python -m genvi_experiments.bench.scan_replays [--lengths 100 400] [--states flip 2 3 pairs rnn]
+    python -m genvi_experiments.bench.scan_replays [--lengths 100 400] [--states flip 2 3 pairs]
         [--record --table scan_replays]
 """
 
@@ -83,40 +82,6 @@ def paired_emissions_elbo(strategy: gv.Strategy) -> gv.Expectation:
     def model(logits, ys):
         _, means = gv.scan(model_step)(False, ys) @ "s"
         gv.observe(gv.normal(means, 1.0), ys)
-
-    @gv.gen
-    def guide_step(c, logit):
-        gv.flip(jax.nn.sigmoid(logit), grad=strategy) @ "z"
-        return c, None
-
-    @gv.gen
-    def guide(logits, ys):
-        gv.scan(guide_step)(0, logits) @ "s"
-
-    return gv.elbo(model, guide)
-
-
-def rnn_prior_elbo(strategy: gv.Strategy) -> gv.Expectation:
-    """The ELBO of a two-state chain whose transition and emission read a recurrent
-    state h_t = tanh(0.8 h_{t-1} ± 0.7) of every earlier z (the model's carry keeps a
-    step's value for good), with `flip_hmm_elbo`'s mean-field guide.
-
-    Example:
-        >>> elbo = rnn_prior_elbo(gv.ENUM)
-        >>> z = jnp.zeros(5)
-        >>> "Markov-local" in elbo.explain(z, z).sites[0]["replays"]
-        True
-    """
-
-    @gv.gen
-    def model_step(h, y):
-        z = gv.flip(jax.nn.sigmoid(2.0 * h)) @ "z"
-        gv.observe(gv.normal(jnp.where(z, 1.0, -1.0) + 0.3 * h, 1.0), y)
-        return jnp.tanh(0.8 * h + jnp.where(z, 0.7, -0.7)), None
-
-    @gv.gen
-    def model(logits, ys):
-        gv.scan(model_step)(0.0, ys) @ "s"
 
     @gv.gen
     def guide_step(c, logit):
@@ -212,16 +177,14 @@ def switching_args(length: int, regimes: int = 3) -> tuple:
 
 def hmm_elbo(strategy: gv.Strategy, states: int | str) -> gv.Expectation:
     """The ELBO of a `states`-state HMM ("flip": `flip_hmm_elbo`; "switching":
-    `switching_chain`; "pairs": `paired_emissions_elbo`; "rnn": `rnn_prior_elbo`), its
-    guide's sites with `strategy`."""
+    `switching_chain`; "pairs": `paired_emissions_elbo`), its guide's sites with
+    `strategy`."""
     if states == "flip":
         return flip_hmm_elbo(strategy)
     if states == "switching":
         return gv.elbo(*switching_chain(strategy))
     if states == "pairs":
         return paired_emissions_elbo(strategy)
-    if states == "rnn":
-        return rnn_prior_elbo(strategy)
     return gv.elbo(*categorical_hmm(strategy, states)[:2])
 
 
@@ -230,7 +193,7 @@ def step_args(states: int | str, length: int) -> tuple:
     "switching")."""
     if states == "switching":
         return switching_args(length)
-    logits = jnp.zeros(length) if states in ("flip", "pairs", "rnn") else jnp.zeros((length, states))
+    logits = jnp.zeros(length) if states in ("flip", "pairs") else jnp.zeros((length, states))
     return logits, jnp.sin(jnp.arange(length) * 0.3) * 1.5
 
 
@@ -264,8 +227,8 @@ def main(argv: list[str] | None = None) -> list:
     ap.add_argument("--lengths", type=int, nargs="+", default=[100, 400])
     ap.add_argument("--states", nargs="+", default=["flip", "3"],
                     help='"flip", "switching" (`switching_chain`), "pairs" '
-                         '(`paired_emissions_elbo`), "rnn" (`rnn_prior_elbo`), or a number '
-                         'of states of a categorical chain')
+                         '(`paired_emissions_elbo`), or a number of states of a categorical '
+                         'chain')
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--general-up-to", type=int, default=100,
                     help="also time one replay per step at lengths up to this")
@@ -277,7 +240,7 @@ def main(argv: list[str] | None = None) -> list:
     print("| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS))
     rows, table = [], []
     for states in args.states:
-        states = states if states in ("flip", "switching", "pairs", "rnn") else int(states)
+        states = states if states in ("flip", "switching", "pairs") else int(states)
         for length in args.lengths:
             timed = steps(states, length, length <= args.general_up_to)
             for r in rows_against_reinforce(timed, args.rounds):
