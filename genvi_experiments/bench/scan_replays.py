@@ -35,6 +35,22 @@ from genvi_experiments.bench.results import command, record
 from genvi_experiments.common.timing import describe_machine
 
 
+def mean_field_flips(strategy: gv.Strategy) -> gv.GenFn:
+    """A chain's mean-field guide: flip(sigmoid(l_t)) at each step, with `strategy`;
+    takes (logits [T], observations [T])."""
+
+    @gv.gen
+    def guide_step(c, logit):
+        gv.flip(jax.nn.sigmoid(logit), grad=strategy) @ "z"
+        return c, None
+
+    @gv.gen
+    def guide(logits, ys):
+        gv.scan(guide_step)(0, logits) @ "s"
+
+    return guide
+
+
 def flip_hmm_elbo(strategy: gv.Strategy) -> gv.Expectation:
     """The ELBO of a two-state HMM with `gv.flip` sites, the guide's with `strategy`."""
 
@@ -48,23 +64,14 @@ def flip_hmm_elbo(strategy: gv.Strategy) -> gv.Expectation:
     def model(logits, ys):
         gv.scan(model_step)(False, ys) @ "s"
 
-    @gv.gen
-    def guide_step(c, logit):
-        gv.flip(jax.nn.sigmoid(logit), grad=strategy) @ "z"
-        return c, None
-
-    @gv.gen
-    def guide(logits, ys):
-        gv.scan(guide_step)(0, logits) @ "s"
-
-    return gv.elbo(model, guide)
+    return gv.elbo(model, mean_field_flips(strategy))
 
 
 def paired_emissions_elbo(strategy: gv.Strategy) -> gv.Expectation:
     """The ELBO of a two-state chain whose emission at step t reads z_{t-1} and z_t (a
     switch of state adds a jump), the means computed in the model's scan and observed
     after it in one vectorized site: a step's value reaches two of the scan's outputs.
-    The guide is `flip_hmm_elbo`'s.
+    The guide is `mean_field_flips`.
 
     Example:
         >>> elbo = paired_emissions_elbo(gv.ENUM)
@@ -83,16 +90,7 @@ def paired_emissions_elbo(strategy: gv.Strategy) -> gv.Expectation:
         _, means = gv.scan(model_step)(False, ys) @ "s"
         gv.observe(gv.normal(means, 1.0), ys)
 
-    @gv.gen
-    def guide_step(c, logit):
-        gv.flip(jax.nn.sigmoid(logit), grad=strategy) @ "z"
-        return c, None
-
-    @gv.gen
-    def guide(logits, ys):
-        gv.scan(guide_step)(0, logits) @ "s"
-
-    return gv.elbo(model, guide)
+    return gv.elbo(model, mean_field_flips(strategy))
 
 
 def categorical_hmm(strategy: gv.Strategy, states: int) -> tuple:
