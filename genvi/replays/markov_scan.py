@@ -47,6 +47,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from genvi.replays.lane_scan import PERTURBED, SAME, _decode, _encode, _kind
 from genvi.replays.replay import split_keys
@@ -259,18 +260,16 @@ class _MarkovScan:
             raise Coupled(f"a scan output that depends on an earlier step's value, "
                           f"{size:,} elements in every lane's replay")
         values = jnp.broadcast_to(base, (self.length, lanes) + jnp.shape(base))
-        lane = jnp.arange(self.length)
+        steps = np.arange(self.length)
         for r, (enc, kd) in enumerate(zip(encoded, kinds)):
             if kd == SAME:
                 continue
             per_step = jax.vmap(lambda e, kd=kd: self.lane_free.materialize(
-                _decode(e, kd)).values)(enc)  # [T, lanes, *y]: position t's, lane t - r's
-            at = lane + self.direction * r  # the position lane l's change reaches in round r
-            inside = ((at >= 0) & (at < self.length)).reshape(
-                (self.length,) + (1,) * (per_step.ndim - 1))
-            at = jnp.clip(at, 0, self.length - 1)
-            moved = _moved(per_step, -self.direction * r, jnp.zeros((), per_step.dtype))
-            values = values.at[lane, :, at].set(jnp.where(inside, moved, values[lane, :, at]))
+                _decode(e, kd)).values)(enc)  # [T, lanes, *y]: round r's output at step t
+            # [lane, 1, step]: lane l's change reaches step l + r (l - r in reverse)
+            reached = (steps[None, :] == steps[:, None] + self.direction * r)[:, None]
+            reached = reached.reshape(reached.shape + (1,) * (per_step.ndim - 2))
+            values = jnp.where(reached, jnp.moveaxis(per_step, 0, 1)[None], values)
         return Perturbed(values.reshape((self.length * lanes,) + jnp.shape(base)))
 
     def _accumulated(self, final: Any, deltas: list, kinds: list) -> Any:
