@@ -26,7 +26,7 @@ chooses at the initial parameters (and `gv.fit` when it trains).
 With `--time-to-target S`, each strategy trains for S wall-clock seconds from each
 start (compiling, and AUTO's measurements, counted), and the table (as
 `binary_vae_auto`, `categorical_vae_auto`) gives the seconds each took to reach a
-target training objective: what the best strategy reached at half its run.
+target training objective: what the best strategy reached a quarter into its run.
 
 `--record` writes each table (as `binary_vae` and `categorical_vae`, `_gpu` appended
 on a GPU) to BENCHMARKS.md through `genvi_experiments.bench.results`.

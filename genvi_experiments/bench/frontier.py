@@ -22,7 +22,7 @@ A model is an object with `name`, `strategies` ({label: strategy}, `RELAX`,
 Example:
     >>> from genvi_experiments.bench.frontier import time_to_target
     >>> runs = {"A": [[(1.0, -5.0), (2.0, -1.0)]], "B": [[(1.0, -4.0), (2.0, -3.0)]]}
-    >>> time_to_target(runs)          # A is best; it had -5.0 at half its run
+    >>> time_to_target(runs)          # A is best; -5.0 at a quarter of its run
     (-5.0, {'A': [1.0], 'B': [1.0]})
 """
 
