@@ -1,10 +1,12 @@
 """Experiments run end to end at a tiny size."""
 
+import itertools
 import json
 import math
 import os
 import pathlib
 import re
+import types
 
 import jax.numpy as jnp
 import numpy as np
@@ -266,7 +268,20 @@ class _Quadratic:
         return e
 
 
-def test_runs_to_level_stops_at_the_level_at_the_same_step_each_time():
+@pytest.fixture
+def chunk_clock(monkeypatch):
+    """The frontier's clock, read once as a fit starts and once at each chunk's end,
+    advancing 0.1 s a reading: a run's seconds count its chunks, so a limit is a number
+    of chunks and no test depends on how fast the machine compiles and trains (a
+    3-second limit on wall-clock time was passed before the first level on a loaded
+    CI machine)."""
+    from genvi_experiments.bench import frontier
+    readings = itertools.count()
+    monkeypatch.setattr(frontier, "time",
+                        types.SimpleNamespace(perf_counter=lambda: 0.1 * next(readings)))
+
+
+def test_runs_to_level_stops_at_the_level_at_the_same_step_each_time(chunk_clock):
     from genvi_experiments.bench.frontier import runs_to_level
     data, strategies = jnp.full((16,), 3.0), {"REPARAM": gv.REPARAM, "RLOO(2)": gv.RLOO(2)}
     first, again = (runs_to_level(_Quadratic(), strategies, -2.0, 60.0, data, seeds=2, batch=4,
@@ -281,7 +296,8 @@ def test_runs_to_level_stops_at_the_level_at_the_same_step_each_time():
     assert never == {"REPARAM": [(None, math.inf)]}
 
 
-def test_runs_to_levels_measure_every_level_on_the_same_starts(tmp_path, monkeypatch):
+def test_runs_to_levels_measure_every_level_on_the_same_starts(tmp_path, monkeypatch,
+                                                               chunk_clock):
     from genvi_experiments.bench import frontier, results
     data, strategies = jnp.full((16,), 3.0), {"REPARAM": gv.REPARAM, "AUTO": gv.AUTO}
     runs = frontier.runs_to_levels(_Quadratic(), strategies, [-4.0, -2.0, 0.0], 3.0, data,
