@@ -1,9 +1,10 @@
 """Objectives over flip sites with their exact values and θ-derivatives, shared by the
 statistical tests of the binary estimators (DisARM, RELAX, RLOO): one site with a score
 part and a pathwise part, one site's five lanes coupled through their sum, and a Markov
-chain of flips in a `jax.lax.scan`, and a plate of latent vectors each read by a
-decoder. Each takes the site's strategy; its exact twin enumerates every joint value
-(`estimates.exact_by_enumeration`, `datapoint_elbos`)."""
+chain of flips in a `jax.lax.scan`, a plate of flips each observed through a normal,
+and a plate of latent vectors each read by a decoder. Each takes the site's strategy;
+its exact twin enumerates every joint value (`estimates.exact_by_enumeration`,
+`exact_flip_plate_elbo`, `datapoint_elbos`)."""
 
 import itertools
 
@@ -86,6 +87,48 @@ def exact_markov_chain(theta: float) -> tuple[float, float]:
 
 W1 = jnp.asarray(np.random.default_rng(0).normal(size=(32, 3)), jnp.float32)
 W2 = jnp.asarray(np.random.default_rng(1).normal(size=(2, 32)) / 4, jnp.float32)
+
+
+FLIP_PLATE_Y = jnp.array([2.1, -1.5, 0.3, -2.4])  # the four datapoints of `flip_plate_model`
+FLIP_PLATE_LOGITS = jnp.array([0.3, -0.2, 0.1, 0.5])  # where `flip_plate_guide` is measured
+
+
+@gv.gen
+def _flip_point(y):
+    z = gv.flip(0.3) @ "z"
+    gv.observe(gv.normal(jnp.where(z, 2.0, -2.0), 1.0), y)
+
+
+@gv.gen
+def flip_plate_model(params, y):
+    """A plate of flips (prior 0.3), each datapoint y ~ N(±2, 1); `params` (the guide's)
+    unused."""
+    gv.vmap(_flip_point)(y) @ "data"
+
+
+def flip_plate_guide(strategy: gv.Strategy) -> gv.GenFn:
+    """`flip_plate_model`'s mean-field guide: a flip of probability σ(logits[i]) per
+    datapoint, `strategy` at each."""
+    @gv.gen
+    def lane(logit):
+        gv.flip(jax.nn.sigmoid(logit), grad=strategy) @ "z"
+
+    @gv.gen
+    def guide(logits, y):
+        gv.vmap(lane)(logits) @ "data"
+    return guide
+
+
+def exact_flip_plate_elbo(logits: jax.Array, y: jax.Array = FLIP_PLATE_Y) -> jax.Array:
+    """The ELBO of `flip_plate_model` under `flip_plate_guide` at `logits`: a sum over
+    the datapoints, each summed over z in {0, 1} (differentiable in `logits`)."""
+    q = jax.nn.sigmoid(logits)
+
+    def term(z, qz):
+        log_joint = (jnp.log(jnp.where(z, 0.3, 0.7))
+                     + jax.scipy.stats.norm.logpdf(y, jnp.where(z, 2.0, -2.0), 1.0))
+        return qz * (log_joint - jnp.log(qz))
+    return jnp.sum(term(True, q) + term(False, 1 - q))
 
 
 def decoder(z):  # the binary VAE's decoder at toy size: every output reads every lane

@@ -19,10 +19,12 @@ import numpy as np
 import pytest
 
 import genvi as gv
-from binary_cases import (GUIDE, THETA, XS, coupled_lanes, datapoint_elbos,
-                          exact_coupled_lanes, exact_latent_vector_iwelbo, exact_markov_chain,
-                          exact_single_flip, latent_vector_iwelbo, latent_vector_plate_elbo,
-                          latent_vector_programs, markov_chain, sig, single_flip)
+from binary_cases import (FLIP_PLATE_LOGITS, FLIP_PLATE_Y, GUIDE, THETA, XS, coupled_lanes,
+                          datapoint_elbos, exact_coupled_lanes, exact_flip_plate_elbo,
+                          exact_latent_vector_iwelbo, exact_markov_chain, exact_single_flip,
+                          flip_plate_guide, flip_plate_model, latent_vector_iwelbo,
+                          latent_vector_plate_elbo, latent_vector_programs, markov_chain, sig,
+                          single_flip)
 from estimates import N, biased_parts, exact_by_enumeration, moments, within
 from genvi.adev import dual as d
 
@@ -64,39 +66,14 @@ def test_coupled_lanes_of_one_site_are_unbiased(strategy):
 
 
 def test_an_elbo_with_a_plate_guide_is_unbiased():
-    @gv.gen
-    def point(y):
-        z = gv.flip(0.3) @ "z"
-        gv.observe(gv.normal(jnp.where(z, 2.0, -2.0), 1.0), y)
-
-    @gv.gen
-    def model(logits, y):
-        gv.vmap(point)(y) @ "data"
-
-    @gv.gen
-    def lane(logit):
-        gv.flip(jax.nn.sigmoid(logit), grad=gv.DisARM) @ "z"
-
-    @gv.gen
-    def guide(logits, y):
-        gv.vmap(lane)(logits) @ "data"
-
-    y = jnp.array([2.1, -1.5, 0.3, -2.4])
-    logits = jnp.array([0.3, -0.2, 0.1, 0.5])
-
-    def exact(logits):  # the ELBO is a sum over lanes, each summed over z in {0, 1}
-        q = jax.nn.sigmoid(logits)
-        def term(z, qz):
-            log_joint = (jnp.log(jnp.where(z, 0.3, 0.7))
-                         + jax.scipy.stats.norm.logpdf(y, jnp.where(z, 2.0, -2.0), 1.0))
-            return qz * (log_joint - jnp.log(qz))
-        return jnp.sum(term(True, q) + term(False, 1 - q))
-    obj = gv.elbo(model, guide)
+    obj = gv.elbo(flip_plate_model, flip_plate_guide(gv.DisARM))
+    logits, y = FLIP_PLATE_LOGITS, FLIP_PLATE_Y
     keys = jax.random.split(jax.random.key(5), N)
     v, g = jax.jit(jax.vmap(lambda k: obj.value_and_grad_estimate(k, logits, y)))(keys)
     v, g = np.asarray(v, np.float64), np.asarray(g, np.float64)  # g: [N, lanes]
-    assert within(v.mean(), v.std() / math.sqrt(N), float(exact(logits)))
-    assert within(g.mean(0), g.std(0) / math.sqrt(N), np.asarray(jax.grad(exact)(logits)))
+    assert within(v.mean(), v.std() / math.sqrt(N), float(exact_flip_plate_elbo(logits)))
+    assert within(g.mean(0), g.std(0) / math.sqrt(N),
+                  np.asarray(jax.grad(exact_flip_plate_elbo)(logits)))
 
 
 W = jnp.array([[1.5, -1.0, 0.5], [-0.5, 2.0, 1.0]])  # 3 binary latents -> 2-D observations

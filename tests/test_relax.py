@@ -23,10 +23,11 @@ import optax
 import pytest
 
 import genvi as gv
-from binary_cases import (GUIDE, THETA, XS, C, coupled_lanes, datapoint_elbos,
-                          exact_coupled_lanes, exact_latent_vector_iwelbo, exact_markov_chain,
-                          exact_single_flip, latent_vector_iwelbo, latent_vector_plate_elbo,
-                          markov_chain, sig, single_flip_value)
+from binary_cases import (C, FLIP_PLATE_Y, GUIDE, THETA, XS, coupled_lanes, datapoint_elbos,
+                          exact_coupled_lanes, exact_flip_plate_elbo, exact_latent_vector_iwelbo,
+                          exact_markov_chain, exact_single_flip, flip_plate_model,
+                          latent_vector_iwelbo, latent_vector_plate_elbo, markov_chain, sig,
+                          single_flip_value)
 from estimates import N, biased_parts, estimates, exact_by_enumeration, moments, within
 
 VALUES = np.array([1.0, 3.0, -2.0])  # f at a categorical's three values
@@ -234,15 +235,6 @@ def test_the_default_takes_the_papers_form_where_the_rest_couples_the_lanes():
 def plate_elbo(form):
     """The ELBO of a plate of flips with normal observations, RELAX at the guide's
     flips (a surrogate with a vector leaf, which keeps its own axis under gv.vmap)."""
-    @gv.gen
-    def point(y):
-        z = gv.flip(0.3) @ "z"
-        gv.observe(gv.normal(jnp.where(z, 2.0, -2.0), 1.0), y)
-
-    @gv.gen
-    def model(params, y):
-        gv.vmap(point)(y) @ "data"
-
     def quadratic(phi, z):
         return phi["w"][0] * z + phi["w"][1] * z ** 2 + phi["b"]
 
@@ -253,7 +245,7 @@ def plate_elbo(form):
     @gv.gen
     def guide(params, y):
         gv.vmap(lane, in_axes=(0, None))(params["logits"], params["phi"]) @ "data"
-    return gv.elbo(model, guide)
+    return gv.elbo(flip_plate_model, guide)
 
 
 def plate_params(y):
@@ -264,17 +256,9 @@ def plate_params(y):
 
 @pytest.mark.parametrize("form", ["lane-local", "whole site"])
 def test_an_elbo_with_a_plate_guide(form):
-    y = jnp.array([2.1, -1.5, 0.3, -2.4])
+    y = FLIP_PLATE_Y
     params = plate_params(y)
-
-    def exact(logits):  # the ELBO is a sum over lanes, each summed over z in {0, 1}
-        q = jax.nn.sigmoid(logits)
-
-        def term(z, qz):
-            log_joint = (jnp.log(jnp.where(z, 0.3, 0.7))
-                         + jax.scipy.stats.norm.logpdf(y, jnp.where(z, 2.0, -2.0), 1.0))
-            return qz * (log_joint - jnp.log(qz))
-        return jnp.sum(term(True, q) + term(False, 1 - q))
+    exact = exact_flip_plate_elbo
     obj = plate_elbo(form)
     keys = jax.random.split(jax.random.key(5), N)
     v, g = jax.jit(jax.vmap(lambda k: obj.value_and_grad_estimate(k, params, y)))(keys)

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import genvi as gv
-from binary_cases import THETA, coupled_lanes, exact_coupled_lanes
+from binary_cases import (FLIP_PLATE_LOGITS, FLIP_PLATE_Y, THETA, coupled_lanes,
+                          exact_coupled_lanes, flip_plate_guide, flip_plate_model)
 from estimates import N, moments
 
 
@@ -57,28 +58,9 @@ def test_batched_site_lane_by_lane_is_unbiased():
 
 
 def test_rloo_in_a_plate_guide_fits_with_the_elbo():
-    @gv.gen
-    def point(y):
-        z = gv.flip(0.3) @ "z"
-        gv.observe(gv.normal(jnp.where(z, 2.0, -2.0), 1.0), y)
-
-    @gv.gen
-    def model(logits, y):
-        gv.vmap(point)(y) @ "data"
-
-    @gv.gen
-    def lane(logit):
-        gv.flip(jax.nn.sigmoid(logit), grad=gv.RLOO(4)) @ "z"
-
-    @gv.gen
-    def guide(logits, y):
-        gv.vmap(lane)(logits) @ "data"
-
-    y = jnp.array([2.1, -1.5, 0.3, -2.4])
-    obj = gv.elbo(model, guide)
-    enum = gv.elbo(model, gv.gen(lambda logits, y: gv.vmap(gv.gen(
-        lambda l: gv.flip(jax.nn.sigmoid(l), grad=gv.ENUM) @ "z"))(logits) @ "data"))
-    logits = jnp.array([0.3, -0.2, 0.1, 0.5])
+    logits, y = FLIP_PLATE_LOGITS, FLIP_PLATE_Y
+    obj = gv.elbo(flip_plate_model, flip_plate_guide(gv.RLOO(4)))
+    enum = gv.elbo(flip_plate_model, flip_plate_guide(gv.ENUM))
     keys = jax.random.split(jax.random.key(5), N)
     g = np.asarray(jax.jit(jax.vmap(lambda k: obj.grad_estimate(k, logits, y)[0]))(keys))
     ge = np.asarray(jax.jit(jax.vmap(lambda k: enum.grad_estimate(k, logits, y)[0]))(keys[:2000]))
