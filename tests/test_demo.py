@@ -1,5 +1,7 @@
 """The README's demo runs end to end and reaches the exact posterior."""
 
+import sys
+
 from genvi import demo
 
 
@@ -17,3 +19,13 @@ def test_demo_reaches_exact_posterior(capsys, tmp_path):
     rows = (tmp_path / "results.md").read_text().splitlines()
     cells = [len(r.replace("\\|", "").strip("|").split("|")) for r in rows]
     assert cells == [3] * len(rows), rows
+
+
+def test_demo_runs_without_matplotlib(capsys, tmp_path, monkeypatch):
+    # the README's first command installs genvi alone (matplotlib is the experiments
+    # extra) and runs the demo, which `genvi run` gives an --out folder
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # its import now fails
+    demo.main(["--steps", "200", "--out", str(tmp_path)])
+    printed = capsys.readouterr().out
+    assert "no objective.png (saving figures needs matplotlib: pip install matplotlib)" in printed
+    assert (tmp_path / "results.md").exists() and not (tmp_path / "objective.png").exists()
