@@ -24,13 +24,13 @@ from genvi.adev.program import expectation
 from genvi.adev.sample import sample
 from genvi.adev.smoothness import DiscontinuityError
 from genvi.adev.variance_training import VarianceTrainingError
-from genvi.adev.strategies import DISARM as DisARM, RELAX, SD_ as SD, SWOR
-from genvi.adev.strategies import (ENUM, MVD_ as MVD, REINFORCE, REPARAM, RLOO,
-                                   decaying_average)
+from genvi.adev.strategies import (ENUM, MVD, REINFORCE, RELAX, REPARAM, RLOO, SD, SWOR,
+                                   DisARM, decaying_average)
 from genvi.adev.switch import switch
 from genvi.core.choices import ChoiceMap, choices
 from genvi.core.program_mistakes import TracedConditionError, UnusedStrategyWarning
 from genvi.core.scopes import assume_continuous
+from genvi.core.continuation import Continuation, Continued
 from genvi.core.strategy import AUTO, RunState, Strategy
 from genvi.core.validation import InvalidParameters, set_validation, validation
 from genvi.distributions.base import DistCall, Distribution
@@ -108,6 +108,8 @@ __all__ = [
     "CheckpointWarning",
     "Checkpoints",
     "ChoiceMap",
+    "Continuation",
+    "Continued",
     "Converged",
     "Deferred",
     "DisARM",

@@ -218,3 +218,87 @@ def test_an_operand_that_is_not_lane_shaped_gains_the_plates_axes_only(lanes, se
     SEEN.clear()
     objective.grad_estimate(jax.random.key(0), jnp.zeros((3, 2), F32))
     assert SEEN and all(shape == seen for shape in SEEN)
+
+
+# -- a third-party pathwise strategy, written from docs/extending.md -----------------
+
+
+class Pathwise(gv.Strategy):
+    """The pathwise derivative through a differentiable sampler, declared `pathwise`:
+    genvi then checks that the drawn value reaches no discontinuity, as for REPARAM."""
+
+    kind = "MY_PATHWISE"
+    needs = ("sample", "reparameterized")
+    pathwise = True
+
+    def jvp(self, dist, key, primals, tangents, k: gv.Continuation) -> gv.Continued:
+        x, dx = gv.dual.jvp(lambda *p: dist.sample(key, *p), primals, tangents)
+        return k.dual(x, dx)
+
+
+def test_a_pathwise_strategy_is_unbiased_at_a_site():
+    # d/dm E[x²], x ~ N(m, 1) = 2m
+    @gv.expectation
+    def square(m):
+        return gv.sample(gv.normal(m, 1.0, grad=Pathwise())) ** 2
+
+    values, (grads,) = estimates(square, F32(0.7))
+    assert_unbiased(values, 0.7**2 + 1.0, "value")
+    assert_unbiased(grads, 2 * 0.7, "gradient")
+
+
+@pytest.mark.parametrize("strategy", [gv.REPARAM, Pathwise()], ids=["REPARAM", "third-party"])
+def test_a_pathwise_strategy_is_refused_at_a_discontinuity_as_reparam_is(strategy):
+    @gv.expectation
+    def step(m):
+        x = gv.sample(gv.normal(m, 1.0, grad=strategy), name="x")
+        return jnp.where(x > 0, 1.0, 0.0)
+
+    with pytest.raises(gv.DiscontinuityError, match=(
+            rf"drawn with a pathwise strategy at 'x' \(gv.normal, grad={strategy!r}\) "
+            r"reaches a discontinuity: `select_n`")):
+        step.grad_estimate(jax.random.key(0), 0.0)
+
+
+def test_a_strategy_that_is_not_pathwise_is_not_checked_for_discontinuities():
+    class NotDeclared(Pathwise):   # the same rule, undeclared: genvi trusts the declaration
+        pathwise = False
+
+    @gv.expectation
+    def step(m):
+        return jnp.where(gv.sample(gv.normal(m, 1.0, grad=NotDeclared())) > 0, 1.0, 0.0)
+
+    assert float(step.grad_estimate(jax.random.key(0), 0.0)) == 0.0
+
+
+def test_the_interpreter_continuation_implements_the_public_protocol():
+    seen = []
+
+    class Look(Pathwise):
+        def jvp(self, dist, key, primals, tangents, k):
+            seen.append(k)
+            return super().jvp(dist, key, primals, tangents, k)
+
+    gv.expectation(lambda m: gv.sample(gv.normal(m, 1.0, grad=Look()))).grad_estimate(
+        jax.random.key(0), 0.0)
+    (k,) = seen
+    assert isinstance(k, gv.Continuation)
+    # every public member of the interpreter's continuation is part of the protocol
+    public = {n for n in dir(type(k)) if not n.startswith("_")}
+    protocol = {n for n in dir(gv.Continuation) if not n.startswith("_")} | {"can_branch"}
+    assert public <= protocol, public - protocol
+    assert isinstance(k.dual(jnp.zeros(())), gv.Continued)
+
+
+def test_auto_and_tuning_read_declarations_not_names():
+    from genvi.adev import auto
+
+    class MyScore(AntitheticReinforce):     # a score-function strategy of another name
+        kind = "MINE"
+        score_function = True
+
+    assert gv.RLOO(2).score_function and gv.REINFORCE.score_function
+    assert not any(s.score_function for s in (gv.REPARAM, gv.MVD, gv.ENUM, gv.SD, gv.DisARM))
+    assert gv.REPARAM.pathwise and not MyScore.pathwise
+    assert gv.switch(jnp.int32(0), [gv.REPARAM, gv.REINFORCE]).pathwise
+    assert auto.candidates(gv.flip) == (gv.ENUM, gv.RLOO(2), gv.MVD, gv.DisARM, gv.SD)

@@ -48,16 +48,18 @@ def candidates(dist: Any) -> tuple:
         (gv.REPARAM, gv.RLOO(2), gv.MVD)
     """
     built_in = built_in_strategies(dist)
-    if [s.kind for s in built_in] == ["REINFORCE"]:
+    if only_reinforce(dist):
         return (RLOO(2), RLOO(4), RLOO(8))
     # DisARM takes its whole-site form by itself where lane-by-lane replays would
     # cost more (a datapoint's latent vector), so one DisARM candidate covers both
-    return tuple(RLOO(2) if s.kind == "REINFORCE" else s for s in built_in)
+    return tuple(RLOO(2) if s.score_function else s for s in built_in)
 
 
 def only_reinforce(dist: Any) -> bool:
-    """Whether REINFORCE is the only built-in strategy `dist` supports."""
-    return [s.kind for s in built_in_strategies(dist)] == ["REINFORCE"]
+    """Whether the only built-in strategies `dist` supports are score-function ones
+    (REINFORCE's family: `Strategy.score_function`)."""
+    built_in = built_in_strategies(dist)
+    return bool(built_in) and all(s.score_function for s in built_in)
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ def placeholder(dist: Any) -> Any:
     where supported (it works wherever the distribution is scorable), else the first
     candidate."""
     built_in = built_in_strategies(dist)
-    return next((s for s in built_in if s.kind == "REINFORCE"), built_in[0])
+    return next((s for s in built_in if s.score_function), built_in[0])
 
 
 def default_choices(sites: list[AutoSite], allowed: Any) -> tuple[tuple, list[AutoSite]]:

@@ -38,7 +38,7 @@ Example:
     ...     step.grad_estimate(jax.random.key(0), 0.0)
     ... except gv.DiscontinuityError as e:
     ...     print(str(e).splitlines()[0])  # doctest: +ELLIPSIS
-    the value drawn with REPARAM at 'x' (gv.normal) reaches a discontinuity: `select_n` (jnp.where / lax.select) chooses by a comparison of it (`gt` at ...
+    the value drawn with a pathwise strategy at 'x' (gv.normal, grad=gv.REPARAM) reaches a discontinuity: `select_n` (jnp.where / lax.select) chooses by a comparison of it (`gt` at ...
 """
 
 from __future__ import annotations
@@ -54,7 +54,8 @@ from genvi.core.scopes import CONTINUOUS_SCOPE, DENSITY_SCOPE
 
 
 class DiscontinuityError(ValueError):
-    """A value drawn with REPARAM reaches a discontinuous use (see `gv.assume_continuous`)."""
+    """A value drawn with a pathwise strategy (`Strategy.pathwise`, as `gv.REPARAM`)
+    reaches a discontinuous use (see `gv.assume_continuous`)."""
 
 
 # -- the rules: which primitives are discontinuous, which make steps -----------------
@@ -199,12 +200,11 @@ def _sample_taint(eqn: Any, ins: list, trusted: bool, live: bool, at: Any) -> "_
     params = _merge(ins[:n])
     if params is not None and params.is_step and live and not trusted:
         _refuse(eqn, params, at)
-    strategy = site.strategy
-    kinds = {s.kind for s in getattr(strategy, "strategies", ())} or {getattr(strategy, "kind", None)}
-    if "REPARAM" not in kinds:
+    if not getattr(site.strategy, "pathwise", False):
         return None  # a fresh draw: its dependence on the parameters is a score term
     where = repr("/".join(map(str, site.addr))) if site.addr else "an unnamed gv.sample"
-    return _Taint(where, f"gv.{site.dist.name}", params is not None and params.param)
+    return _Taint(where, f"gv.{site.dist.name}, grad={site.strategy!r}",
+                  params is not None and params.param)
 
 
 def _cond(eqn: Any, ins: list, live: bool, trusted: bool, at: Any) -> list:
@@ -269,10 +269,11 @@ def _refuse(eqn: Any, taint: _Taint, at: Any) -> None:
     else:
         how = f"{shown} is a step function of it"
     raise DiscontinuityError(
-        f"the value drawn with REPARAM at {taint.site} ({taint.dist}) reaches a discontinuity: "
+        f"the value drawn with a pathwise strategy at {taint.site} ({taint.dist}) reaches a "
+        "discontinuity: "
         f"{how}\n  at {jx.source_line(at or eqn)}\n"
-        "A pathwise (REPARAM) gradient misses the jump, so it would be biased (e.g. zero for "
-        "E[1(x > 0)]). Fixes:\n"
+        "A pathwise gradient (through the drawn value, as gv.REPARAM's) misses the jump, so "
+        "it would be biased (e.g. zero for E[1(x > 0)]). Fixes:\n"
         f"  * give the site at {taint.site} a strategy that does not differentiate through the "
         "value: grad=gv.REINFORCE (or gv.MVD where the distribution supports it);\n"
         "  * replace the discontinuity by a smooth relaxation (e.g. jax.nn.sigmoid(x / t) for "

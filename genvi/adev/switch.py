@@ -30,6 +30,14 @@ class SwitchStrategy(Strategy):
     def kind(self) -> str:  # the kinds must agree for `check_strategy`
         return self.strategies[0].kind if self.strategies else "?"
 
+    @property
+    def pathwise(self) -> bool:  # checked as if any choice were taken
+        return any(s.pathwise for s in self.strategies)
+
+    @property
+    def score_function(self) -> bool:
+        return bool(self.strategies) and all(s.score_function for s in self.strategies)
+
     def split(self):
         parts = [s.split() for s in self.strategies]
         static = SwitchStrategy(tuple(p[0] for p in parts), None, tuple(len(p[1]) for p in parts))

@@ -29,6 +29,8 @@ from typing import Any
 
 import jax
 
+from genvi.core.continuation import Continuation, Continued
+
 
 class Strategy:
     """Base class of gradient strategies.
@@ -58,6 +60,14 @@ class Strategy:
 
     kind: str = "?"
     needs: tuple[str, ...] = ()
+    #: True if the rule differentiates through the drawn value (`k.dual(x, dx)` with a
+    #: tangent, as REPARAM): the value must then reach no discontinuity, which genvi
+    #: checks (`gv.DiscontinuityError`), and it moves with the parameters
+    pathwise: bool = False
+    #: True if the rule weights the objective by the score of its draw and nothing
+    #: else (REINFORCE-like, `k.dual(x).plus(score=...)`): `gv.AUTO` tries a
+    #: leave-one-out baseline (`gv.RLOO`) in its place and ranks it after the others
+    score_function: bool = False
     #: True if the rule puts the gradient of the estimator's variance, not of the
     #: objective, on its operands' tangents (a learned baseline or surrogate): genvi
     #: then refuses a differentiated parameter that reaches both them and the objective
@@ -66,11 +76,21 @@ class Strategy:
     run_state: type | None = None
 
     def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple,
-            k: Any) -> Any:  # pragma: no cover - abstract
-        """The rule: the site's distribution `dist`, its key, its parameters
-        (`primals`) and their tangents (None: a symbolic zero), and the continuation
-        `k` (`genvi.adev`'s, see `genvi.adev.strategies`); returns the dual of the rest
-        of the program, `k.dual(value, value_tangent)` with any `.plus(...)` terms."""
+            k: Continuation) -> Continued | Any:  # pragma: no cover - abstract
+        """The rule of the site.
+
+        Args:
+            dist: the site's distribution (a `gv.Distribution`).
+            key: the site's random key.
+            primals: the distribution's parameters.
+            tangents: their tangents, None for a symbolic zero.
+            k: the rest of the objective (`gv.Continuation`).
+
+        Returns:
+            `k.dual(value, value_tangent)` with any `.plus(...)` and
+            `.plus_replays(...)` terms (a `gv.Continued`), or the `gv.dual.Dual` of
+            `k.dual_map(...)` where the rule evaluated the rest itself.
+        """
         raise NotImplementedError
 
     def split(self) -> tuple["Strategy", tuple]:

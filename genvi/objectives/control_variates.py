@@ -20,21 +20,21 @@ from genvi.core.program_mistakes import require_programs
 from genvi.gen.language import GenFn
 
 
-def require_strategies(objective: str, guide: GenFn, args: tuple, kinds: set[str],
-                       why: str) -> None:
-    """Refuse, at trace time, a guide site whose strategy is not of one of `kinds`
-    (an objective's prerequisite), naming the address and the fix."""
+def require_strategies(objective: str, guide: GenFn, args: tuple, declaration: str,
+                       shown: str, why: str) -> None:
+    """Refuse, at trace time, a guide site whose strategy does not make `declaration`
+    (`"pathwise"` or `"score_function"`, a `gv.Strategy` attribute) true: an
+    objective's prerequisite. The message names the address and the fix (`shown`, the
+    strategy to use, e.g. `"gv.REPARAM"`)."""
     if guide.estimated_density:
         raise TypeError(f"{objective} needs a guide with a tractable density (a @gv.gen program "
                         f"or a combinator of one); got {guide.name}. {why}")
     for addr, strategy in guide.site_strategies(*args).items():
         inner = getattr(strategy, "strategies", (strategy,))
-        have = {getattr(s, "kind", None) for s in inner}
-        if not have <= kinds:
-            shown = " or ".join(f"grad=gv.{k}" for k in sorted(kinds))
+        if not all(getattr(s, declaration, False) for s in inner):
             raise ValueError(
-                f"{objective} needs {shown} at every guide site, but the site {addr!r} of "
-                f"{guide.name} has grad={strategy!r}. {why} Use {shown} at {addr!r}, or "
+                f"{objective} needs grad={shown} at every guide site, but the site {addr!r} of "
+                f"{guide.name} has grad={strategy!r}. {why} Use grad={shown} at {addr!r}, or "
                 "gv.iwelbo, which is unbiased for every strategy.")
 
 
@@ -71,7 +71,7 @@ def vimco(model: GenFn, guide: GenFn, particles: int) -> Expectation:
         raise ValueError("gv.vimco needs particles >= 2 (leave-one-out baselines)")
 
     def requires(*args):
-        require_strategies("gv.vimco", guide, args, {"REINFORCE"},
+        require_strategies("gv.vimco", guide, args, "score_function", "gv.REINFORCE",
                            "Its leave-one-out baselines correct the score-function term.")
 
     def body(*args):
@@ -104,7 +104,7 @@ def dreg(model: GenFn, guide: GenFn, particles: int) -> Expectation:
     k = int(particles)
 
     def requires(*args):
-        require_strategies("gv.dreg", guide, args, {"REPARAM"},
+        require_strategies("gv.dreg", guide, args, "pathwise", "gv.REPARAM",
                            "It differentiates through the guide's samples.")
 
     def body(*args):

@@ -316,7 +316,7 @@ def starting_choices(objective: Expectation, args: tuple, key: jax.Array,
             cost = None if candidate in refused else elements(site, candidate)
             if cost is None:
                 continue
-            priced.append((candidate.kind == "REINFORCE", cost, candidate))
+            priced.append((candidate.score_function, cost, candidate))
             if cost <= cheap_enough:   # the first cheap one is taken
                 priced = priced[-1:]
                 break

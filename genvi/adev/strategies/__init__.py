@@ -31,15 +31,17 @@ Example: a new strategy is one class::
 """
 
 from genvi.adev.strategies.reparam import REPARAM, Reparam
-from genvi.adev.strategies.enum import ENUM, Enum
+from genvi.adev.strategies.enum import ENUM, Enumerate
 from genvi.adev.strategies.reinforce import REINFORCE, Reinforce, ReinforceBaseline, decaying_average
-from genvi.adev.strategies.mvd import MVD, MVD_
+from genvi.adev.strategies.mvd import MVD, MeasureValued
 from genvi.adev.strategies.rloo import RLOO
-from genvi.adev.strategies.sd import SD, SD_
-from genvi.adev.strategies.disarm import DISARM, DisARM
+from genvi.adev.strategies.sd import SD, StochasticDerivative
+from genvi.adev.strategies.disarm import AntitheticBinary, DisARM
 from genvi.adev.strategies.swor import SWOR
 from genvi.adev.strategies.relax import RELAX
 
-__all__ = ["DISARM", "DisARM", "ENUM", "Enum", "MVD", "MVD_", "REINFORCE", "RELAX", "REPARAM", "RLOO",
-           "Reinforce", "ReinforceBaseline", "Reparam", "SD", "SD_", "SWOR",
-           "decaying_average"]
+# Strategies without settings are values (gv.MVD); those with settings are classes,
+# called (gv.RLOO(4)). Each value's class is named for what it computes.
+__all__ = ["AntitheticBinary", "DisARM", "ENUM", "Enumerate", "MVD", "MeasureValued",
+           "REINFORCE", "RELAX", "REPARAM", "RLOO", "Reinforce", "ReinforceBaseline", "Reparam",
+           "SD", "SWOR", "StochasticDerivative", "decaying_average"]

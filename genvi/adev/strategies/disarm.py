@@ -43,7 +43,7 @@ from genvi.core.strategy import Strategy, register_built_in
 
 
 @dataclass(frozen=True)
-class DisARM(Strategy):
+class AntitheticBinary(Strategy):
     """The DisARM estimator at a binary site (see the module docstring): needs a
     distribution whose lanes take the values 0 and 1 (`binary`), its sampler and its
     per-lane log density. Lane by lane where that is cheap (a plate's datapoints: one
@@ -90,7 +90,7 @@ class DisARM(Strategy):
             partner[None], -reduce_to_lanes(weight, units)[None],
             reduce_to_lanes(differ, units, jnp.any)[None], lane_axes=units)
 
-    def whole_site(self) -> "DisARM":
+    def whole_site(self) -> "AntitheticBinary":
         """DisARM with one antithetic partner for the whole site, always: the weights
         of every lane multiply f(b) − f(b̃) with all lanes at their partners, so the rest
         of the objective is evaluated twice whatever the number of lanes (the
@@ -105,7 +105,7 @@ class DisARM(Strategy):
         """
         return dataclasses.replace(self, whole=True)
 
-    def per_lane(self) -> "DisARM":
+    def per_lane(self) -> "AntitheticBinary":
         """DisARM lane by lane, always: each lane's weight multiplies f(b) − f(b with
         that lane at its partner), the other lanes kept. Where the rest of the objective
         couples the lanes, each lane's replay runs it again (one evaluation per lane, as
@@ -148,9 +148,9 @@ def _antithetic(dist, key, primals, tangents):
     return b, (partner_on.astype(b.dtype), differ, weight)
 
 
-DISARM = DisARM()
+DisARM = AntitheticBinary()
 # after REPARAM, ENUM, REINFORCE and MVD; before SD, which also evaluates the rest twice
 # per site: DisARM's antithetic pairs measured less variance on every binary site of the
 # frontier tables (the binary VAE's encoder 13.3 against 16.9, AIR's z_pres 2,930
 # against 3,360), so where a fit starts with a cheap step it starts with DisARM
-register_built_in(DISARM, rank=4)
+register_built_in(DisARM, rank=4)

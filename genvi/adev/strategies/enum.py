@@ -12,7 +12,7 @@ from genvi.adev.finite import at_each_value, branches, index_in_support
 from genvi.core.strategy import Strategy, register_built_in
 
 
-class Enum(Strategy):
+class Enumerate(Strategy):
     """Enumeration over a finite support.
 
     A single-lane site whose continuation can branch is enumerated exactly: the
@@ -77,5 +77,5 @@ class Enum(Strategy):
         return k.dual(x).plus(score=dp_here).plus_replays(alts, others(dp), live)
 
 
-ENUM = Enum()
+ENUM = Enumerate()
 register_built_in(ENUM, rank=1)  # after REPARAM: exact before the unbiased others

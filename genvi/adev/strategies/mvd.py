@@ -10,7 +10,7 @@ import jax.numpy as jnp
 from genvi.core.strategy import Strategy, register_built_in
 
 
-class MVD(Strategy):
+class MeasureValued(Strategy):
     """Measure-valued derivative: weighted differences of the continuation at
     alternative values, lane by lane (each lane of a batched site separately).
 
@@ -59,5 +59,5 @@ def _in_support(dist, primals, alts: jax.Array) -> jax.Array:
     return logp.reshape(alts.shape) > -jnp.inf
 
 
-MVD_ = MVD()
-register_built_in(MVD_, rank=3)  # after REPARAM, ENUM and REINFORCE
+MVD = MeasureValued()
+register_built_in(MVD, rank=3)  # after REPARAM, ENUM and REINFORCE

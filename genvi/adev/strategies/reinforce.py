@@ -24,6 +24,7 @@ class Reinforce(Strategy):
 
     kind = "REINFORCE"
     needs = ("sample", "lane_log_prob", "scorable")
+    score_function = True
 
     def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple, k: Any) -> Any:
         x = dist.sample(key, *primals)
@@ -52,6 +53,7 @@ class ReinforceBaseline(Strategy):
     baseline_tangent: Any = None
     kind = "REINFORCE"
     needs = Reinforce.needs
+    score_function = True
     trains_operands = True  # a learned baseline descends −½ (f − b)²
 
     def split(self):

@@ -15,6 +15,7 @@ class Reparam(Strategy):
 
     kind = "REPARAM"
     needs = ("sample", "reparameterized")
+    pathwise = True
 
     def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple, k: Any) -> Any:
         x, dx = d.jvp(lambda *p: dist.sample(key, *p), primals, tangents)

@@ -36,6 +36,7 @@ class RLOO(Strategy):
     num_samples: int = 2
     kind = "REINFORCE"
     needs = ("sample", "lane_log_prob", "scorable")  # REINFORCE's: a sibling module is not imported
+    score_function = True
 
     def __post_init__(self):
         n = self.num_samples

@@ -39,7 +39,7 @@ from genvi.core.strategy import RunState, Strategy, register_built_in
 _SALT = 0x5D  # fold_in constant of the pruning choices made at scans and conds
 
 
-class SD(Strategy):
+class StochasticDerivative(Strategy):
     """Stochastic derivatives (Arya et al. 2022) with pruning, for discrete sites.
 
     Unbiased for any downstream function; one replay of the objective per estimate
@@ -203,6 +203,6 @@ class _LaneSet:
         return jnp.where(self.on, new, value)
 
 
-SD.run_state = Pruning  # the pool spans the whole run: kept through RunState's hooks
-SD_ = SD()
-register_built_in(SD_, rank=5)  # after REPARAM, ENUM, REINFORCE, MVD and DisARM
+StochasticDerivative.run_state = Pruning  # the pool spans the whole run: kept through RunState's hooks
+SD = StochasticDerivative()
+register_built_in(SD, rank=5)  # after REPARAM, ENUM, REINFORCE, MVD and DisARM
