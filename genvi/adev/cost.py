@@ -56,7 +56,7 @@ class _Work(Hooks):
         self.ops, self.elements = self.ops + ops, self.elements + elements
         return [None] * len(eqn.outvars)
 
-    def interprets(self, eqn: Any) -> bool:
+    def interprets(self, eqn: Any, ins: list) -> bool:
         return bool(jx.sub_jaxprs(eqn))
 
     def scan(self, i, view, ins):

@@ -1,7 +1,8 @@
 """`objective.explain(*args)`: what the gradient estimator does at each site, and what
 it costs.
 
-While an estimator is traced with a log open, the ADEV interpreter notes every
+While an estimator is traced, the ADEV interpreter reports what it does to the run's
+observer (`genvi.core.context.RunObserver`); `explain`'s observer, `SiteLog`, notes every
 sampling site it differentiates (address, distribution, strategy, the plates and scans
 around it and its lanes) and how the site's replays are evaluated: none (REPARAM,
 REINFORCE), lane-local (one evaluation of the rest of the objective for all lanes),
@@ -27,9 +28,32 @@ import jax
 
 from genvi.adev.cost import CompiledWork, CpuTimeModel, compiled_work, work
 from genvi.core import jaxpr as jx
-from genvi.core.context import using
+from genvi.core.context import RunObserver, using
 from genvi.core.primitives import SiteEqn
 from genvi.core.tracing import split_args
+
+class SiteLog(RunObserver):
+    """`explain`'s observer of a run: a record per differentiated site, by equation
+    (`log`), kept by the `note_*` functions below."""
+
+    def __init__(self) -> None:
+        self.log: dict = {}
+
+    def site(self, eqn, dist, strategy, value, steps, draws=()):
+        note_site(self.log, eqn, dist, strategy, value, steps, draws)
+
+    def path(self, eqn, text):
+        note_path(self.log, eqn, text)
+
+    def replays(self, eqn, alternatives, path):
+        note_replays(self.log, eqn, alternatives, path)
+
+    def total(self, eqn, alternatives, total, scan_steps=1):
+        note_total(self.log, eqn, alternatives, total, scan_steps)
+
+    def enumeration(self, eqn, values):
+        note_enumeration(self.log, eqn, values)
+
 
 def note_site(log: dict | None, eqn: Any, dist: Any, strategy: Any, value: Any,
               steps: tuple, draws: tuple = ()) -> None:
@@ -38,16 +62,14 @@ def note_site(log: dict | None, eqn: Any, dist: Any, strategy: Any, value: Any,
     if log is None or id(eqn) in log:
         return
     within = [f"draw of {label}" for label in draws]
-    for s in steps:
-        if hasattr(s, "primitive"):
-            k = jx.kind(s)
-            if k == "scan":
-                within.append(f"scan({jx.ScanEqn.of(s).length})")
-            elif k == "cond":
-                within.append("cond")
+    views = [jx.view(s) for s in steps if hasattr(s, "primitive")]  # steps holds indices too
+    for view in views:
+        if isinstance(view, jx.ScanEqn):
+            within.append(f"scan({view.length})")
+        elif isinstance(view, jx.CondEqn):
+            within.append("cond")
     addr = SiteEqn.of(eqn).addr
-    repeat = math.prod(jx.ScanEqn.of(s).length for s in steps
-                       if hasattr(s, "primitive") and jx.kind(s) == "scan")
+    repeat = math.prod(view.length for view in views if isinstance(view, jx.ScanEqn))
     log[id(eqn)] = dict(addr="/".join(map(str, addr)) if addr else "(gv.sample)",
                         dist=f"gv.{getattr(dist, 'name', '?')}", strategy=repr(strategy),
                         shape=tuple(getattr(value, "shape", ())), within=within,
@@ -191,9 +213,9 @@ def explain(objective: Any, key: Any, args: tuple, argnums: tuple) -> Explanatio
     """Trace `objective`'s gradient estimator afresh with the log open; compile the
     value and gradient steps for their FLOPs. A `gv.AUTO` site left untuned (at its
     first allowed candidate) says so, in any objective built on a program."""
-    log: dict = {}
+    notes = SiteLog()
     untuned: list = []   # the programs' untuned gv.AUTO sites (`genvi.adev.auto`)
-    with using(log=log, auto_sites=untuned):  # the interpreter's notes go to `log`
+    with using(observer=notes, auto_sites=untuned):  # the interpreter reports to `notes`
         # fresh functions (not the objective's cached ones), so the estimator is traced
         def grad_step(key, *a):
             return objective._value_and_grad_uncached(key, a, argnums)
@@ -203,7 +225,7 @@ def explain(objective: Any, key: Any, args: tuple, argnums: tuple) -> Explanatio
     def value_step(key, *a):
         return objective._value_fn(key, a)(split_args(a)[0])
     value = jax.jit(value_step).lower(key, *args).compile()
-    explanation = Explanation(objective._label, list(log.values()), _flops(value),
+    explanation = Explanation(objective._label, list(notes.log.values()), _flops(value),
                               _flops(gradient), work(jax.make_jaxpr(value_step)(key, *args)),
                               work(gradient_jaxpr), compiled_work(value.as_text()),
                               compiled_work(gradient.as_text()))

@@ -35,7 +35,6 @@ import jax.numpy as jnp
 from genvi.adev import dual as d
 from genvi.adev.continuation import Deferred
 from genvi.adev.dual import Dual
-from genvi.adev.explain import note_enumeration, note_path, note_replays, note_site, note_total
 from genvi.replays.engine import (AfterSite, Replay, ScanReplays, draw, lanes_couple,
                                   split_keys, total_at_site)
 from genvi.core import jaxpr as jx
@@ -44,7 +43,7 @@ from genvi.core.draws import DrawEqn, draw_p
 from genvi.core.primitives import RANDOMNESS, SiteEqn, sample_p, site_parts
 from genvi.core.strategy import missing_strategy_error
 from genvi.core.tracing import GENVI_CONDS
-from genvi.core.walk import Stop, env_of, walk
+from genvi.core.walk import Hooks, Stop, env_of, walk
 
 
 def _instantiate(t: Any, p: Any) -> Any:
@@ -55,13 +54,14 @@ def _instantiate(t: Any, p: Any) -> Any:
     return jax.lax.convert_element_type(t, jnp.result_type(p))
 
 
-class _Continuation:
+class _Continuation:  # implements genvi.core.continuation.Continuation
     """The rest of the program after one site (see module docstring)."""
 
-    def __init__(self, run: "_Run", jaxpr: Any, index: int, env: dict, keys: dict,
+    def __init__(self, run: "_Run", jaxpr: Any, index: int, eqn: Any, env: dict, keys: dict,
                  steps: tuple, top: bool):
-        # `steps` locates the site: the enclosing control-flow equations and scan steps.
-        self._run, self._jaxpr, self._index = run, jaxpr, index
+        # `steps` locates the site: the enclosing control-flow equations and scan steps;
+        # `eqn` is the site's equation, at `index` in `jaxpr`
+        self._run, self._jaxpr, self._index, self._eqn = run, jaxpr, index, eqn
         self._env, self._keys, self._steps = env, keys, steps
         self.can_branch = top and not run.replay
         self._top = top
@@ -70,8 +70,7 @@ class _Continuation:
         return Deferred(value, tangent)
 
     def pure(self, value: Any) -> Any:
-        eqn = self._jaxpr.eqns[self._index]
-        return self._run.replay_with((self._steps + (eqn,), value))
+        return self._run.replay_with((self.location, value))
 
     def resolved(self, res: Deferred) -> Deferred:
         """`res` with its replays (if any) evaluated now (by the replay engine) and
@@ -80,7 +79,7 @@ class _Continuation:
             return res
         total = total_at_site(self._run.replay_context(), self.location, res.value,
                               res.replays, self._after())
-        note_total(self._run.context.log, self._jaxpr.eqns[self._index],
+        self._run.context.observer.total(self._eqn,
                    res.replays.weights, total)   # [J, *lanes]
         return Deferred(res.value, res.tangent, res.score, d.add(res.offset, total.value))
 
@@ -117,20 +116,20 @@ class _Continuation:
     def batch_axes(self) -> int:
         """How many leading axes of the site's value are lanes of the `vmap` transformations around it
         (a plate's datapoints, particles) rather than the site's own."""
-        return SiteEqn.of(self._jaxpr.eqns[self._index]).batch_axes
+        return SiteEqn.of(self._eqn).batch_axes
 
     @property
     def address(self) -> str:
         """The site's address as written ("outer/inner"; "(gv.sample)" for an unnamed
         draw), for a rule's error messages."""
-        addr = SiteEqn.of(self._jaxpr.eqns[self._index]).addr
+        addr = SiteEqn.of(self._eqn).addr
         return "/".join(map(str, addr)) if addr else "(gv.sample)"
 
     @property
     def location(self) -> tuple:
         """Where the site is: the enclosing control-flow equations and scan steps,
         then the site's equation (what a replay's override names)."""
-        return self._steps + (self._jaxpr.eqns[self._index],)
+        return self._steps + (self._eqn,)
 
     def state(self, strategy: Any) -> Any:
         """The run's `RunState` of `strategy` (its `run_state` class): what the
@@ -139,12 +138,12 @@ class _Continuation:
 
     def note(self, path: str) -> None:
         """Say how this site's gradient terms are evaluated (`explain`'s replays column)."""
-        note_path(self._run.context.log, self._jaxpr.eqns[self._index], path)
+        self._run.context.observer.path(self._eqn, path)
 
     def dual_map(self, values: Any) -> Dual:
         if not self.can_branch:
             raise RuntimeError("this continuation cannot branch (inside scan/cond)")
-        eqn = self._jaxpr.eqns[self._index]
+        eqn = self._eqn
         (outvar,) = eqn.outvars
 
         def branch(v):
@@ -155,7 +154,7 @@ class _Continuation:
                             keys=self._keys)
             return out.primal, out.tangent
 
-        note_enumeration(self._run.context.log, eqn, jnp.shape(values)[0])
+        self._run.context.observer.enumeration(eqn, jnp.shape(values)[0])
         primal, tangent = jax.vmap(branch)(values)
         return Dual(primal, tangent)
 
@@ -166,8 +165,8 @@ class _Run:
     def __init__(self, closed: Any, key: Any, primals: Sequence, tangents: Sequence,
                  overrides: tuple = (), replay: bool = False,
                  context: RunContext | None = None):
-        # what the run is for (explain's log, lane-local replays): read once, here,
-        # and passed on to its replays, the replay engine and explain's notes
+        # what the run is for (its observer, lane-local replays): read once, here,
+        # and passed on to its replays and the replay engine
         self.context = current() if context is None else context
         self.closed, self.key = closed, key
         self.primals, self.tangents = list(primals), list(tangents)
@@ -200,64 +199,46 @@ class _Run:
     # -- evaluation -------------------------------------------------------------
     def level(self, jaxpr: Any, start: int, env: dict, key: Any, steps: tuple, top: bool,
               keys: dict | None = None, pending: ScanReplays | None = None):
-        """Evaluate `jaxpr.eqns[start:]`. At top level return the final `Dual`;
+        """Evaluate `jaxpr`'s equations from the `start`-th on. At top level return the final `Dual`;
         inside a body return `(outs, (score, offset))`. `key` is split once into
         one key per consumer (site or control equation) of this jaxpr; `keys` passes
         that split on to a continuation. Replays that rules ask for are collected in
         `pending` (a scan body's) when given, else evaluated at once."""
         keys = split_keys(jaxpr, key) if keys is None else keys
-        acc = _Accumulated()
-
-        def rule(i: int, eqn: Any, ins: list) -> Any:
-            return self._eqn(jaxpr, i, eqn, ins, env, keys, steps, top, pending, acc)
-
-        outs = walk(jaxpr, env, rule, start=start, literal=Dual)
+        hooks = _Level(self, jaxpr, env, keys, steps, top, pending)
+        outs = walk(jaxpr, env, hooks, start=start, literal=Dual)
         if isinstance(outs, Stop):  # a rule evaluated the rest of the program
             return outs.value
         if top:
-            return self._finish(outs[0], acc.score, acc.offset)
-        return outs, (acc.score, acc.offset)
+            return self._finish(outs[0], hooks.acc.score, hooks.acc.offset)
+        return outs, (hooks.acc.score, hooks.acc.offset)
 
-    def _eqn(self, jaxpr: Any, i: int, eqn: Any, ins: list, env: dict, keys: dict,
-             steps: tuple, top: bool, pending: ScanReplays | None,
-             acc: "_Accumulated") -> Any:
-        """One equation of `level`'s walk: its outputs, or `Stop` with the final `Dual`."""
-        if eqn.primitive is sample_p:
-            site_key = keys[i]
-            if self.replay:
-                return [Dual(self._replay_site(eqn, ins, site_key, steps))]
-            dist, params, strategy, addr = site_parts(
-                eqn, [x.primal for x in ins], [x.tangent for x in ins])
-            if strategy is None:  # allowed only where nothing is differentiated
-                if any(x.tangent is not None for x in ins[:len(params)]):
-                    raise missing_strategy_error(dist, addr)
-                return [Dual(self._replay_site(eqn, ins, site_key, steps))]
-            k = _Continuation(self, jaxpr, i, env, keys, steps, top)
-            note_site(self.context.log, eqn, dist, strategy, eqn.outvars[0].aval, steps,
-                      self.context.within)
-            res = strategy.jvp(dist, site_key, params, [x.tangent for x in ins[:len(params)]], k)
-            if isinstance(res, Dual):  # the rule evaluated the rest of the program
-                return Stop(self._finish(res, acc.score, acc.offset))
-            if res.replays is not None and pending is not None:
-                pending.add(steps + (eqn,), res.value, res.replays)
-                note_replays(self.context.log, eqn, res.replays.weights,
-                             "whole-objective replays, after the scan")
-            else:
-                res = k.resolved(res)
-            acc.add(res.score, res.offset)
-            return [Dual(res.value, res.tangent if jx.is_float(res.value) else None)]
-        if eqn.primitive is draw_p:
-            return [self._draw(eqn, ins, keys[i])]
-        if (jx.nests(eqn, RANDOMNESS)
-                or (any(x.tangent is not None for x in ins) and _holds_cond(eqn))):
-            # A `cond` with tangents (even without sites, e.g. in a log density)
-            # is evaluated branch by branch too: under vmap JAX turns the JVP of a
-            # cond with a batched predicate into a select that cannot be transposed.
-            outs, (s, o) = self._control(eqn, ins, keys.get(i), steps, pending)
-            acc.add(s, o)
-            return outs
-        outs, touts = jx.jvp_eqn(eqn, [x.primal for x in ins], [x.tangent for x in ins])
-        return [Dual(p, t) for p, t in zip(outs, touts)]
+    def _site(self, level: "_Level", i: int, eqn: Any, ins: list) -> Any:
+        """A sampling site of `level`'s walk: its strategy's rule with the rest of the
+        walk as continuation; its outputs, or `Stop` with the final `Dual`."""
+        site_key, steps, acc = level.keys[i], level.steps, level.acc
+        if self.replay:
+            return [Dual(self._replay_site(eqn, ins, site_key, steps))]
+        dist, params, strategy, addr = site_parts(
+            eqn, [x.primal for x in ins], [x.tangent for x in ins])
+        if strategy is None:  # allowed only where nothing is differentiated
+            if any(x.tangent is not None for x in ins[:len(params)]):
+                raise missing_strategy_error(dist, addr)
+            return [Dual(self._replay_site(eqn, ins, site_key, steps))]
+        k = _Continuation(self, level.jaxpr, i, eqn, level.env, level.keys, steps, level.top)
+        self.context.observer.site(eqn, dist, strategy, eqn.outvars[0].aval, steps,
+                                   self.context.within)
+        res = strategy.jvp(dist, site_key, params, [x.tangent for x in ins[:len(params)]], k)
+        if isinstance(res, Dual):  # the rule evaluated the rest of the program
+            return Stop(self._finish(res, acc.score, acc.offset))
+        if res.replays is not None and level.pending is not None:
+            level.pending.add(steps + (eqn,), res.value, res.replays)
+            self.context.observer.replays(eqn, res.replays.weights,
+                                          "whole-objective replays, after the scan")
+        else:
+            res = k.resolved(res)
+        acc.add(res.score, res.offset)
+        return [Dual(res.value, res.tangent if jx.is_float(res.value) else None)]
 
     def _draw(self, eqn: Any, ins: list, key: Any) -> Dual:
         """One draw of an expectation's estimator (`genvi.core.draws`): its forward
@@ -288,8 +269,8 @@ class _Run:
         only, this run's overrides)."""
         run = _Run(self.closed, self.key, self.primals, [None] * len(self.primals),
                    self.overrides, replay=True, context=self.context)
-        outs, _ = run._control(eqn, [Dual(x) for x in ins], key, steps)
-        return [x.primal for x in outs]
+        level = _Level(run, None, {}, {0: key}, steps, False, None)
+        return [x.primal for x in level.control(0, eqn, [Dual(x) for x in ins])]
 
     def _replay_overrides(self, overrides: tuple) -> Any:
         """The objective's value (primal only) with several more sites overridden."""
@@ -308,24 +289,8 @@ class _Run:
     def _acc_zero(self) -> Any:
         return jnp.zeros((), self.out_dtype) if self.dual else None
 
-    def _control(self, eqn: Any, ins: list, key: Any, steps: tuple, pending=None):
-        kind = jx.kind(eqn)
-        if kind == "scan":
-            return self._scan(eqn, ins, key, steps)
-        if kind == "cond":
-            return self._cond(eqn, ins, key, steps)
-        if kind == "call":
-            body = jx.call_body(eqn)
-            return self.level(body.jaxpr, 0, env_of(body, ins, wrap=Dual), key, steps + (eqn,),
-                              False, pending=pending)
-        raise NotImplementedError(
-            f"genvi cannot differentiate sampling sites inside `{eqn.primitive.name}`. "
-            "Use gv.scan / jax.lax.scan (fixed length) instead of while loops, and keep "
-            "sampling out of custom_jvp/custom_vjp functions.")
-
-    def _scan(self, eqn: Any, ins: list, key: Any, steps: tuple):
-        scan = jx.ScanEqn.of(eqn)
-        body = scan.body
+    def _scan(self, scan: jx.ScanEqn, ins: list, key: Any, steps: tuple):
+        eqn, body = scan.eqn, scan.body
         consts, init, xs = scan.split(ins)
         dual = self.dual  # replays run without tangents, so they are never dual
 
@@ -361,14 +326,15 @@ class _Run:
         if pending is not None:
             for below, weights, total in pending.totals(self.replay_context(),
                                                         steps + (eqn,), deferred):
-                note_total(self.context.log, below[-1], weights, total, scan.length)
+                self.context.observer.total(below[-1], weights, total, scan.length)
                 o = d.add(o, total.value)
         for cls, state in self.states.items():
             state.after_scan(key, kept[cls])
         outs = [Dual(p, t) for p, t in zip(c_p, c_t)] + [Dual(p, t) for p, t in zip(y_p, y_t)]
         return outs, (s, o)
 
-    def _cond(self, eqn: Any, ins: list, key: Any, steps: tuple):
+    def _cond(self, view: jx.CondEqn, ins: list, key: Any, steps: tuple):
+        eqn = view.eqn
         index, ops = ins[0].primal, ins[1:]
         dual = self.dual  # replays run without tangents, so they are never dual
 
@@ -384,7 +350,7 @@ class _Run:
                         d.add(zero, s) if dual else None, d.add(zero, o) if dual else None, kept)
             return f
 
-        branches = [make(b) for b in jx.cond_branches(eqn)]
+        branches = [make(b) for b in view.branches]
         ops_p, ops_t = [x.primal for x in ops], [x.tangent if dual else None for x in ops]
         if dual:
             # Tangents must not enter a `cond`: under vmap JAX turns a batched cond
@@ -412,6 +378,58 @@ def run_state_classes(closed: Any) -> list:
                               if getattr(s, "run_state", None) is not None))
 
 
+class _Level(Hooks):
+    """The walk of one level of a run (a jaxpr or a body): sampling sites run their
+    strategy's rule, draws their estimator; control flow holding randomness (or a
+    `cond` reached by tangents) is interpreted from its typed view; every other
+    equation is differentiated by JAX. `acc` gathers the score and offset terms."""
+
+    def __init__(self, run: _Run, jaxpr: Any, env: dict, keys: dict, steps: tuple,
+                 top: bool, pending: ScanReplays | None):
+        self.run, self.jaxpr, self.env, self.keys = run, jaxpr, env, keys
+        self.steps, self.top, self.pending = steps, top, pending
+        self.acc = _Accumulated()
+
+    rules = {
+        sample_p: lambda self, i, eqn, ins: self.run._site(self, i, eqn, ins),
+        draw_p: lambda self, i, eqn, ins: [self.run._draw(eqn, ins, self.keys[i])],
+    }
+
+    def interprets(self, eqn: Any, ins: list) -> bool:
+        # A `cond` with tangents (even without sites, e.g. in a log density) is
+        # evaluated branch by branch too: under vmap JAX turns the JVP of a cond with
+        # a batched predicate into a select that cannot be transposed.
+        return (jx.nests(eqn, RANDOMNESS)
+                or (any(x.tangent is not None for x in ins) and _holds_cond(eqn)))
+
+    def _body(self, outs_terms: tuple) -> list:
+        outs, (s, o) = outs_terms
+        self.acc.add(s, o)
+        return outs
+
+    def scan(self, i: int, view: jx.ScanEqn, ins: list) -> list:
+        return self._body(self.run._scan(view, ins, self.keys.get(i), self.steps))
+
+    def cond(self, i: int, view: jx.CondEqn, ins: list) -> list:
+        return self._body(self.run._cond(view, ins, self.keys.get(i), self.steps))
+
+    def call(self, i: int, view: jx.CallEqn, ins: list) -> list:
+        body = view.body
+        return self._body(self.run.level(body.jaxpr, 0, env_of(body, ins, wrap=Dual),
+                                         self.keys.get(i), self.steps + (view.eqn,), False,
+                                         pending=self.pending))
+
+    def unsupported(self, i: int, eqn: Any, ins: list) -> list:
+        raise NotImplementedError(
+            f"genvi cannot differentiate sampling sites inside `{jx.name_of(eqn)}`. "
+            "Use gv.scan / jax.lax.scan (fixed length) instead of while loops, and keep "
+            "sampling out of custom_jvp/custom_vjp functions.")
+
+    def other(self, i: int, eqn: Any, ins: list) -> list:
+        outs, touts = jx.jvp_eqn(eqn, [x.primal for x in ins], [x.tangent for x in ins])
+        return [Dual(p, t) for p, t in zip(outs, touts)]
+
+
 class _Accumulated:
     """A walk's score and offset: the terms its sites' rules add to the final tangent."""
 
@@ -423,7 +441,7 @@ class _Accumulated:
 
 
 def _holds_cond(eqn: Any) -> bool:
-    return jx.kind(eqn) == "cond" or jx.nests(eqn, jx.CONDS)
+    return eqn.primitive in jx.CONDS or jx.nests(eqn, jx.CONDS)
 
 
 def _select(which: Any, cases: tuple) -> Any:

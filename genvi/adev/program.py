@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from genvi.adev import auto, smoothness, variance_training
 from genvi.adev.expectation import Expectation
 from genvi.adev.interpreter import estimate_jvp
-from genvi.core.context import current, using
+from genvi.core.context import RunObserver, current, using
 from genvi.core.mistakes import arg_names
 from genvi.core.tracing import IN_OBJECTIVE, split_args, trace_cached
 
@@ -130,7 +130,7 @@ class ProgramExpectation(Expectation):
 
             def allowed(trial):
                 def trace():  # a trial: nothing of it goes to explain's log
-                    with using(choices=outer + trial, log=None):
+                    with using(choices=outer + trial, observer=RunObserver()):
                         jax.eval_shape(lambda k, a, t: _dual_pair(self.dual_estimate(k, a, t)),
                                        key, args, targs)
                 return auto.refusal(trace)

@@ -7,8 +7,11 @@ values only, whether conds are batched with genvi's rule, whether `explain` is
 recording, whether replays may be lane-local, and which program validation names.
 Those facts live in one `RunContext`, set by `using(...)` at the entry points.
 Interpreters read it once, where a run begins, and pass it down explicitly (the ADEV
-interpreter hands `lane_local` to the replay engine in its `Replay` record and `log`
-to `explain`'s notes); nothing below reads it again.
+interpreter hands `lane_local` to the replay engine in its `Replay` record and tells
+the context's `observer` what it does); nothing below reads it again.
+
+A tool that watches runs (`gv.explain`) is a `RunObserver` in the context: the
+interpreter reports its events to whichever observer is there and imports no tool.
 
 Example:
     >>> from genvi.core.context import current, using
@@ -27,6 +30,51 @@ from dataclasses import dataclass, replace
 from typing import Any, Iterator
 
 
+class RunObserver:
+    """What watches a run of an objective's estimator: the ADEV interpreter reports
+    each event to the run context's observer (`gv.explain` records them; the default
+    observer ignores them). Every method does nothing by default.
+
+    * `site(eqn, dist, strategy, value, steps, draws)`: a differentiated site is about
+      to run its rule (`value`: the value's abstract shape; `steps`: the control flow
+      around it; `draws`: the expectations whose draws it is within);
+    * `path(eqn, text)`: how the site's gradient terms are evaluated, in words;
+    * `replays(eqn, alternatives, path)`: replays left to run after a scan;
+    * `total(eqn, alternatives, total, scan_steps)`: how the replay engine evaluated
+      a site's replays (its `Total`);
+    * `enumeration(eqn, values)`: the rest of the program run at `values` values.
+
+    Example:
+        >>> class Count(RunObserver):
+        ...     sites = 0
+        ...     def site(self, eqn, dist, strategy, value, steps, draws=()):
+        ...         self.sites += 1
+        >>> import genvi as gv, jax
+        >>> e = gv.expectation(lambda p: gv.sample(gv.flip(p, grad=gv.ENUM)) * 1.0)
+        >>> counter = Count()
+        >>> with using(observer=counter):
+        ...     _ = jax.make_jaxpr(lambda p: e.grad_estimate(jax.random.key(0), p))(0.3)
+        >>> counter.sites
+        1
+    """
+
+    def site(self, eqn: Any, dist: Any, strategy: Any, value: Any, steps: tuple,
+             draws: tuple = ()) -> None:
+        return None
+
+    def path(self, eqn: Any, text: str) -> None:
+        return None
+
+    def replays(self, eqn: Any, alternatives: Any, path: str) -> None:
+        return None
+
+    def total(self, eqn: Any, alternatives: Any, total: Any, scan_steps: int = 1) -> None:
+        return None
+
+    def enumeration(self, eqn: Any, values: int) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class RunContext:
     """What the run being traced is for.
@@ -38,7 +86,7 @@ class RunContext:
       sites masked per lane), even where no site is visible yet;
     * `lane_local`: replays may be lane-local and Markov-local (False: whole-objective
       replays, for comparisons and tests);
-    * `log`: `explain`'s per-site records while an estimator is explained (else None);
+    * `observer`: what watches the run (`RunObserver`; `gv.explain` records it);
     * `program`: the program or objective validation names in its messages;
     * `within`: the expectations whose draws (`genvi.core.draws`) the run is inside,
       outermost first (`explain` shows the nesting);
@@ -52,7 +100,7 @@ class RunContext:
     plain: bool = False
     genvi_conds: bool = False
     lane_local: bool = True
-    log: dict | None = None
+    observer: RunObserver = RunObserver()
     program: str | None = None
     within: tuple = ()
     choices: tuple = ()

@@ -102,7 +102,7 @@ class Continuation(Protocol):
         ...         x = dist.sample(key, *primals)
         ...         _, s = gv.dual.jvp(lambda *p: dist.log_prob(x, *p), primals, tangents)
         ...         return k.dual(x).plus(score=s)
-        >>> e = gv.expectation(lambda p: gv.sample(gv.flip(p, grad=Score())) * 1.0)
+        >>> e = gv.expectation(lambda p: gv.sample(gv.flip(p, grad=Score())) + 1.0)
         >>> abs(float(e.grad_estimate(jax.random.key(0), 0.3))) > 0
         True
     """

@@ -33,13 +33,13 @@ import jax
 import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
-from genvi.core.context import using
+from genvi.core.context import RunObserver, using
 from genvi.core.tracing import merge_args, split_args
 
 
 def _draw_aval(lanes_of, *avals, expectation, static, treedef, mask, lanes):
     inner = [jax.ShapeDtypeStruct(a.shape[lanes:], a.dtype) for a in avals]
-    with using(log=None):  # a shape, not a run: nothing for explain to record
+    with using(observer=RunObserver()):  # a shape, not a run: nothing for explain to record
         out = jax.eval_shape(lambda *leaves: expectation.dual_estimate(
             jax.random.key(0), merge_args(list(leaves), list(static), treedef, mask),
             None).primal, *inner)

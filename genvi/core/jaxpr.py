@@ -17,6 +17,7 @@ import dataclasses
 import itertools
 import os
 import threading
+import weakref
 
 import jax
 import jax.extend.core as jcore
@@ -197,15 +198,16 @@ def nests(eqn: Any, prims: frozenset) -> bool:
 #: `cond` itself: a dual `cond` is evaluated branch by branch (see adev.interpreter).
 CONDS = frozenset({jcore.primitives.cond_p})
 
-_CONTAINS: dict = {}  # (id(jaxpr), prims) -> (jaxpr kept alive, answer)
+# jaxpr -> {prims: answer}; weak, so a cached answer lives as long as its jaxpr does
+_CONTAINS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 
 def _contains(jaxpr: Any, prims: frozenset) -> bool:
-    hit = _CONTAINS.get((id(jaxpr), prims))
-    if hit is not None and hit[0] is jaxpr:
-        return hit[1]
-    answer = any(eqn.primitive in prims or nests(eqn, prims) for eqn in jaxpr.eqns)
-    _CONTAINS[(id(jaxpr), prims)] = (jaxpr, answer)
+    answers = _CONTAINS.setdefault(jaxpr, {})
+    answer = answers.get(prims)
+    if answer is None:
+        answer = answers[prims] = any(eqn.primitive in prims or nests(eqn, prims)
+                                      for eqn in jaxpr.eqns)
     return answer
 
 
@@ -226,6 +228,41 @@ def kind(eqn: Any) -> str:
     if name == "while":
         return "while"
     return "other"
+
+
+def view(eqn: Any) -> "ScanEqn | CondEqn | CallEqn | WhileEqn | None":
+    """The typed view of a control-flow equation (`ScanEqn`, `CondEqn`, `CallEqn`,
+    `WhileEqn`), or None for any other equation (a custom derivative's among them):
+    what interpreters dispatch on, by type, instead of by a primitive's name.
+
+    Example:
+        >>> import jax
+        >>> f = lambda x: jax.lax.cond(x > 0, jax.numpy.sin, jax.numpy.cos, x)
+        >>> [type(view(e)).__name__ for e in jax.make_jaxpr(f)(1.0).eqns]
+        ['NoneType', 'NoneType', 'CondEqn']
+    """
+    k = kind(eqn)
+    if k == "scan":
+        return ScanEqn.of(eqn)
+    if k == "cond":
+        return CondEqn.of(eqn)
+    if k == "call":
+        return CallEqn.of(eqn)
+    if k == "while":
+        return WhileEqn.of(eqn)
+    return None
+
+
+def name_of(eqn: Any) -> str:
+    """The name of an equation's primitive, for messages only (never for dispatch:
+    compare `eqn.primitive` with a primitive object, or use `view`).
+
+    Example:
+        >>> import jax
+        >>> name_of(jax.make_jaxpr(jax.numpy.sin)(1.0).eqns[0])
+        'sin'
+    """
+    return eqn.primitive.name
 
 
 def _closed(j: Any) -> ClosedJaxpr:

@@ -10,9 +10,11 @@ of JAX's `eval_jaxpr` with a rule table keyed by primitive:
   end the walk with `x` (the ADEV interpreter does when a strategy evaluated the rest
   of the program itself).
 * `Hooks` is such a rule that dispatches: first its `rules` table (keyed by
-  primitive: genvi's sites, observations, plate markers), then, for an equation whose
-  bodies hold one of the primitives in `holds`, a hook per kind of control flow
-  receiving a typed view (`ScanEqn`, `CondEqn`, `CallEqn`), else `other`.
+  primitive: genvi's sites, observations, plate markers), then, for an equation it
+  `interprets` (by default: whose bodies hold one of the primitives in `holds`), a
+  hook per kind of control flow receiving a typed view (`ScanEqn`, `CondEqn`,
+  `CallEqn`, `WhileEqn`; `unsupported` for the rest), else `other`. No interpreter
+  outside `genvi.core` reads a primitive's name or a JAX parameter.
 
 * `scan_fixed_point` and `while_fixed_point` run a loop's body in a walk over
   abstract values (the smoothness and variance-training checks) until its carry
@@ -120,20 +122,26 @@ class Hooks:
         rule = self.rules.get(eqn.primitive)
         if rule is not None:
             return rule(self, i, eqn, ins)
-        if self.interprets(eqn):
-            kind = jx.kind(eqn)
-            if kind == "scan":
-                return self.scan(i, jx.ScanEqn.of(eqn), ins)
-            if kind == "cond":
-                return self.cond(i, jx.CondEqn.of(eqn), ins)
-            if kind == "call":
-                return self.call(i, jx.CallEqn.of(eqn), ins)
-            return self.unsupported(i, eqn, ins)
+        if self.interprets(eqn, ins):
+            return self.control(i, eqn, ins)
         return self.other(i, eqn, ins)
 
-    def interprets(self, eqn: Any) -> bool:
+    def control(self, i: int, eqn: Any, ins: list) -> Any:
+        """An interpreted control-flow equation, handed to its hook as a typed view."""
+        view = jx.view(eqn)
+        if isinstance(view, jx.ScanEqn):
+            return self.scan(i, view, ins)
+        if isinstance(view, jx.CondEqn):
+            return self.cond(i, view, ins)
+        if isinstance(view, jx.CallEqn):
+            return self.call(i, view, ins)
+        if isinstance(view, jx.WhileEqn):
+            return self.while_(i, view, ins)
+        return self.unsupported(i, eqn, ins)
+
+    def interprets(self, eqn: Any, ins: list) -> bool:
         """Whether `eqn`'s bodies hold a primitive of `holds` (so its control flow is
-        interpreted rather than handed to JAX)."""
+        interpreted rather than handed to JAX); `ins` are its operands' values."""
         return bool(self.holds) and jx.nests(eqn, self.holds)
 
     def other(self, i: int, eqn: Any, ins: list) -> Any:
@@ -148,9 +156,12 @@ class Hooks:
     def call(self, i: int, view: jx.CallEqn, ins: list) -> Any:
         return walk(view.body.jaxpr, env_of(view.body, ins), self)
 
+    def while_(self, i: int, view: jx.WhileEqn, ins: list) -> Any:
+        return self.unsupported(i, view.eqn, ins)
+
     def unsupported(self, i: int, eqn: Any, ins: list) -> Any:
         raise NotImplementedError(
-            f"sampling sites inside `{eqn.primitive.name}` are not supported: use gv.scan or "
+            f"sampling sites inside `{jx.name_of(eqn)}` are not supported: use gv.scan or "
             "jax.lax.scan with a fixed length for loops, and keep sampling out of "
             "custom_jvp/custom_vjp functions")
 
