@@ -195,6 +195,35 @@ def site_parts(eqn: Any, invals: list, tangents: list | None = None) -> tuple:
     return dist, tuple(invals[:n]), strategy, p["addr"]
 
 
+# density-bearing hooks a strategy calls on a distribution, beyond its log density:
+# name -> how to zero a result's masked-off lanes (see `register_masked_hook`)
+_MASKED_HOOKS: dict = {}
+
+
+def register_masked_hook(name: str, zero_masked: Any) -> None:
+    """Declare `name` a distribution hook whose result carries density (a strategy's
+    terms, as MVD's `mvd_terms`), so that at a site in an untaken branch of a batched
+    `cond` it is called and its masked-off lanes are zeroed by
+    `zero_masked(result, keep)`, with `keep(x)` the mask broadcast like `x`. A hook
+    not declared is refused there, naming it. The strategy that calls the hook
+    declares it, once, in its own module.
+
+    Args:
+        name: the distribution method's name.
+        zero_masked: `(result, keep) -> result` with the masked lanes' terms zero.
+
+    Example:
+        >>> import jax.numpy as jnp, genvi as gv
+        >>> register_masked_hook("my_weights", lambda w, keep: jnp.where(keep(w), w, 0.0))
+        >>> class Weighted(type(gv.flip)):
+        ...     def my_weights(self, p):
+        ...         return jnp.ones_like(p)
+        >>> Masked(Weighted(), jnp.array([True, False])).my_weights(jnp.ones(2)).tolist()
+        [1.0, 0.0]
+    """
+    _MASKED_HOOKS[name] = zero_masked
+
+
 class Masked:
     """A distribution whose lanes where `mask` is False contribute no density (and
     no gradient terms): a site inside an untaken branch of a batched `cond`.
@@ -211,9 +240,10 @@ class Masked:
     """
 
     is_masked = True
-    #: the distribution's methods that hold no density, forwarded unmasked; the
-    #: density hooks (`lane_log_prob`, `lane_prob`, `log_prob`, `mvd_terms`,
-    #: `sd_terms`) are masked below, and any other method is refused
+    #: the distribution's methods that hold no density, forwarded unmasked; its density
+    #: (`lane_log_prob`, `lane_prob`, `log_prob`) is masked below, the hooks strategies
+    #: declared with `register_masked_hook` by their declaration, and any other method
+    #: is refused
     MASK_FREE = frozenset({"sample", "support", "check_params", "check_value", "value_shape",
                            "supports", "instance"})
 
@@ -222,15 +252,20 @@ class Masked:
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self.base, name)
-        if callable(value) and not name.startswith("_") and name not in self.MASK_FREE:
+        if not callable(value) or name.startswith("_") or name in self.MASK_FREE:
+            return value
+        zero_masked = _MASKED_HOOKS.get(name)
+        if zero_masked is None:
             # a hook genvi does not know how to mask would let masked lanes leak gradient
+            known = ", ".join(["lane_log_prob", "lane_prob", "log_prob", *sorted(_MASKED_HOOKS)])
             raise AttributeError(
                 f"gv.{self.base.name}.{name} was asked for at a site in an untaken branch of "
-                f"a batched cond (a masked site): genvi masks lane_log_prob, lane_prob, "
-                f"log_prob, mvd_terms and sd_terms there, and does not know how to mask "
-                f"{name!r}. Build the strategy's terms on those (docs/extending.md), or keep "
-                "the site out of a cond whose branch differs from lane to lane.")
-        return value
+                f"a batched cond (a masked site): genvi masks {known} there, and does not "
+                f"know how to mask {name!r}. Declare how with "
+                "genvi.core.primitives.register_masked_hook, or build the strategy's terms on "
+                "those (docs/extending.md), or keep the site out of a cond whose branch "
+                "differs from lane to lane.")
+        return lambda *args, **kwargs: zero_masked(value(*args, **kwargs), self._mask_like)
 
     def lane_log_prob(self, value, *params):
         lp = self.base.lane_log_prob(value, *params)
@@ -242,17 +277,6 @@ class Masked:
 
     def log_prob(self, value, *params):
         return jax.numpy.sum(self.lane_log_prob(value, *params))
-
-    def mvd_terms(self, key, value, params, tangents):
-        return [(alt, jax.numpy.where(self._mask_like(w), w, 0.0))
-                for alt, w in self.base.mvd_terms(key, value, params, tangents)]
-
-    def sd_terms(self, value, params, tangents):
-        terms = self.base.sd_terms(value, params, tangents)
-        if terms is None:
-            return None
-        alt, w, m = terms  # masked-off lanes: weight and magnitude 0 (never chosen)
-        return alt, jax.numpy.where(self._mask_like(w), w, 0.0), jax.numpy.where(self._mask_like(m), m, 0.0)
 
     def where(self, value):
         """The value in executed lanes, zeros elsewhere (what choice maps record)."""

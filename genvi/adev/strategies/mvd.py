@@ -7,6 +7,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from genvi.core.primitives import register_masked_hook
 from genvi.core.strategy import Strategy, register_built_in
 
 
@@ -61,3 +62,6 @@ def _in_support(dist, primals, alts: jax.Array) -> jax.Array:
 
 MVD = MeasureValued()
 register_built_in(MVD, rank=3)  # after REPARAM, ENUM and REINFORCE
+# at a masked site (an untaken branch of a batched cond) the masked lanes weigh nothing
+register_masked_hook("mvd_terms", lambda terms, keep: [(alt, jnp.where(keep(w), w, 0.0))
+                                                       for alt, w in terms])

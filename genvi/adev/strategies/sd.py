@@ -34,6 +34,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from genvi.core.primitives import register_masked_hook
 from genvi.core.strategy import RunState, Strategy, register_built_in
 
 _SALT = 0x5D  # fold_in constant of the pruning choices made at scans and conds
@@ -206,3 +207,16 @@ class _LaneSet:
 StochasticDerivative.run_state = Pruning  # the pool spans the whole run: kept through RunState's hooks
 SD = StochasticDerivative()
 register_built_in(SD, rank=5)  # after REPARAM, ENUM, REINFORCE, MVD and DisARM
+
+
+def _masked_sd_terms(terms: Any, keep: Callable) -> Any:
+    """`sd_terms` at a masked site: masked-off lanes get weight and magnitude 0, so the
+    pruning never chooses them."""
+    if terms is None:
+        return None
+    alt, weight, magnitude = terms
+    return (alt, jnp.where(keep(weight), weight, 0.0),
+            jnp.where(keep(magnitude), magnitude, 0.0))
+
+
+register_masked_hook("sd_terms", _masked_sd_terms)
