@@ -31,7 +31,7 @@ from genvi.core.choices import ChoiceMap, choices
 from genvi.core.program_mistakes import TracedConditionError, UnusedStrategyWarning
 from genvi.core.scopes import assume_continuous
 from genvi.core.continuation import Continuation, Continued
-from genvi.core.strategy import AUTO, RunState, Strategy
+from genvi.core.strategy import RunState, Strategy
 from genvi.core.validation import InvalidParameters, set_validation, validation
 from genvi.distributions.base import DistCall, Distribution
 from genvi.distributions.continuous import (Beta, Dirichlet, Gamma, MvNormal, MvNormalDiag,
@@ -72,7 +72,8 @@ from genvi.training.stopping import Converged, converged
 from genvi.training.fit_checks import NonFiniteError, NonFiniteWarning
 from genvi.training.comparison import EstimatorComparison
 from genvi.training.lab import compare_estimators
-from genvi.training.tune import Tuning, tune
+from genvi.auto.choices import AUTO
+from genvi.auto.tune import Tuning, tune
 from genvi.training.plots import moving_average, plot_history
 
 normal = Normal()

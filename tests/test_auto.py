@@ -18,9 +18,9 @@ import pytest
 
 import genvi as gv
 from estimates import within
-from genvi.adev.auto import candidates
-from genvi.training import tune
-from genvi.training.tune import _run, starting_choices
+from genvi.auto.choices import candidates
+from genvi.auto import tune
+from genvi.auto.tune import _run, starting_choices
 from programs import model
 
 KEY = jax.random.key(0)

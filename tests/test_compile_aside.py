@@ -1,4 +1,4 @@
-"""`genvi.training.compile_aside`: a program compiled by the helper process computes
+"""`genvi.auto.compile_aside`: a program compiled by the helper process computes
 what the same program compiled here does (pytrees, Python integers, PRNG keys, a
 `lax.switch` in a loop, as a measuring program has), the helper runs at the lowest
 priority, and where the helper cannot compile (a program that does not export, a
@@ -19,8 +19,8 @@ import optax
 import pytest
 
 import genvi as gv
-from genvi.training import compile_aside
-from genvi.training.compile_aside import AsideFailed, Helpers, HelperStopped, compile_program
+from genvi.auto import compile_aside
+from genvi.auto.compile_aside import AsideFailed, Helpers, HelperStopped, compile_program
 
 
 def switch_in_a_loop(index, keys, count, args):
@@ -65,7 +65,7 @@ def test_the_helper_runs_at_the_lowest_priority(tmp_path):
 @pytest.mark.skipif(not hasattr(os, "nice"), reason="a process's priority: POSIX")
 def test_importing_the_helper_keeps_the_importers_priority():
     # a doctest run imports every module: only the helper run as a script lowers its own
-    done = subprocess.run([sys.executable, "-c", "import os, genvi.training.compile_helper; "
+    done = subprocess.run([sys.executable, "-c", "import os, genvi.auto.compile_helper; "
                            "print(os.nice(0))"], capture_output=True, check=True)
     assert int(done.stdout.split()[-1]) == os.nice(0)
 

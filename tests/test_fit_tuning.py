@@ -19,9 +19,9 @@ import optax
 import pytest
 
 import genvi as gv
-from genvi.training import fit_tuning, tune
+from genvi.auto import fit_tuning, tune
 from genvi.training.fit_loop import Setup, batch_at
-from genvi.training.fit_tuning import FitTuning, _yield_to_training
+from genvi.auto.fit_tuning import FitTuning, _yield_to_training
 
 KEY = jax.random.key(3)
 DATA = jax.random.normal(jax.random.key(1), (64, 2))

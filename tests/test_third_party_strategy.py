@@ -291,7 +291,7 @@ def test_the_interpreter_continuation_implements_the_public_protocol():
 
 
 def test_auto_and_tuning_read_declarations_not_names():
-    from genvi.adev import auto
+    from genvi.auto import choices as auto
 
     class MyScore(AntitheticReinforce):     # a score-function strategy of another name
         kind = "MINE"

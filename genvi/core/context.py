@@ -42,7 +42,9 @@ class RunObserver:
     * `replays(eqn, alternatives, path)`: replays left to run after a scan;
     * `total(eqn, alternatives, total, scan_steps)`: how the replay engine evaluated
       a site's replays (its `Total`);
-    * `enumeration(eqn, values)`: the rest of the program run at `values` values.
+    * `enumeration(eqn, values)`: the rest of the program run at `values` values;
+    * `defaulted(sites)`: sites with a placeholder strategy (`gv.AUTO`) that took
+      their default, as the placeholder's `default_strategies` resolved them.
 
     Example:
         >>> class Count(RunObserver):
@@ -74,6 +76,9 @@ class RunObserver:
     def enumeration(self, eqn: Any, values: int) -> None:
         return None
 
+    def defaulted(self, sites: list) -> None:
+        return None
+
 
 @dataclass(frozen=True)
 class RunContext:
@@ -90,10 +95,9 @@ class RunContext:
     * `program`: the program or objective validation names in its messages;
     * `within`: the expectations whose draws (`genvi.core.draws`) the run is inside,
       outermost first (`explain` shows the nesting);
-    * `choices`: the strategies `gv.AUTO` sites take, ((address, strategy), ...)
-      (a tuning's; sites not named take the first allowed strategy);
-    * `auto_sites`: a list that objectives append their `gv.AUTO` sites to while they
-      are traced (what a tuning measures), else None.
+    * `site_strategies`: ((address, strategy), ...): the strategies sites with a
+      placeholder strategy (`gv.AUTO`) take in this run (a tuning's choices); the
+      slot where a site's strategy is resolved before a run.
     """
 
     in_objective: bool = False
@@ -103,8 +107,7 @@ class RunContext:
     observer: RunObserver = RunObserver()
     program: str | None = None
     within: tuple = ()
-    choices: tuple = ()
-    auto_sites: list | None = None
+    site_strategies: tuple = ()
 
 
 _CURRENT: contextvars.ContextVar = contextvars.ContextVar("genvi_run_context",

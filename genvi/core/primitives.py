@@ -22,7 +22,7 @@ from genvi.core import jaxpr as jx
 from genvi.core.context import current
 from genvi.core.draws import draw_p
 from genvi.core.mistakes import is_shape_error, site_shape_error
-from genvi.core.strategy import chosen_strategy
+from genvi.core.strategy import strategy_at
 from genvi.core.tracing import GENVI_CONDS, IN_OBJECTIVE
 from genvi.core.walk import Hooks, env_of, walk
 
@@ -93,8 +93,8 @@ def bind_site(prim: Any, dist: Any, params: tuple, strategy: Any, addr: tuple,
     untaken branch of a batched `cond`): they are sampled but not scored. `batch_axes`:
     how many leading axes of the value are already lanes of `vmap` transformations (a site re-bound
     from a batched program's equation keeps its count)."""
-    if prim is sample_p:  # an objective's site: gv.AUTO takes the run's choice here
-        strategy = chosen_strategy(strategy, addr, current().choices)
+    if prim is sample_p:  # an objective's site: a placeholder (gv.AUTO) is resolved here
+        strategy = strategy_at(strategy, addr, current().site_strategies)
     static, operands = (None, ()) if strategy is None else strategy.split()
     extra = () if mask is None else (mask,)
     counted = {"batch_axes": batch_axes} if batch_axes else {}

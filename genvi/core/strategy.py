@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -74,6 +75,42 @@ class Strategy:
     trains_operands: bool = False
     #: a `RunState` subclass if the strategy keeps state across a run (None: none)
     run_state: type | None = None
+    #: True for a marker resolved before a run rather than a rule (`gv.AUTO`): a site
+    #: takes the strategy the run context's `site_strategies` give its address, and
+    #: the objective asks the marker's `default_strategies` for the sites left
+    placeholder: bool = False
+
+    def default_strategies(self, sites: list, allowed: Any) -> tuple[tuple, list]:
+        """Of a placeholder: the strategies its `sites` take where nothing chose one
+        (`sites`: records with `addr` and `dist`, in order; `allowed(choices)`: None if
+        the objective accepts those (address, strategy) pairs, else the refusal's first
+        line). Returns (the (address, strategy) pairs, records of the sites as resolved,
+        handed to the run's observer).
+
+        Args:
+            sites: the placeholder's sites in the objective's trace.
+            allowed: a trial of a choice of strategies.
+
+        Returns:
+            (choices, resolved site records).
+        """
+        raise NotImplementedError(f"{self!r} is not a placeholder")
+
+    def check_site(self, dist: Any, where: str) -> None:
+        """Raise a clear error if this strategy cannot be used at a `dist` site (`where`:
+        " at address 'x'" or ""): by default, unless `dist` has everything it `needs`.
+        A strategy that chooses among others (`gv.switch`) or a placeholder overrides it.
+
+        Args:
+            dist: the site's distribution.
+            where: the site's address, as messages show it.
+        """
+        if not supports(dist, self):
+            lacks = [n for n in self.needs if not callable(getattr(dist, n, None))]
+            needs = f" (it needs {', '.join(lacks)} of the distribution)" if lacks else ""
+            raise ValueError(
+                f"gv.{dist.name} does not support the {self.kind} gradient strategy{where}"
+                f"{needs}; it supports: {offered(dist)}")
 
     def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple,
             k: Continuation) -> Continued | Any:  # pragma: no cover - abstract
@@ -235,35 +272,43 @@ def built_in_strategies(dist: Any) -> tuple[Strategy, ...]:
     return tuple(_BUILT_IN[kind][2] for _, kind in ranked)
 
 
-class Auto(Strategy):
-    """`gv.AUTO`: the site's strategy is chosen by genvi among those the distribution
-    supports and the rest of the objective allows. An objective run under a tuning
-    (`gv.tune`, or `gv.fit`, which tunes at its start) takes the measured choice; an
-    untuned one takes the first allowed strategy in rank order. It is resolved where
-    the site is bound in an objective's trace, so the estimator never sees it.
+@dataclasses.dataclass(frozen=True)
+class PlaceholderSite:
+    """A site with a placeholder strategy (`gv.AUTO`) found in an objective's trace:
+    its address, distribution and placeholder, and, once resolved by the placeholder's
+    `default_strategies`, the strategy it takes untuned (`default`) with the refusals
+    of the candidates tried before it.
 
     Example:
         >>> import genvi as gv
-        >>> gv.flip(0.3, grad=gv.AUTO).strategy
-        gv.AUTO
+        >>> PlaceholderSite(("enc", "z"), gv.normal, gv.AUTO).name
+        'enc/z'
     """
 
-    kind = "AUTO"
+    addr: tuple
+    dist: Any
+    strategy: Any = None
+    default: Any = None
+    refused: tuple = ()
 
-    def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple,
-            k: Any) -> Any:  # pragma: no cover - resolved earlier
-        raise RuntimeError(f"gv.AUTO at a gv.{dist.name} site reached the estimator "
-                           "unresolved; objectives resolve it when they are traced")
+    @property
+    def name(self) -> str:
+        return "/".join(map(str, self.addr)) if self.addr else "(gv.sample)"
 
 
-AUTO = Auto()
+def strategy_at(strategy: Any, addr: tuple, site_strategies: tuple) -> Any:
+    """`strategy`, or, for a placeholder (`Strategy.placeholder`, as `gv.AUTO`), the
+    strategy the run context's `site_strategies` ((address, strategy) pairs) give the
+    site at `addr` (the placeholder itself if none): the slot where a site's strategy
+    is resolved before a run.
 
-
-def chosen_strategy(strategy: Any, addr: tuple, choices: tuple) -> Any:
-    """`strategy`, or for `gv.AUTO` the strategy `choices` ((address, strategy) pairs,
-    the run context's) give the site at `addr` (AUTO itself if none)."""
-    if isinstance(strategy, Auto):
-        for where, chosen in choices:
+    Example:
+        >>> import genvi as gv
+        >>> strategy_at(gv.AUTO, ("b",), ((("b",), gv.MVD),)), strategy_at(gv.ENUM, ("b",), ())
+        (gv.MVD, gv.ENUM)
+    """
+    if strategy is not None and strategy.placeholder:
+        for where, chosen in site_strategies:
             if where == addr:
                 return chosen
     return strategy
@@ -290,25 +335,10 @@ def _where(addr: Any) -> str:
 def check_strategy(dist: Any, strategy: Any, addr: Any) -> None:
     """Raise a clear error if `strategy` is not a strategy `dist` supports."""
     where = _where(addr)
-    if isinstance(strategy, Auto):
-        if not built_in_strategies(dist):
-            raise ValueError(f"grad=gv.AUTO{where}: gv.{dist.name} supports no built-in "
-                             "gradient strategy to choose from; give one of its own with grad=")
-        return
     if not isinstance(strategy, Strategy):
         raise TypeError(f"grad={strategy!r}{where} is not a gradient strategy; use one of "
                         f"{offered(dist)}")
-    inner = getattr(strategy, "strategies", None)
-    if inner is not None:  # a choice among strategies: each must be supported
-        for s in inner:
-            check_strategy(dist, s, addr)
-        return
-    if not supports(dist, strategy):
-        lacks = [n for n in strategy.needs if not callable(getattr(dist, n, None))]
-        needs = f" (it needs {', '.join(lacks)} of the distribution)" if lacks else ""
-        raise ValueError(
-            f"gv.{dist.name} does not support the {strategy.kind} gradient strategy{where}"
-            f"{needs}; it supports: {offered(dist)}")
+    strategy.check_site(dist, where)
 
 
 def missing_strategy_error(dist: Any, addr: Any) -> ValueError:

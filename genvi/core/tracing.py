@@ -105,8 +105,8 @@ def trace_cached(cache: dict, fn: Callable, args: tuple,
     """
     dyn, static, treedef, mask = split_args(args)
     # validation adds run-time checks to what is traced: a trace is valid in one state
-    # ... and so does a tuning's choice of strategies for gv.AUTO sites
-    key = shapes_key(args) + (validating(), current().choices)
+    # ... and so do the strategies placeholder sites (gv.AUTO) take
+    key = shapes_key(args) + (validating(), current().site_strategies)
     hit = cache.get(key)
     if hit is None:
         out_tree_box = []

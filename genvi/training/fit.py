@@ -44,8 +44,8 @@ from genvi.training.progress import ProgressBar
 from genvi.training.schedule import at_step, check_schedules, split_scheduled
 from genvi.training.step import strongly_typed
 from genvi.training.stopping import replay
-from genvi.training.fit_tuning import FitTuning
-from genvi.training.tune import has_auto_sites
+from genvi.auto.fit_tuning import FitTuning
+from genvi.auto.tune import has_auto_sites
 
 
 @entry_point
@@ -113,7 +113,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
       machine's speed; a site keeps what training runs where that measured within
       `tune.KEEP_MARGIN` of the best);
       `tune_in_background=False` measures first and then trains, in order
-      (`genvi/training/fit_tuning.py`).
+      (`genvi/auto/fit_tuning.py`).
     * `chunk_size`: steps per jitted call (the progress bar, callbacks, evaluations
       and checkpoints run between calls). Chunks of every length share one compiled
       program, and a later `gv.fit` given the same `objective` and `optimizer`

@@ -41,7 +41,7 @@ import numpy as np
 import optax
 
 import genvi as gv
-from genvi.training.tune import KEEP_MARGIN
+from genvi.auto.tune import KEEP_MARGIN
 from genvi_experiments.bench.results import command, on_platform, record
 from genvi_experiments.common.nets import apply
 

@@ -1,7 +1,7 @@
 """Compiling aside: a jitted program compiled by a helper process at the lowest
 priority, for a fit's background measurement on a CPU.
 
-A fit measures its `gv.AUTO` candidates while it trains (`genvi.training.fit_tuning`),
+A fit measures its `gv.AUTO` candidates while it trains (`genvi.auto.fit_tuning`),
 and on a CPU their compile shares the cores with the training. A thread of its own at
 the lowest priority does not keep the compile out of the training's way: XLA:CPU
 generates code on a process-wide pool of threads, made at the priority of the thread
@@ -13,7 +13,7 @@ on a core the training leaves idle), all of whose threads are its own, does yiel
 program is traced and lowered here, exported (`jax.export`), compiled there, and its
 executable is sent back (`jax.experimental.serialize_executable`) and loaded, so the
 measurement compiles from the cores the training leaves idle. The helper imports only JAX
-(`genvi/training/compile_helper.py`), with this process's environment (so `XLA_FLAGS`)
+(`genvi/auto/compile_helper.py`), with this process's environment (so `XLA_FLAGS`)
 and its 64-bit setting.
 
 `compile_program` compiles aside where that can work (a CPU backend, a program that
@@ -72,7 +72,7 @@ class Helpers:
         >>> compile_aside(jax.jit(jnp.cos), jnp.zeros(1), helpers=helpers)
         Traceback (most recent call last):
         ...
-        genvi.training.compile_aside.HelperStopped: the compile helpers were stopped (their owner ended)
+        genvi.auto.compile_aside.HelperStopped: the compile helpers were stopped (their owner ended)
     """
 
     def __init__(self) -> None:

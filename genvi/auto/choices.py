@@ -16,27 +16,56 @@ the estimator, `explain` and every check see an ordinary strategy.
 
 Example:
     >>> import genvi as gv
-    >>> from genvi.adev.auto import candidates
+    >>> from genvi.auto.choices import candidates
     >>> candidates(gv.flip)
     (gv.ENUM, gv.RLOO(2), gv.MVD, gv.DisARM, gv.SD)
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 from typing import Any
 
 import jax
 
 from genvi.adev.expectation import Expectation
 from genvi.adev.strategies import RLOO
-from genvi.core import jaxpr as jx
-from genvi.core.context import current, using
-from genvi.core.primitives import SiteEqn, sample_p
-from genvi.core.strategy import Auto, built_in_strategies
+from genvi.core.context import using
+from genvi.core.strategy import PlaceholderSite, Strategy, built_in_strategies
 
-# what a refused candidate raises while its estimator is traced
-REFUSALS = (ValueError, TypeError, NotImplementedError)
+
+class Auto(Strategy):
+    """`gv.AUTO`: the site's strategy is chosen by genvi among those the distribution
+    supports and the rest of the objective allows. An objective run under a tuning
+    (`gv.tune`, or `gv.fit`, which tunes at its start) takes the measured choice; an
+    untuned one takes the first allowed strategy in rank order. It is a placeholder
+    (`Strategy.placeholder`): resolved where the site is bound in an objective's
+    trace, so the estimator never sees it.
+
+    Example:
+        >>> import genvi as gv
+        >>> gv.flip(0.3, grad=gv.AUTO).strategy
+        gv.AUTO
+    """
+
+    kind = "AUTO"
+    placeholder = True
+
+    def jvp(self, dist: Any, key: jax.Array, primals: tuple, tangents: tuple,
+            k: Any) -> Any:  # pragma: no cover - resolved earlier
+        raise RuntimeError(f"gv.AUTO at a gv.{dist.name} site reached the estimator "
+                           "unresolved; objectives resolve it when they are traced")
+
+    def check_site(self, dist: Any, where: str) -> None:
+        if not built_in_strategies(dist):
+            raise ValueError(f"grad=gv.AUTO{where}: gv.{dist.name} supports no built-in "
+                             "gradient strategy to choose from; give one of its own with grad=")
+
+    def default_strategies(self, sites: list, allowed: Any) -> tuple[tuple, list]:
+        return default_choices(sites, allowed)
+
+
+AUTO = Auto()
 
 
 def candidates(dist: Any) -> tuple:
@@ -62,37 +91,6 @@ def only_reinforce(dist: Any) -> bool:
     return bool(built_in) and all(s.score_function for s in built_in)
 
 
-@dataclass(frozen=True)
-class AutoSite:
-    """A `gv.AUTO` site found in an objective's trace: its address and distribution,
-    and the strategy it takes untuned (`default`, with the refusals of the candidates
-    ranked before it)."""
-
-    addr: tuple
-    dist: Any
-    default: Any = None
-    refused: tuple = ()
-
-    @property
-    def name(self) -> str:
-        return "/".join(map(str, self.addr)) if self.addr else "(gv.sample)"
-
-
-def auto_sites(closed: Any) -> list[AutoSite]:
-    """The `gv.AUTO` sites still unresolved in a traced objective, in order."""
-    found: dict = {}
-    for eqn, _ in jx.equations(closed):
-        if eqn.primitive is sample_p:
-            view = SiteEqn.of(eqn)
-            if isinstance(view.strategy, Auto):
-                if not view.addr:
-                    raise ValueError(
-                        f"grad=gv.AUTO at an unnamed gv.sample of gv.{view.dist.name}: its "
-                        "choice is recorded by address; name it, gv.sample(..., name=\"b\")")
-                found.setdefault(view.addr, AutoSite(view.addr, view.dist))
-    return list(found.values())
-
-
 def placeholder(dist: Any) -> Any:
     """What another AUTO site takes while one site's candidates are tried: REINFORCE
     where supported (it works wherever the distribution is scorable), else the first
@@ -101,7 +99,8 @@ def placeholder(dist: Any) -> Any:
     return next((s for s in built_in if s.score_function), built_in[0])
 
 
-def default_choices(sites: list[AutoSite], allowed: Any) -> tuple[tuple, list[AutoSite]]:
+def default_choices(sites: list[PlaceholderSite],
+                    allowed: Any) -> tuple[tuple, list[PlaceholderSite]]:
     """The untuned choice at each site: its first candidate for which `allowed(choices)`
     (a trial trace of the estimator) returns None rather than a refusal's message,
     with the other sites at their placeholders. Returns (choices, the sites with their
@@ -123,27 +122,9 @@ def default_choices(sites: list[AutoSite], allowed: Any) -> tuple[tuple, list[Au
             raise ValueError(
                 f"grad=gv.AUTO at {site.name!r} (gv.{site.dist.name}): the objective refuses "
                 f"every candidate: " + "; ".join(f"{c!r}: {m}" for c, m in refused))
-        resolved.append(AutoSite(site.addr, site.dist, chosen[site.addr], tuple(refused)))
+        resolved.append(dataclasses.replace(site, default=chosen[site.addr],
+                                            refused=tuple(refused)))
     return tuple(chosen.items()), resolved
-
-
-def refusal(trace: Any) -> str | None:
-    """None if `trace()` (a trial trace under `jax.eval_shape`) succeeds, else the
-    first line of the refusal it raised."""
-    try:
-        trace()
-    except REFUSALS as err:
-        return str(err).split("\n")[0]
-    return None
-
-
-def note_sites(sites: list[AutoSite]) -> None:
-    """Hand the sites to a tuning that is collecting them (the run context's list)."""
-    log = current().auto_sites
-    if log is not None:
-        for site in sites:
-            if all(s.addr != site.addr for s in log):
-                log.append(site)
 
 
 class Tuned(Expectation):
@@ -166,7 +147,7 @@ class Tuned(Expectation):
         self.name = getattr(objective, "_label", "objective")
 
     def dual_estimate(self, key, args, targs):
-        with using(choices=self.choices):
+        with using(site_strategies=self.choices):
             return self.objective.dual_estimate(key, args, targs)
 
     def explain(self, *args: Any, key: jax.Array | None = None, argnums: Any = 0) -> Any:

@@ -20,7 +20,7 @@ thread needs at every chunk boundary, but with the interpreter's switch interval
 at the normal priority they took 1.8 times as long while five candidates were traced,
 and the tracing took 30 s of idle time rather than 11) and, on a CPU, has their
 measuring program compiled by a helper process in the same class
-(`genvi.training.compile_aside`; XLA:CPU generates code on process-wide threads at the
+(`genvi.auto.compile_aside`; XLA:CPU generates code on process-wide threads at the
 priority of the thread that first compiled, so in this process about half of a
 compile's work would compete with training as an equal). A choice's training chunk
 compiles here, on a thread in the background too (XLA compiles without holding
@@ -63,9 +63,9 @@ from typing import Any, Callable
 import jax
 
 from genvi.adev.expectation import Expectation
-from genvi.adev.auto import Tuned
-from genvi.training.compile_aside import Helpers
-from genvi.training.tune import Tuning, auto_sites, run_now, starting_choices, tuning_steps
+from genvi.auto.choices import Tuned
+from genvi.auto.compile_aside import Helpers
+from genvi.auto.tune import Tuning, auto_sites, run_now, starting_choices, tuning_steps
 
 ESTIMATES = 64  # a candidate's measurement: up to twice this many (`tune._run`)
 # The race (`tune._run`) pauses training, so in a background measurement it spends at

@@ -1,10 +1,10 @@
-"""The helper process of `genvi.training.compile_aside`: reads a serialized
+"""The helper process of `genvi.auto.compile_aside`: reads a serialized
 `jax.export.Exported` on its standard input, compiles it at the lowest priority, and
 writes the executable (`jax.experimental.serialize_executable`) on its standard output.
 It is run as a script (`python -P compile_helper.py`), so it imports JAX and nothing of
 genvi's:
 
-    python -P genvi/training/compile_helper.py < exported.bin > executable.bin
+    python -P genvi/auto/compile_helper.py < exported.bin > executable.bin
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 # a core the training leaves idle (at niceness 19 alone, the compile still took turns:
 # an AIR fit's chunks took 1.25 times as long while it ran, 1.05 times under
 # SCHED_IDLE). Only as a script: a process importing this module (a doctest run) keeps
-# its priority. genvi.training.fit_tuning lowers its own threads the same way; this
+# its priority. genvi.auto.fit_tuning lowers its own threads the same way; this
 # script imports nothing of genvi's, so it says it again.
 if __name__ == "__main__" and hasattr(os, "nice"):
     os.nice(19)

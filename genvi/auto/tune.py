@@ -13,7 +13,7 @@ per estimate (warm, its fastest batch). The estimates come in batches, run as a 
 (`_run`): a batch of every candidate, then more batches, interleaved, of those whose
 variance × time is within twice the best's, so that a candidate far behind costs one
 batch rather than four (in a fit, whose training waits for the race, the race spends at
-most a share of the fit's time so far, `genvi.training.fit_tuning.RACE_SHARE`, its
+most a share of the fit's time so far, `genvi.auto.fit_tuning.RACE_SHARE`, its
 batches sized to fit). A candidate the objective refuses, or whose estimates are not
 finite, is ruled out with its reason. In a fit, a site keeps the candidate training
 runs where it measures within `KEEP_MARGIN` of the best (`_choose`). Sites are tuned
@@ -23,7 +23,7 @@ timings, so two machines may choose differently.
 
 `tuning_steps` is the same measurement in steps, the compiling apart from the timing,
 so that `gv.fit` can compile on a thread of its own while it trains
-(`genvi.training.fit_tuning`).
+(`genvi.auto.fit_tuning`).
 
 Example:
     >>> import genvi as gv, jax
@@ -51,13 +51,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from genvi.adev import auto
+from genvi.adev.placeholders import refusal
 from genvi.adev.cost import work
 from genvi.adev.expectation import Expectation
-from genvi.core.context import using
+from genvi.core.context import RunObserver, using
 from genvi.core.mistakes import check_key
+from genvi.core.strategy import PlaceholderSite
 from genvi.core.tracing import shapes_key
-from genvi.training.compile_aside import Helpers, compile_program
+from genvi.auto import choices as auto
+from genvi.auto.compile_aside import Helpers, compile_program
 
 
 @dataclass(frozen=True)
@@ -165,11 +167,21 @@ def _untuned_trace(objective: Expectation, args: tuple) -> tuple[list, Any]:
     seen = _SITES.setdefault(objective, {})
     shapes = shapes_key(args)
     if shapes not in seen:
-        log: list = []
-        with using(auto_sites=log):
+        found = _Defaulted()
+        with using(observer=found):
             jaxpr = forward_trace(objective, jax.random.key(0), args)
-        seen[shapes] = (log, jaxpr)
+        seen[shapes] = (found.sites, jaxpr)
     return seen[shapes]
+
+
+class _Defaulted(RunObserver):
+    """Collects the placeholder (`gv.AUTO`) sites a trace resolved to their defaults."""
+
+    def __init__(self) -> None:
+        self.sites: list = []
+
+    def defaulted(self, sites: list) -> None:
+        self.sites.extend(s for s in sites if all(s.addr != t.addr for t in self.sites))
 
 
 def forward_trace(objective: Expectation, key: jax.Array, args: tuple) -> Any:
@@ -212,13 +224,13 @@ def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates:
     site's candidates traced and its measuring program compiled), is sent that work's
     result back, measures with it, and returns the `Tuning`. `run_now` does the work
     in place; a fit hands it to a thread of its own and trains meanwhile
-    (`genvi.training.fit_tuning`), while the measuring itself, which times the
+    (`genvi.auto.fit_tuning`), while the measuring itself, which times the
     candidates, runs between its chunks. `race_budget()`, asked as each site's
     measurement starts, is the seconds its race may spend (None: no limit; `_run`).
     `running` ({address: strategy}) is what training runs now, compiled: a site keeps
     it where it measured within `KEEP_MARGIN` of the best (`_choose`). `aside`: the
     helper processes (at the lowest priority, on a CPU) in which the measuring
-    programs compile (`genvi.training.compile_aside`; a fit's background
+    programs compile (`genvi.auto.compile_aside`; a fit's background
     measurement); None: in this process."""
     sites = auto_sites(objective, args)
     if not sites:
@@ -252,7 +264,7 @@ def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates:
 KEEP_MARGIN = 1.25
 
 
-def _choose(site: auto.AutoSite, usable: list[Measured], running: Any) -> tuple[Any, str]:
+def _choose(site: PlaceholderSite, usable: list[Measured], running: Any) -> tuple[Any, str]:
     """The strategy for `site` from its `usable` measurements: the least variance ×
     time, or `running` where that is within `KEEP_MARGIN` of it; and a note where it
     kept `running`."""
@@ -305,7 +317,7 @@ def starting_choices(objective: Expectation, args: tuple, key: jax.Array,
     def elements(site, candidate):  # its step's, or None where the objective refuses it
         tuned = _candidate(objective, {**chosen, site.addr: candidate}, compiled)
         traced: list = []
-        if auto.refusal(lambda: traced.append(forward_trace(tuned, key, args))) is None:
+        if refusal(lambda: traced.append(forward_trace(tuned, key, args))) is None:
             return work(traced[0])[1]
         return None
 
@@ -379,7 +391,7 @@ class _Prepared(NamedTuple):
     keys: jax.Array
 
 
-def _prepare_site(objective: Expectation, site: auto.AutoSite, chosen: dict, args: tuple,
+def _prepare_site(objective: Expectation, site: PlaceholderSite, chosen: dict, args: tuple,
                   key: jax.Array, estimates: int, compiled: dict,
                   aside: Helpers | None = None) -> _Prepared:
     """Trace every candidate at `site` (the other sites at `chosen`): those the
@@ -397,7 +409,7 @@ def _prepare_site(objective: Expectation, site: auto.AutoSite, chosen: dict, arg
             continue
         tuned = _candidate(objective, {**chosen, site.addr: candidate}, compiled)
         # the jitted estimator's trace is kept, so the program below traces it no more
-        message = auto.refusal(lambda t=tuned: jax.eval_shape(t.value_and_grad_estimate,
+        message = refusal(lambda t=tuned: jax.eval_shape(t.value_and_grad_estimate,
                                                               key, *args))
         if message is None:
             allowed.append((candidate, tuned))
@@ -413,7 +425,7 @@ def _prepare_site(objective: Expectation, site: auto.AutoSite, chosen: dict, arg
     return _Prepared(results, allowed, program, keys)
 
 
-def _measure_site(site: auto.AutoSite, prepared: _Prepared, args: tuple,
+def _measure_site(site: PlaceholderSite, prepared: _Prepared, args: tuple,
                   budget: float | None = None) -> list[Measured]:
     """Every candidate at `site`, in rank order: the refused ones as prepared, the
     allowed ones measured by the prepared program (racing for at most `budget` seconds
