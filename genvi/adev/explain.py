@@ -38,6 +38,10 @@ class SiteLog(RunObserver):
 
     def __init__(self) -> None:
         self.log: dict = {}
+        self.untuned: list = []   # placeholder (gv.AUTO) sites left at their defaults
+
+    def defaulted(self, sites):
+        self.untuned.extend(s for s in sites if all(s.addr != u.addr for u in self.untuned))
 
     def site(self, eqn, dist, strategy, value, steps, draws=()):
         note_site(self.log, eqn, dist, strategy, value, steps, draws)
@@ -214,8 +218,7 @@ def explain(objective: Any, key: Any, args: tuple, argnums: tuple) -> Explanatio
     value and gradient steps for their FLOPs. A `gv.AUTO` site left untuned (at its
     first allowed candidate) says so, in any objective built on a program."""
     notes = SiteLog()
-    untuned: list = []   # the programs' untuned gv.AUTO sites (`genvi.adev.auto`)
-    with using(observer=notes, auto_sites=untuned):  # the interpreter reports to `notes`
+    with using(observer=notes):  # the interpreter and the objectives report to `notes`
         # fresh functions (not the objective's cached ones), so the estimator is traced
         def grad_step(key, *a):
             return objective._value_and_grad_uncached(key, a, argnums)
@@ -229,7 +232,7 @@ def explain(objective: Any, key: Any, args: tuple, argnums: tuple) -> Explanatio
                               _flops(gradient), work(jax.make_jaxpr(value_step)(key, *args)),
                               work(gradient_jaxpr), compiled_work(value.as_text()),
                               compiled_work(gradient.as_text()))
-    _mark_untuned(explanation, untuned)
+    _mark_untuned(explanation, notes.untuned)
     return explanation
 
 

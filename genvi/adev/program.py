@@ -22,7 +22,7 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from genvi.adev import auto, smoothness, variance_training
+from genvi.adev import placeholders, smoothness, variance_training
 from genvi.adev.expectation import Expectation
 from genvi.adev.interpreter import estimate_jvp
 from genvi.core.context import RunObserver, current, using
@@ -43,7 +43,8 @@ class ProgramExpectation(Expectation):
         self.name = name or getattr(fn, "__name__", "expectation")
         self._traces: dict = {}
         self._checked: set = set()  # (trace, differentiated inputs) that passed the check
-        self._auto: dict = {}  # gv.AUTO sites per trace, and their untuned choices
+        # placeholder (gv.AUTO) sites per trace, and their default strategies
+        self._placeholders: dict = {}
         functools.update_wrapper(self, fn, updated=())
 
     def trace(self, *args: Any):
@@ -78,10 +79,10 @@ class ProgramExpectation(Expectation):
 
     def dual_estimate(self, key, args, targs):
         closed, dyn = self.trace(*args)
-        sites = self._auto_sites(closed)
-        if sites:  # gv.AUTO sites no tuning chose for: the first allowed candidate
-            choices = self._untuned(closed, sites, key, args, targs)
-            with using(choices=current().choices + choices):
+        sites = self._placeholder_sites(closed)
+        if sites:  # placeholder sites (gv.AUTO) nothing chose for: their defaults
+            choices = self._defaults(closed, sites, key, args, targs)
+            with using(site_strategies=current().site_strategies + choices):
                 return self.dual_estimate(key, args, targs)
         if targs is None:
             tdyn = [None] * len(dyn)
@@ -112,31 +113,34 @@ class ProgramExpectation(Expectation):
                 names.append(head + jax.tree_util.keystr(rest))
         return names
 
-    def _auto_sites(self, closed: Any) -> list:
-        hit = self._auto.get(id(closed))
+    def _placeholder_sites(self, closed: Any) -> list:
+        hit = self._placeholders.get(id(closed))
         if hit is None or hit[0] is not closed:
-            hit = self._auto[id(closed)] = (closed, auto.auto_sites(closed))
+            hit = (closed, placeholders.placeholder_sites(closed))
+            self._placeholders[id(closed)] = hit
         return hit[1]
 
-    def _untuned(self, closed: Any, sites: list, key: Any, args: tuple, targs: Any) -> tuple:
-        """The untuned choices at `sites` (cached per trace and differentiated inputs),
-        handed to a tuning that collects the sites."""
+    def _defaults(self, closed: Any, sites: list, key: Any, args: tuple, targs: Any) -> tuple:
+        """The default strategies at placeholder `sites` (cached per trace and
+        differentiated inputs), reported to the run's observer (a tuning collects the
+        sites so)."""
         differentiated = None if targs is None else tuple(
             t is not None for t in jax.tree_util.tree_leaves(targs))
         cache_key = (id(closed), differentiated)
-        hit = self._auto.get(cache_key)
+        hit = self._placeholders.get(cache_key)
         if hit is None:
-            outer = current().choices
+            outer = current().site_strategies
 
             def allowed(trial):
-                def trace():  # a trial: nothing of it goes to explain's log
-                    with using(choices=outer + trial, observer=RunObserver()):
+                def trace():  # a trial: nothing of it is reported to the observer
+                    with using(site_strategies=outer + trial, observer=RunObserver()):
                         jax.eval_shape(lambda k, a, t: _dual_pair(self.dual_estimate(k, a, t)),
                                        key, args, targs)
-                return auto.refusal(trace)
-            hit = self._auto[cache_key] = auto.default_choices(sites, allowed)
+                return placeholders.refusal(trace)
+            hit = placeholders.default_strategies(sites, allowed)
+            self._placeholders[cache_key] = hit
         choices, resolved = hit
-        auto.note_sites(resolved)
+        current().observer.defaulted(resolved)
         return choices
 
     def __repr__(self) -> str:

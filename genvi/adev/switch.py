@@ -30,6 +30,10 @@ class SwitchStrategy(Strategy):
     def kind(self) -> str:  # the kinds must agree for `check_strategy`
         return self.strategies[0].kind if self.strategies else "?"
 
+    def check_site(self, dist: Any, where: str) -> None:
+        for s in self.strategies:  # a choice among strategies: each must be supported
+            s.check_site(dist, where)
+
     @property
     def pathwise(self) -> bool:  # checked as if any choice were taken
         return any(s.pathwise for s in self.strategies)
