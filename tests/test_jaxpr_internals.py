@@ -1,4 +1,4 @@
-"""Pins `genvi/core/jaxpr.py`, the only module that touches JAX internals.
+"""Pins `genvi/core/jaxpr/`, the only package that touches JAX internals.
 
 Each function there is tested against public JAX behaviour, so a JAX upgrade that
 changes an internal shows up here first:

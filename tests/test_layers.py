@@ -59,7 +59,11 @@ def _imports(name: str, path: pathlib.Path) -> list[tuple[str, int]]:
             parts = target.split(".")
             for i in range(1 if target == "genvi" else 2, len(parts) + 1):
                 prefix = ".".join(parts[:i])
-                if prefix in MODULES and prefix != name:
+                # a module's own packages below the root are loaded before it whatever
+                # it imports (a package's submodules reading each other is no edge to
+                # the package); a direct import of the root is one (see below)
+                ancestor = prefix != "genvi" and name.startswith(prefix + ".")
+                if prefix in MODULES and prefix != name and not ancestor:
                     found.append((prefix, node.lineno))
     return found
 

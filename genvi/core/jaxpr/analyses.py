@@ -1,0 +1,69 @@
+"""Questions asked of a whole jaxpr: every equation with the scans around it, and
+whether a jaxpr (or an equation's bodies) binds some primitive, cached weakly."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any, Iterator
+
+import jax.extend.core as jcore
+
+from genvi.core.jaxpr.views import kind
+
+
+def sub_jaxprs(eqn: Any) -> list:
+    """The jaxprs nested in an equation's parameters (bodies, branches, calls)."""
+    return list(jcore.jaxprs_in_params(eqn.params))
+
+
+def equations(jaxpr: Any, scans: int = 0) -> Iterator[tuple[Any, int]]:
+    """Every equation of `jaxpr` and of the jaxprs nested in it, in program order (an
+    equation before its bodies' equations), each with the number of `scan` equations
+    around it (plus `scans`): the one search over a program's equations.
+
+    Example:
+        >>> import jax
+        >>> f = lambda c: jax.lax.scan(lambda c, _: (jax.numpy.sin(c), None), c, None, length=2)
+        >>> [(e.primitive.name, n) for e, n in equations(jax.make_jaxpr(f)(1.0))]
+        [('scan', 0), ('sin', 1)]
+    """
+    for eqn in getattr(jaxpr, "jaxpr", jaxpr).eqns:
+        yield eqn, scans
+        inner = scans + (kind(eqn) == "scan")
+        for sub in sub_jaxprs(eqn):
+            yield from equations(sub, inner)
+
+
+def contains(jaxpr: Any, prims: frozenset) -> bool:
+    """Whether `jaxpr` (or any jaxpr nested in it) binds one of `prims`."""
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    return _contains(jaxpr, prims)
+
+
+def nests(eqn: Any, prims: frozenset) -> bool:
+    """Whether a jaxpr nested in `eqn` (a body, a branch, a call) binds one of `prims`.
+
+    Example:
+        >>> import jax
+        >>> f = lambda c: jax.lax.scan(lambda c, _: (jax.numpy.sin(c), None), c, None, length=2)
+        >>> (scan,) = jax.make_jaxpr(f)(1.0).eqns
+        >>> nests(scan, frozenset({jax.lax.sin_p})), nests(scan, frozenset({jax.lax.cos_p}))
+        (True, False)
+    """
+    return any(_contains(getattr(j, "jaxpr", j), prims) for j in sub_jaxprs(eqn))
+
+
+#: `cond` itself: a dual `cond` is evaluated branch by branch (see adev.interpreter).
+CONDS = frozenset({jcore.primitives.cond_p})
+
+# jaxpr -> {prims: answer}; weak, so a cached answer lives as long as its jaxpr does
+_CONTAINS: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def _contains(jaxpr: Any, prims: frozenset) -> bool:
+    answers = _CONTAINS.setdefault(jaxpr, {})
+    answer = answers.get(prims)
+    if answer is None:
+        answer = answers[prims] = any(eqn.primitive in prims or nests(eqn, prims)
+                                      for eqn in jaxpr.eqns)
+    return answer
