@@ -33,10 +33,9 @@ import jax
 import jax.numpy as jnp
 
 from genvi.adev import dual as d
-from genvi.adev.continuation import Deferred
+from genvi.adev.continuation import SiteContinuation
 from genvi.adev.dual import Dual
-from genvi.replays.engine import (AfterSite, Replay, ScanReplays, draw, lanes_couple,
-                                  split_keys, total_at_site)
+from genvi.replays.engine import Replay, ScanReplays, draw, split_keys
 from genvi.core import jaxpr as jx
 from genvi.core.context import RunContext, current, using
 from genvi.core.draws import DrawEqn, draw_p
@@ -52,111 +51,6 @@ def _instantiate(t: Any, p: Any) -> Any:
     if t is None:
         return jnp.zeros(jnp.shape(p), jnp.result_type(p))
     return jax.lax.convert_element_type(t, jnp.result_type(p))
-
-
-class _Continuation:  # implements genvi.core.continuation.Continuation
-    """The rest of the program after one site (see module docstring)."""
-
-    def __init__(self, run: "_Run", jaxpr: Any, index: int, eqn: Any, env: dict, keys: dict,
-                 steps: tuple, top: bool):
-        # `steps` locates the site: the enclosing control-flow equations and scan steps;
-        # `eqn` is the site's equation, at `index` in `jaxpr`
-        self._run, self._jaxpr, self._index, self._eqn = run, jaxpr, index, eqn
-        self._env, self._keys, self._steps = env, keys, steps
-        self.can_branch = top and not run.replay
-        self._top = top
-
-    def dual(self, value: Any, tangent: Any = None) -> Deferred:
-        return Deferred(value, tangent)
-
-    def pure(self, value: Any) -> Any:
-        return self._run.replay_with((self.location, value))
-
-    def resolved(self, res: Deferred) -> Deferred:
-        """`res` with its replays (if any) evaluated now (by the replay engine) and
-        added to its offset."""
-        if res.replays is None:
-            return res
-        total = total_at_site(self._run.replay_context(), self.location, res.value,
-                              res.replays, self._after())
-        self._run.context.observer.total(self._eqn,
-                   res.replays.weights, total)   # [J, *lanes]
-        return Deferred(res.value, res.tangent, res.score, d.add(res.offset, total.value))
-
-    def _after(self) -> AfterSite | None:
-        """A site at the top level: the rest of the run after it (lane by lane)."""
-        if self._top and not self._run.replay:
-            return AfterSite(self._jaxpr, self._index, self._env, self._keys, self._steps)
-        return None
-
-    def lanes_couple(self, value: Any, lane_axes: int | None = None) -> bool:
-        """Whether replays of this site lane by lane (`plus_replays`) would cost more
-        than two evaluations of the rest of the objective, its lanes meeting in work
-        done once per lane (a decoder reading a latent vector); False inside a scan or
-        cond body (see `genvi.replays.engine.lanes_couple`). A strategy with a
-        whole-site form takes it where this is True. `lane_axes`: lanes that are
-        slices of the value (its leading axes), as `Deferred.plus_replays` takes them."""
-        return lanes_couple(self._run.replay_context(), self._after(), value, lane_axes)
-
-    def replay_units(self, value: Any) -> int | None:
-        """How many leading axes of the site's value a strategy's lane-local replays
-        should take as lanes (`plus_replays(..., lane_axes=)`): all of them where
-        replays lane by lane are cheap; the batch axes where the rest couples each
-        datapoint's lanes but not the datapoints (a plate of latent vectors, an IWELBO's
-        particles), so that each datapoint's slice is replaced whole; None where the
-        rest couples them all, and a strategy with a whole-site form takes it."""
-        if not self.lanes_couple(value):
-            return jnp.ndim(value)
-        plates = self.batch_axes
-        if 0 < plates < jnp.ndim(value) and not self.lanes_couple(value, plates):
-            return plates
-        return None
-
-    @property
-    def batch_axes(self) -> int:
-        """How many leading axes of the site's value are lanes of the `vmap` transformations around it
-        (a plate's datapoints, particles) rather than the site's own."""
-        return SiteEqn.of(self._eqn).batch_axes
-
-    @property
-    def address(self) -> str:
-        """The site's address as written ("outer/inner"; "(gv.sample)" for an unnamed
-        draw), for a rule's error messages."""
-        addr = SiteEqn.of(self._eqn).addr
-        return "/".join(map(str, addr)) if addr else "(gv.sample)"
-
-    @property
-    def location(self) -> tuple:
-        """Where the site is: the enclosing control-flow equations and scan steps,
-        then the site's equation (what a replay's override names)."""
-        return self._steps + (self._eqn,)
-
-    def state(self, strategy: Any) -> Any:
-        """The run's `RunState` of `strategy` (its `run_state` class): what the
-        strategy keeps across the run (see `genvi.core.strategy.RunState`)."""
-        return self._run.states[strategy.run_state]
-
-    def note(self, path: str) -> None:
-        """Say how this site's gradient terms are evaluated (`explain`'s replays column)."""
-        self._run.context.observer.path(self._eqn, path)
-
-    def dual_map(self, values: Any) -> Dual:
-        if not self.can_branch:
-            raise RuntimeError("this continuation cannot branch (inside scan/cond)")
-        eqn = self._eqn
-        (outvar,) = eqn.outvars
-
-        def branch(v):
-            env = dict(self._env)
-            env[outvar] = Dual(v, None)
-            run = self._run.with_override((self._steps + (eqn,), v))
-            out = run.level(self._jaxpr, self._index + 1, env, None, self._steps, True,
-                            keys=self._keys)
-            return out.primal, out.tangent
-
-        self._run.context.observer.enumeration(eqn, jnp.shape(values)[0])
-        primal, tangent = jax.vmap(branch)(values)
-        return Dual(primal, tangent)
 
 
 class _Run:
@@ -225,7 +119,7 @@ class _Run:
             if any(x.tangent is not None for x in ins[:len(params)]):
                 raise missing_strategy_error(dist, addr)
             return [Dual(self._replay_site(eqn, ins, site_key, steps))]
-        k = _Continuation(self, level.jaxpr, i, eqn, level.env, level.keys, steps, level.top)
+        k = SiteContinuation(self, level.jaxpr, i, eqn, level.env, level.keys, steps, level.top)
         self.context.observer.site(eqn, dist, strategy, eqn.outvars[0].aval, steps,
                                    self.context.within)
         res = strategy.jvp(dist, site_key, params, [x.tangent for x in ins[:len(params)]], k)
