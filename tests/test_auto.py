@@ -20,7 +20,10 @@ import genvi as gv
 from estimates import within
 from genvi.auto.choices import candidates
 from genvi.auto import tune
-from genvi.auto.tune import _run, starting_choices
+from genvi.auto import race
+from genvi.auto.report import Measured
+from genvi.auto.race import race as _run
+from genvi.auto.tune import starting_choices
 from programs import model
 
 KEY = jax.random.key(0)
@@ -257,7 +260,7 @@ def test_a_fit_starts_with_a_cheap_step_while_it_measures():
 
 
 class _Clock:
-    """A stand-in for the `time` module that `tune._run` reads: its clock moves only
+    """A stand-in for the `time` module that `race.race` reads: its clock moves only
     when a `_timed_program` runs, so a race's rounds depend on the programs' stated
     times, not on how busy the machine is."""
 
@@ -271,7 +274,7 @@ class _Clock:
 @pytest.fixture
 def clock(monkeypatch):
     fake = _Clock()
-    monkeypatch.setattr(tune, "time", fake)
+    monkeypatch.setattr(race, "time", fake)
     return fake
 
 
@@ -312,14 +315,14 @@ def test_a_budgeted_race_sizes_its_batches_to_fit(clock):
     # round fits (16 each, 0.096 s), and no further round
     assert [n for _, _, n in _run(slow, 3, (), keys, 0.1)] == [16, 16, 16]
     # nothing to spend: the fewest estimates, once
-    assert [n for _, _, n in _run(slow, 3, (), keys, 0.0)] == [tune.FEWEST] * 3
+    assert [n for _, _, n in _run(slow, 3, (), keys, 0.0)] == [race.FEWEST] * 3
 
 
 def test_a_site_keeps_what_training_runs_within_the_margin():
     site = type("Site", (), {"name": "b"})()
 
     def row(strategy, work):
-        return tune.Measured("b", strategy, variance=work, seconds=1.0, estimates=32)
+        return Measured("b", strategy, variance=work, seconds=1.0, estimates=32)
     usable = [row(gv.ENUM, 1.2), row(gv.DisARM, 1.0), row(gv.REINFORCE, 50.0)]
     assert tune._choose(site, usable, None) == (gv.DisARM, "")
     choice, note = tune._choose(site, usable, gv.ENUM)   # 1.2 times the best's: kept

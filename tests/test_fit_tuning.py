@@ -19,7 +19,7 @@ import optax
 import pytest
 
 import genvi as gv
-from genvi.auto import fit_tuning, tune
+from genvi.auto import fit_tuning, race, tune
 from genvi.training.fit_loop import Setup, batch_at
 from genvi.auto.fit_tuning import FitTuning, _yield_to_training
 
@@ -164,7 +164,7 @@ def test_a_background_measurement_races_within_a_share_of_the_fit(monkeypatch):
     monkeypatch.setattr(fit_tuning, "RACE_SHARE", 0.0)
     (background,) = fit(objective(gv.AUTO), PARAMS, 2 * CHUNK, key=KEY).tunings
     taken = [m.estimates for m in background.measured if m.refused is None]
-    assert taken and set(taken) == {tune.FEWEST}
+    assert taken and set(taken) == {race.FEWEST}
     (first,) = fit(objective(gv.AUTO), PARAMS, 2 * CHUNK, key=KEY,
                    tune_in_background=False).tunings
     assert max(m.estimates for m in first.measured) > fit_tuning.ESTIMATES // 2

@@ -67,10 +67,10 @@ from genvi.auto.choices import Tuned
 from genvi.auto.compile_aside import Helpers
 from genvi.auto.tune import Tuning, auto_sites, run_now, starting_choices, tuning_steps
 
-ESTIMATES = 64  # a candidate's measurement: up to twice this many (`tune._run`)
-# The race (`tune._run`) pauses training, so in a background measurement it spends at
+ESTIMATES = 64  # a candidate's measurement: up to twice this many (`race.race`)
+# The race (`race.race`) pauses training, so in a background measurement it spends at
 # most this share of the fit's time so far: its batches sized to fit its first round in
-# that (down to `tune.FEWEST` estimates each), a measurement early in a fit chooses
+# that (down to `race.FEWEST` estimates each), a measurement early in a fit chooses
 # from its first round, a later one (`retune_every`) races more. On AIR (a 33-ms
 # estimate, five candidates within 1.13 times of each other's variance × time) the
 # race paused training for 22 s unbudgeted, 6.4 s with its first round of 32 each.

@@ -10,7 +10,7 @@ estimates run in one loop (a `fori_loop` over keys, no dispatch between estimate
 in a fit's compiled chunk): the loop's gradient variance, summed over every entry of
 every leaf (a running Welford update, so memory stays at one gradient), and its time
 per estimate (warm, its fastest batch). The estimates come in batches, run as a race
-(`_run`): a batch of every candidate, then more batches, interleaved, of those whose
+(`genvi.auto.race`): a batch of every candidate, then more batches, interleaved, of those whose
 variance × time is within twice the best's, so that a candidate far behind costs one
 batch rather than four (in a fit, whose training waits for the race, the race spends at
 most a share of the fit's time so far, `genvi.auto.fit_tuning.RACE_SHARE`, its
@@ -40,16 +40,12 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 import weakref
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from genvi.adev.placeholders import refusal
 from genvi.adev.cost import work
@@ -60,95 +56,8 @@ from genvi.core.strategy import PlaceholderSite
 from genvi.core.tracing import shapes_key
 from genvi.auto import choices as auto
 from genvi.auto.compile_aside import Helpers, compile_program
-
-
-@dataclass(frozen=True)
-class Measured:
-    """One candidate at one site: its gradient variance (summed over entries), the
-    seconds per estimate (its fastest batch's), their product, the estimates taken, and
-    why it was ruled out (None: it was not)."""
-
-    site: str
-    strategy: Any
-    variance: float = math.nan
-    seconds: float = math.nan
-    estimates: int = 0
-    refused: str | None = None
-
-    @property
-    def work(self) -> float:
-        """Variance × seconds: what the choice minimizes."""
-        return self.variance * self.seconds
-
-
-@dataclass(frozen=True)
-class Tuning:
-    """What `gv.tune` chose: `choices` ((address, strategy) pairs), every candidate
-    `measured`, the `step` of a fit whose parameters it was measured at, the step
-    training took the choices from (`applied`; None: not in a fit, or the fit ended
-    before) and `notes` (a site where only REINFORCE applies says so).
-    `apply(objective)` is the objective with the choices; `print` it for the table.
-
-    Example:
-        >>> import genvi as gv
-        >>> t = Tuning(((("b",), gv.MVD),), ())
-        >>> t.choice("b")
-        gv.MVD
-    """
-
-    choices: tuple
-    measured: tuple
-    step: int = 0
-    notes: tuple = ()
-    applied: int | None = None
-    before: tuple = ()
-
-    def choice(self, addr: str | tuple) -> Any:
-        """The strategy chosen at `addr` ("outer/inner" or a tuple)."""
-        key = tuple(addr.split("/")) if isinstance(addr, str) else tuple(addr)
-        for where, strategy in self.choices:
-            if where == key:
-                return strategy
-        raise KeyError(f"no gv.AUTO site at {addr!r}; the tuned sites: "
-                       + ", ".join("/".join(map(str, a)) for a, _ in self.choices))
-
-    def apply(self, objective: Expectation) -> Expectation:
-        """`objective` with its `gv.AUTO` sites at these choices (an `Expectation`
-        whose `explain` also prints this table)."""
-        return auto.Tuned(objective, self.choices, str(self))
-
-    def __str__(self) -> str:
-        chosen = {("/".join(map(str, a)), repr(s)) for a, s in self.choices}
-        rows = [("site", "candidate", "variance", "seconds/estimate", "variance × seconds",
-                 "estimates", "")]
-        for m in self.measured:
-            mark = "chosen" if (m.site, repr(m.strategy)) in chosen else (
-                f"refused: {m.refused}" if m.refused else "")
-            rows.append((m.site, repr(m.strategy), _num(m.variance), _num(m.seconds),
-                         _num(m.work), str(m.estimates), mark))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        before = ", ".join(f"{'/'.join(map(str, a))} {s!r}" for a, s in self.before)
-        if self.applied is None:   # outside a fit, or a fit that ended before the switch
-            applied = f", not applied: the fit ended first, training with {before}" if (
-                self.before) else ""
-        else:
-            applied = ("" if self.applied == self.step
-                       else f", trained with from step {self.applied}")
-            if applied and self.before and self.before != self.choices:
-                applied += f" (before it: {before})"
-        lines = [f"gv.AUTO, measured at step {self.step}{applied} (gradient variance × time "
-                 "per estimate):"]
-        for j, r in enumerate(rows):
-            lines.append("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
-            if j == 0:
-                lines.append("  " + "  ".join("-" * w for w in widths[:-1]))
-        return "\n".join(lines + [f"  {n}" for n in self.notes])
-
-    __repr__ = __str__
-
-
-def _num(x: float) -> str:
-    return "—" if not math.isfinite(x) else f"{x:.3g}"
+from genvi.auto.race import BATCHES, batch_size, race, variance_program
+from genvi.auto.report import Measured, Tuning
 
 
 _SITES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -226,7 +135,7 @@ def tuning_steps(objective: Expectation, args: tuple, key: jax.Array, estimates:
     in place; a fit hands it to a thread of its own and trains meanwhile
     (`genvi.auto.fit_tuning`), while the measuring itself, which times the
     candidates, runs between its chunks. `race_budget()`, asked as each site's
-    measurement starts, is the seconds its race may spend (None: no limit; `_run`).
+    measurement starts, is the seconds its race may spend (None: no limit; `race.race`).
     `running` ({address: strategy}) is what training runs now, compiled: a site keeps
     it where it measured within `KEEP_MARGIN` of the best (`_choose`). `aside`: the
     helper processes (at the lowest priority, on a CPU) in which the measuring
@@ -337,29 +246,6 @@ def starting_choices(objective: Expectation, args: tuple, key: jax.Array,
     return tuple(chosen.items())
 
 
-# The measurement's estimates per candidate come in batches of half `estimates`: a first
-# batch of every candidate, then up to `BATCHES` - 1 more of those still racing, the
-# ones whose first batch's variance × time is within `RACE_MARGIN` of the best. A batch
-# of 32 estimates measures a variance to about a quarter (a sample variance of n draws
-# spreads about sqrt(2 / n) of the truth), so a candidate twice as costly as the best
-# is out of the race, and the racing ones' further batches decide among them.
-# Where the first round takes less than `RACE_FROM` seconds (a scalar site's batch takes
-# tens of microseconds, mostly the dispatch), its times cannot rank the candidates and
-# measuring all of them costs little: every candidate runs every batch.
-BATCHES = 4
-RACE_MARGIN = 2.0
-RACE_FROM = 0.05
-# A budgeted race (a fit's, which training waits for) sizes its batches to fit its first
-# round in the budget, but never below this many estimates: a variance of 8 draws
-# spreads about half of the truth, enough to tell apart candidates whose variance ×
-# time differ by orders (REINFORCE's and ENUM's), and the closer ones tie anyway.
-FEWEST = 8
-
-
-def _batch(estimates: int) -> int:
-    return max(2, estimates // 2)
-
-
 def _candidate(objective: Expectation, choices: dict, compiled: dict) -> Expectation:
     """`objective` at `choices`, one object per set of choices (kept in `compiled`:
     its jitted estimator keeps its trace)."""
@@ -401,7 +287,7 @@ def _prepare_site(objective: Expectation, site: PlaceholderSite, chosen: dict, a
     refused = dict(site.refused)
     results: dict = {}
     allowed = []
-    batch = _batch(estimates)
+    batch = batch_size(estimates)
     keys = jax.random.split(key, (1 + BATCHES) * batch).reshape(1 + BATCHES, batch)
     for candidate in auto.candidates(site.dist):
         if candidate in refused:
@@ -421,7 +307,7 @@ def _prepare_site(objective: Expectation, site: PlaceholderSite, chosen: dict, a
         program = compiled.get(program_key)
         if program is None:
             program = compiled[program_key] = compile_program(
-                _variance_program([t for _, t in allowed]), 0, keys[0], 2, args, aside=aside)
+                variance_program([t for _, t in allowed]), 0, keys[0], 2, args, aside=aside)
     return _Prepared(results, allowed, program, keys)
 
 
@@ -432,7 +318,7 @@ def _measure_site(site: PlaceholderSite, prepared: _Prepared, args: tuple,
     beyond the first round)."""
     results = dict(prepared.refused)
     if prepared.allowed:
-        timed = _run(prepared.program, len(prepared.allowed), args, prepared.keys, budget)
+        timed = race(prepared.program, len(prepared.allowed), args, prepared.keys, budget)
         for (candidate, _), (variance, seconds, taken) in zip(prepared.allowed, timed):
             results[candidate] = (
                 Measured(site.name, candidate, variance, seconds, taken)
@@ -440,83 +326,6 @@ def _measure_site(site: PlaceholderSite, prepared: _Prepared, args: tuple,
                 Measured(site.name, candidate, estimates=taken,
                          refused="its gradient estimates are not finite here"))
     return [results[c] for c in auto.candidates(site.dist)]
-
-
-def _variance_program(tuned: list[Expectation]) -> Any:
-    """A jitted `(index, keys, count, args) -> variance`: candidate `index`'s gradient
-    estimates at the first `count` of `keys` under one loop (no dispatch between them,
-    as in a fit; `count` is a run-time value, so a race sizes its rounds without
-    compiling again), their variance summed over every entry (Welford's update, so
-    memory stays at one gradient)."""
-    def run(index, keys, count, args):
-        def flat(t):
-            return lambda k: ravel_pytree(t.value_and_grad_estimate(k, *args)[1])[0]
-        branches = [flat(t) for t in tuned]
-
-        def one(i, carry):
-            n, mean, m2 = carry
-            g = jax.lax.switch(index, branches, keys[i])
-            delta = g - mean
-            mean = mean + delta / (n + 1)
-            return n + 1, mean, m2 + delta * (g - mean)
-        size = jax.eval_shape(branches[0], keys[0]).shape
-        zeros = jnp.zeros(size, jnp.result_type(float))
-        n, _, m2 = jax.lax.fori_loop(0, count, one, (0.0, zeros, zeros))
-        return jnp.sum(m2) / (n - 1)
-    return jax.jit(run)
-
-
-def _run(program: Any, candidates: int, args: tuple, keys: jax.Array,
-         budget: float | None = None) -> list[tuple[float, float, int]]:
-    """(variance, seconds per estimate, estimates taken) of each candidate of
-    `program`, as a race: a warm-up of two estimates, then a batch of each candidate;
-    those whose variance × time is within `RACE_MARGIN` of the best so far take the
-    remaining batches, interleaved (the variance: the mean of its batches'; the time:
-    its fastest batch's), while the others keep their first batch's numbers. Where the
-    first round took less than `RACE_FROM` seconds, every candidate with finite
-    estimates races on. A race of one ends after the first batch: there is nothing
-    left to choose. With a `budget` (seconds; None: no limit), the batches are sized
-    at the warm-up's pace so that the first round fits in it (though never under
-    `FEWEST` estimates), and a further round is run only where, at its racers'
-    first-round times, the race stays within it."""
-    batch = keys.shape[1]
-    rows = [keys[j] for j in range(keys.shape[0])]   # sliced before any timing
-    began = time.perf_counter()
-    jax.block_until_ready(program(0, rows[0], 2, args))
-    count = batch
-    if budget is not None:   # the warm-up's pace: its first call's overheads make it slower
-        pace = (time.perf_counter() - began) / 2
-        count = int(min(batch, max(FEWEST, budget / (candidates * pace))))
-    variances: list[list[float]] = [[] for _ in range(candidates)]
-    times: list[list[float]] = [[] for _ in range(candidates)]
-
-    def one_batch(i: int, k: jax.Array) -> None:
-        t0 = time.perf_counter()
-        variances[i].append(float(jax.block_until_ready(program(i, k, count, args))))
-        times[i].append(time.perf_counter() - t0)
-
-    for i in range(candidates):
-        one_batch(i, rows[1])
-    work = [v[0] * t[0] if math.isfinite(v[0]) else math.inf
-            for v, t in zip(variances, times)]
-    best = min(work)
-    # where the first round was quick, its times are mostly dispatch and the timer's
-    # noise, and more batches of every candidate cost next to nothing: all race on
-    first_round = sum(t[0] for t in times)
-    quick = first_round < RACE_FROM
-    racing = [i for i, w in enumerate(work)
-              if math.isfinite(w) and (quick or w <= RACE_MARGIN * best)]
-    if len(racing) > 1:
-        spent, round_cost = first_round, sum(times[i][0] for i in racing)
-        for k in rows[2:]:
-            if budget is not None and spent + round_cost > budget:
-                break
-            began = time.perf_counter()
-            for i in racing:
-                one_batch(i, k)
-            spent += time.perf_counter() - began
-    return [(float(np.mean(v)), min(t) / count, count * len(v))
-            for v, t in zip(variances, times)]
 
 
 def has_auto_sites(objective: Expectation, args: tuple) -> bool:
