@@ -77,3 +77,54 @@ def test_jax_internal_modules_are_imported_only_in_core():
             if bad:
                 found.setdefault(str(path.relative_to(ROOT)), []).extend(bad)
     assert not found, found
+
+
+# -- dispatch by type, never by name ---------------------------------------------------
+#
+# Outside genvi/core no code decides what an equation is by a string: no
+# `jx.kind(eqn) == "scan"`, no `eqn.primitive.name`, no loop over a jaxpr's `.eqns`.
+# Interpreters receive typed views (`jx.view`, `Hooks.control`), compare primitives
+# as objects, and ask `genvi.core.rules` for a primitive's structure; a name shown in
+# a message comes from `jx.name_of`. Modules still to move onto the typed hooks are
+# listed, each with what it still reads: the list may only shrink (a module that no
+# longer reads a name fails the test until it is taken off).
+STILL_BY_NAME = {
+    "genvi/adev/smoothness.py": {"kind", "primitive.name", "eqns"},
+    "genvi/adev/variance_training.py": {"kind", "primitive.name"},
+    "genvi/inference/enum_lanes.py": {"kind", "primitive.name"},
+    "genvi/inference/enum_scan.py": {"kind", "primitive.name"},
+    "genvi/replays/replay.py": {"eqns"},
+}
+
+
+def _by_name(tree: ast.AST) -> set[str]:
+    """What a module reads by name: a call of `.kind(...)`, `<x>.primitive.name`,
+    `<x>.eqns`."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "kind":
+            found.add("kind")
+        if isinstance(node, ast.Attribute):
+            if node.attr == "name" and isinstance(node.value, ast.Attribute) \
+                    and node.value.attr == "primitive":
+                found.add("primitive.name")
+            if node.attr == "eqns":
+                found.add("eqns")
+    return found
+
+
+def test_no_dispatch_by_name_outside_core():
+    found = {str(p.relative_to(ROOT)): reads for p in _outside_core()
+             if (reads := _by_name(ast.parse(p.read_text())))}
+    assert found == STILL_BY_NAME, (
+        "equation kinds, primitive names or a jaxpr's equations read outside genvi/core/ "
+        "(use jx.view / Hooks.control, primitive objects, genvi.core.rules.structure_of, "
+        f"jx.name_of for messages); found {found}, the known list {STILL_BY_NAME}")
+
+
+def test_the_name_fence_finds_each_form():
+    src = ("a = jx.kind(eqn) == 'scan'\nb = eqn.primitive.name\nc = jaxpr.eqns\n"
+           "d = eqn.primitive is sin_p\ne = '''eqn.primitive.name in a docstring'''")
+    assert _by_name(ast.parse(src)) == {"kind", "primitive.name", "eqns"}
+    assert _by_name(ast.parse("d = eqn.primitive is sin_p")) == set()

@@ -552,3 +552,28 @@ def test_is_float_aval():
     assert jx.is_float_aval(jax.core.ShapedArray((), jnp.float32))
     assert not jx.is_float_aval(jax.core.ShapedArray((2,), jnp.int32))
     assert not jx.is_float_aval(jax.core.ShapedArray((), jnp.bool_))
+
+
+def test_the_rule_registry_is_keyed_by_primitive_objects():
+    """`genvi.core.rules`: every structural primitive genvi's lane evaluators handle is
+    found as an object in this JAX release, and both evaluators' tables are keyed by
+    the registry's structures (one registry, no names)."""
+    import jax.extend.core as jcore
+
+    from genvi.core.rules import REDUCE_SUM, SORT, STRUCTURE, Structure, structure_of
+    from genvi.inference.enum_same_rules import SAME_RULES
+    from genvi.replays.lane_rules import RULES
+
+    assert all(isinstance(p, jcore.Primitive) for p in STRUCTURE)
+    assert set(STRUCTURE.values()) == set(Structure)
+    for prim in (jax.lax.add_p, jax.lax.sin_p, jax.lax.select_n_p, jax.lax.convert_element_type_p):
+        assert STRUCTURE[prim] is Structure.ELEMENTWISE
+    assert STRUCTURE[REDUCE_SUM] is Structure.REDUCE and STRUCTURE[SORT] is Structure.ALONG_AXIS
+    assert set(RULES) == set(Structure) and set(SAME_RULES) <= set(Structure)
+    eqns = jax.make_jaxpr(lambda x: jax.lax.sort(x.T, dimension=0).reshape(-1))(
+        jnp.ones((2, 3))).eqns
+    assert [structure_of(e) for e in eqns] == [Structure.TRANSPOSE, Structure.ALONG_AXIS,
+                                               Structure.RESHAPE]
+    # a call is no structural primitive (its body is walked)
+    (call,) = jax.make_jaxpr(lambda x: jnp.cumsum(x))(jnp.ones(3)).eqns
+    assert structure_of(call) is None and isinstance(jx.view(call), jx.CallEqn)

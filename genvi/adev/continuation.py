@@ -116,7 +116,8 @@ class SiteContinuation:
     def _after(self) -> AfterSite | None:
         """A site at the top level: the rest of the run after it (lane by lane)."""
         if self._top and not self._run.replay:
-            return AfterSite(self._jaxpr, self._index, self._env, self._keys, self._steps)
+            return AfterSite(self._jaxpr, self._index, self._eqn, self._env, self._keys,
+                             self._steps)
         return None
 
     def lanes_couple(self, value: Any, lane_axes: int | None = None) -> bool:

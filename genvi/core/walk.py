@@ -13,7 +13,7 @@ of JAX's `eval_jaxpr` with a rule table keyed by primitive:
   primitive: genvi's sites, observations, plate markers), then, for an equation it
   `interprets` (by default: whose bodies hold one of the primitives in `holds`), a
   hook per kind of control flow receiving a typed view (`ScanEqn`, `CondEqn`,
-  `CallEqn`, `WhileEqn`; `unsupported` for the rest), else `other`. No interpreter
+  `CallEqn`, `CustomEqn`, `WhileEqn`; `unsupported` for the rest), else `other`. No interpreter
   outside `genvi.core` reads a primitive's name or a JAX parameter.
 
 * `scan_fixed_point` and `while_fixed_point` run a loop's body in a walk over
@@ -129,6 +129,8 @@ class Hooks:
     def control(self, i: int, eqn: Any, ins: list) -> Any:
         """An interpreted control-flow equation, handed to its hook as a typed view."""
         view = jx.view(eqn)
+        if isinstance(view, jx.CustomEqn):  # before CallEqn, which it is too
+            return self.custom(i, view, ins)
         if isinstance(view, jx.ScanEqn):
             return self.scan(i, view, ins)
         if isinstance(view, jx.CondEqn):
@@ -157,6 +159,9 @@ class Hooks:
         return walk(view.body.jaxpr, env_of(view.body, ins), self)
 
     def while_(self, i: int, view: jx.WhileEqn, ins: list) -> Any:
+        return self.unsupported(i, view.eqn, ins)
+
+    def custom(self, i: int, view: jx.CustomEqn, ins: list) -> Any:
         return self.unsupported(i, view.eqn, ins)
 
     def unsupported(self, i: int, eqn: Any, ins: list) -> Any:

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
-from genvi.replays.engine import ELEMENTWISE, RULES, Local, Perturbed, elementwise
+from genvi.replays.engine import Local, Perturbed, rule_for
 from genvi.core import jaxpr as jx
 from genvi.core.walk import env_of, walk
 from genvi.inference.enum_same_rules import Same, lazy_broadcast, same_rule
@@ -131,7 +131,7 @@ def _tracked(eqn: Any, ins: list) -> list:
         out = _sum_over_lanes(eqn, ins)
         if out is not None:
             return [out]
-    rule = RULES.get(name) or (elementwise if name in ELEMENTWISE else None)
+    rule = rule_for(eqn)
     out = None if rule is None else rule(eqn, ins)
     if out is None:
         raise NotSummable(f"their lanes couple at {where}" + _PER_LANE)

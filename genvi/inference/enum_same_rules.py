@@ -12,8 +12,9 @@ observation) or reshapes the lanes, its rule returns None and the evaluator
 broadcasts the value (`Same.materialized`): the lane rules of
 `genvi.replays.lane_rules` take over from there.
 
-One rule per primitive, registered in `SAME_RULES`, each reading the parameters of
-its own primitive.
+One rule per structure of primitive (the registry `genvi.core.rules`, keyed by
+primitive objects, which the lane rules of `genvi.replays.lane_rules` read too),
+registered in `SAME_RULES`, each reading the parameters of its own primitives.
 
 Example:
     >>> import jax.numpy as jnp
@@ -32,8 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from genvi.core import jaxpr as jx
-from genvi.replays.engine import ELEMENTWISE, Local
-from genvi.replays.lane_rules import ALONG_AXIS, REDUCTIONS, reshaped_axes
+from genvi.core.rules import Structure, structure_of
+from genvi.replays.engine import Local
+from genvi.replays.lane_rules import reshaped_axes
 
 
 @dataclass
@@ -205,22 +207,22 @@ def _concatenate(eqn: Any, ins: list) -> list | None:
 
 
 SAME_RULES = {
-    **{name: _elementwise for name in ELEMENTWISE},
-    **{name: _reduce for name in REDUCTIONS},
-    **{name: _along_axis for name in ALONG_AXIS},
-    "broadcast_in_dim": _broadcast_in_dim,
-    "transpose": _transpose,
-    "squeeze": _squeeze,
-    "reshape": _reshape,
-    "gather": _gather,
-    "concatenate": _concatenate,
+    Structure.ELEMENTWISE: _elementwise,
+    Structure.REDUCE: _reduce,
+    Structure.ALONG_AXIS: _along_axis,
+    Structure.BROADCAST: _broadcast_in_dim,
+    Structure.TRANSPOSE: _transpose,
+    Structure.SQUEEZE: _squeeze,
+    Structure.RESHAPE: _reshape,
+    Structure.GATHER: _gather,
+    Structure.CONCATENATE: _concatenate,
 }
 
 
 def lazy_broadcast(eqn: Any, ins: list) -> list | None:
     """A broadcast of a value that does not depend on the site, held unbroadcast
     (a plain `Same` along the axes it broadcasts); None for anything else."""
-    if eqn.primitive.name != "broadcast_in_dim" or len(ins) != 1:
+    if structure_of(eqn) is not Structure.BROADCAST or len(ins) != 1:
         return None
     dims = tuple(eqn.params["broadcast_dimensions"])
     shape = list(eqn.params["shape"])
@@ -240,5 +242,5 @@ def lazy_broadcast(eqn: Any, ins: list) -> list | None:
 def same_rule(eqn: Any, ins: list) -> list | None:
     """`eqn` on operands of which some are `Same`: its outputs, or None where the
     lanes must be broadcast (the equation meets lane data)."""
-    rule = SAME_RULES.get(eqn.primitive.name)
+    rule = SAME_RULES.get(structure_of(eqn))
     return None if rule is None else rule(eqn, ins)

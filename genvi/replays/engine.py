@@ -19,7 +19,7 @@ evaluation, so its draws are the run's. Below the chain, `replay_values(replay,
 where, x, alternatives)` evaluates replays lane by lane, where `where` says which
 evaluation is wanted:
 
-* `AfterSite(jaxpr, index, env, keys, steps)`: a batched site met at the objective's
+* `AfterSite(jaxpr, index, site, env, keys, steps)`: a batched site met at the objective's
   top level; the rest of the run (after equation `index`) evaluated once per
   alternative with every lane tracked: lane-local, O(lanes);
 * `AtLocation(location)`: a batched site at a traced location (a scan step); the
@@ -35,7 +35,7 @@ lane l (of step t) set to alternative j, and the notes `explain` shows; or
 site itself, a carry that keeps a step's value, whole-objective replays asked for),
 and the caller replays the whole objective per lane and step. The engine depends only
 on `genvi.core`; `genvi.inference`'s enumeration uses its lane values and
-rules (`Local`, `Perturbed`, `RULES`) through this package's public names.
+rules (`Local`, `Perturbed`, `rule_for`) through this package's public names.
 
 Example:
     >>> from genvi.replays.engine import Fallback
@@ -55,15 +55,15 @@ import jax.numpy as jnp
 
 from genvi.core.context import using
 from genvi.core.walk import env_of
-from genvi.replays.lane_rules import ELEMENTWISE, RULES, elementwise
+from genvi.replays.lane_rules import rule_for
 from genvi.replays.lanes import LaneEval
 from genvi.replays.replay import Replay, draw, same_site, split_keys
 from genvi.replays.values import Coupled, Local, Perturbed
 
 #: the engine's public names: its door, and the lane values and rules it is built on
-__all__ = ["AfterSite", "AtLocation", "Coupled", "ELEMENTWISE", "EveryStep", "Exact",
-           "Fallback", "Local", "Perturbed", "RULES", "Replay", "Replays", "ScanReplays",
-           "Total", "draw", "elementwise", "lanes_couple", "replay_values", "replays_total",
+__all__ = ["AfterSite", "AtLocation", "Coupled", "EveryStep", "Exact",
+           "Fallback", "Local", "Perturbed", "Replay", "Replays", "ScanReplays",
+           "Total", "draw", "lanes_couple", "replay_values", "replays_total", "rule_for",
            "same_site", "split_keys", "total_at_site", "whole_objective_replays"]
 
 def whole_objective_replays() -> contextlib.AbstractContextManager:
@@ -102,12 +102,13 @@ class Fallback(NamedTuple):
 
 
 class AfterSite(NamedTuple):
-    """The rest of a run after `jaxpr.eqns[index]` (a top-level site): `env` holds the
-    values (duals, whose primals are read) before it, `keys` its level's site keys,
-    `steps` its location."""
+    """The rest of a run after the site `site`, the `index`-th equation of `jaxpr` (a
+    top-level site): `env` holds the values (duals, whose primals are read) before it,
+    `keys` its level's site keys, `steps` its location."""
 
     jaxpr: Any
     index: int
+    site: Any
     env: dict
     keys: dict
     steps: tuple
@@ -167,8 +168,7 @@ def replay_values(replay: Replay, where: Any, x: Any, alternatives: Any,
 
 def _after_site(replay: Replay, where: AfterSite, x: Any, alternatives: Any,
                 lane_axes: int) -> Exact:
-    site = where.jaxpr.eqns[where.index]
-    (outvar,) = site.outvars
+    (outvar,) = where.site.outvars
     start = {v: d.primal for v, d in where.env.items()}
     lanes = jnp.shape(x)[:lane_axes]
     evaluator = LaneEval(replay, lanes)

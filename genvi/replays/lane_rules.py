@@ -1,7 +1,9 @@
-"""Lane-tracking rules, one per primitive, registered in `RULES` (read like JAX's
-batching rules). Each takes the equation and its operands (`Local`, or plain arrays
-for lane-free ones) and returns the outputs, or None where the lanes couple (the
-evaluator in `genvi.replays.lanes` then expands to one copy per replay).
+"""Lane-tracking rules, one per structure of primitive (`genvi.core.rules`: the
+registry keyed by primitive objects), in `RULES` (read like JAX's batching rules).
+Each takes the equation and its operands (`Local`, or plain arrays for lane-free
+ones) and returns the outputs, or None where the lanes couple (the evaluator in
+`genvi.replays.lanes` then expands to one copy per replay). `rule_for(eqn)` is the
+rule of an equation's primitive.
 """
 
 from __future__ import annotations
@@ -14,21 +16,7 @@ import jax.numpy as jnp
 
 from genvi.replays.values import Local, Perturbed
 from genvi.core import jaxpr as jx
-
-# Primitives that act elementwise (operands of one shape, or scalars).
-ELEMENTWISE = frozenset("""
-abs acos acosh add and asin asinh atan atan2 atanh cbrt ceil clamp convert_element_type
-copy copy_p cos cosh digamma div eq erf erf_inv erfc exp exp2 expm1 floor ge gt igamma
-igammac imag integer_pow is_finite le lgamma log log1p logistic lt max min mul ne neg
-nextafter not or polygamma pow real reduce_precision rem round rsqrt select_n sign sin
-sinh sqrt square stop_gradient sub tan tanh xor zeta random_gamma_grad bessel_i0e
-bessel_i1e shift_left shift_right_arithmetic shift_right_logical population_count
-""".split())
-# Reductions with an `axes` parameter; and ops acting along one `axis`/`dimension`.
-REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod",
-                        "reduce_and", "reduce_or", "argmax", "argmin"})
-ALONG_AXIS = frozenset({"cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp", "sort",
-                        "split"})
+from genvi.core.rules import REDUCE_SUM, SORT, Structure, structure_of
 
 # -- rules: each returns the outputs, or None where the lanes couple ------------------
 
@@ -87,7 +75,7 @@ def _reduce(eqn: Any, ins: list) -> list | None:
     if not set(axes) & set(v.axes):
         kept = [a for a in range(nd) if a not in axes]
         return _same_structure(eqn, v, _remap(v.axes, kept), ins)
-    if eqn.primitive.name != "reduce_sum" or not set(v.axes) <= set(axes):
+    if eqn.primitive is not REDUCE_SUM or not set(v.axes) <= set(axes):
         return None  # a max/min/product across lanes, or a partial sum over them
     return [Perturbed(_swap_sums(eqn, v, axes))]
 
@@ -128,7 +116,7 @@ def _swap_sums(eqn: Any, v: Local, axes: tuple) -> Any:
 
 
 def _along_axis(eqn: Any, ins: list) -> list | None:
-    v = _only_local(ins) if eqn.primitive.name != "sort" or len(ins) == 1 else None
+    v = _only_local(ins) if eqn.primitive is not SORT or len(ins) == 1 else None
     if v is None:
         return None
     axis = eqn.params.get("axis", eqn.params.get("dimension"))
@@ -308,18 +296,22 @@ def _concatenate(eqn: Any, ins: list) -> list | None:
 
 
 RULES = {
-    "gather": _gather,
-    "concatenate": _concatenate,
-    **{name: _reduce for name in REDUCTIONS},
-    **{name: _along_axis for name in ALONG_AXIS},
-    "broadcast_in_dim": _broadcast_in_dim,
-    "transpose": _transpose,
-    "squeeze": _squeeze,
-    "reshape": _reshape,
-    "slice": _slice,
-    "rev": _rev,
-    "pad": _pad,
-    "dot_general": _dot_general,
+    Structure.ELEMENTWISE: elementwise,
+    Structure.REDUCE: _reduce,
+    Structure.ALONG_AXIS: _along_axis,
+    Structure.BROADCAST: _broadcast_in_dim,
+    Structure.TRANSPOSE: _transpose,
+    Structure.SQUEEZE: _squeeze,
+    Structure.RESHAPE: _reshape,
+    Structure.SLICE: _slice,
+    Structure.REV: _rev,
+    Structure.PAD: _pad,
+    Structure.DOT_GENERAL: _dot_general,
+    Structure.GATHER: _gather,
+    Structure.CONCATENATE: _concatenate,
 }
 
 
+def rule_for(eqn: Any) -> Any:
+    """The lane-tracking rule of `eqn`'s primitive, or None (its lanes couple)."""
+    return RULES.get(structure_of(eqn))

@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from genvi.replays.lane_rules import ELEMENTWISE, RULES, elementwise
+from genvi.replays.lane_rules import rule_for
 from genvi.replays.lane_scan import lane_scan
 from genvi.replays.markov_scan import markov_scan, scans_over_lanes
 from genvi.replays.replay import Replay, same_site, split_keys
@@ -102,7 +102,7 @@ class LaneEval:
         """Evaluate `eqn` once per lane's replay (lanes coupled here), by
         `evaluate(*ins)` (default: the equation itself)."""
         if self.lanes > 1 and any(isinstance(x, Local) for x in ins):
-            self.coupled.append(eqn.primitive.name)
+            self.coupled.append(jx.name_of(eqn))
         evaluate = evaluate or (lambda *a: jx.eval_eqn(eqn, a))
         return [Perturbed(o) for o in self._per_lane(ins, evaluate)]
 
@@ -115,7 +115,8 @@ class LaneEval:
 
     # -- evaluation -----------------------------------------------------------------
     def level(self, jaxpr: Any, start: int, env: dict, keys: dict, steps: tuple) -> list:
-        """Evaluate `jaxpr.eqns[start:]` lane-tracked (a walk on `genvi.core.walk`)."""
+        """Evaluate `jaxpr`'s equations from the `start`-th on, lane-tracked (a walk on
+        `genvi.core.walk`)."""
         def at(i, eqn, ins):
             outs = self._at(eqn, ins, keys.get(i), steps)
             self.once_elements += sum(math.prod(v.aval.shape) for v in eqn.outvars)
@@ -133,13 +134,14 @@ class LaneEval:
             if not same:
                 raise Coupled("an expectation's draw")
             return [DrawEqn.of(eqn).estimate(key, ins)[0]]
-        if jx.kind(eqn) not in ("call", "custom") and jx.nests(eqn, RANDOMNESS):
-            if jx.kind(eqn) == "scan" and (not same or self._holds_target(eqn, steps)):
+        view = jx.view(eqn)
+        if not isinstance(view, jx.CallEqn) and jx.nests(eqn, RANDOMNESS):
+            if isinstance(view, jx.ScanEqn) and (not same or self._holds_target(eqn, steps)):
                 return self._scan(eqn, ins, key, steps)
             if same:
                 return self.replay.control(eqn, ins, key, steps)
-            if jx.kind(eqn) != "cond" or self._holds_target(eqn, steps):
-                raise Coupled(eqn.primitive.name)
+            if not isinstance(view, jx.CondEqn) or self._holds_target(eqn, steps):
+                raise Coupled(jx.name_of(eqn))
             # sites in a cond on lane-tracked values: each lane's replay evaluates the
             # cond as a whole replay does (same key), so the lanes stay exact
             return self._general(eqn, ins,
@@ -197,20 +199,17 @@ class LaneEval:
         return Perturbed(self._per_lane(ins, lambda *a: replay_site(eqn, list(a), key, steps)))
 
     def _eqn(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
-        name = eqn.primitive.name
-        kind = jx.kind(eqn)
-        if kind in ("call", "custom"):
-            body = jx.call_body(eqn)
+        view = jx.view(eqn)
+        if isinstance(view, jx.CallEqn):  # jit, remat, a custom derivative: its body
+            body = view.body
             if body is not None and len(body.jaxpr.invars) == len(ins):
                 sub_keys = split_keys(body.jaxpr, key)
                 return self.level(body.jaxpr, 0, env_of(body, ins), sub_keys, steps + (eqn,))
-        if kind == "scan":
+        if isinstance(view, jx.ScanEqn):
             return self._scan(eqn, ins, key, steps)
-        if any(isinstance(x, Perturbed) for x in ins) or kind != "other":
+        if any(isinstance(x, Perturbed) for x in ins) or view is not None:
             return self._general(eqn, ins)
-        rule = RULES.get(name)
-        if rule is None and name in ELEMENTWISE:
-            rule = elementwise
+        rule = rule_for(eqn)
         out = None if rule is None else rule(eqn, ins)
         return self._general(eqn, ins) if out is None else out
 

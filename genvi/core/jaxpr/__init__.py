@@ -32,7 +32,7 @@ from genvi.core.jaxpr.basics import (GENVI_DIR, JAX_DIR, ClosedJaxpr, Jaxpr, Lit
                                      emitted_as, eval_eqn, eval_eqn_with, is_drop, is_float,
                                      is_float_aval, jvp_eqn, make_primitive, name_stack,
                                      quiet_callback_errors, read, source_line)
-from genvi.core.jaxpr.views import (CallEqn, CondEqn, ScanEqn, WhileEqn, call_body,
+from genvi.core.jaxpr.views import (CallEqn, CondEqn, CustomEqn, ScanEqn, WhileEqn, call_body,
                                     cond_branches, kind, name_of, reduced_axes, shaped,
                                     sort_keys, view)
 from genvi.core.jaxpr.analyses import CONDS, contains, equations, nests, sub_jaxprs
@@ -41,7 +41,7 @@ from genvi.core.jaxpr.batching import (cond_token, genvi_conds, register_batchin
 
 __all__ = [
     "CONDS", "GENVI_DIR", "JAX_DIR", "CallEqn", "ClosedJaxpr", "CondEqn", "Jaxpr", "Literal",
-    "ScanEqn", "WhileEqn", "call_body", "cond_branches", "cond_token", "contains",
+    "CustomEqn", "ScanEqn", "WhileEqn", "call_body", "cond_branches", "cond_token", "contains",
     "emitted_as", "equations", "eval_eqn", "eval_eqn_with", "genvi_conds", "is_drop",
     "is_float", "is_float_aval", "jvp_eqn", "kind", "make_primitive", "name_of",
     "name_stack", "nests", "quiet_callback_errors", "read", "reduced_axes",

@@ -34,8 +34,9 @@ def kind(eqn: Any) -> str:
 
 def view(eqn: Any) -> "ScanEqn | CondEqn | CallEqn | WhileEqn | None":
     """The typed view of a control-flow equation (`ScanEqn`, `CondEqn`, `CallEqn`,
-    `WhileEqn`), or None for any other equation (a custom derivative's among them):
-    what interpreters dispatch on, by type, instead of by a primitive's name.
+    `CustomEqn`, a `CallEqn` with a custom derivative, `WhileEqn`), or None for any
+    other equation: what interpreters dispatch on, by type, instead of by a
+    primitive's name.
 
     Example:
         >>> import jax
@@ -50,6 +51,8 @@ def view(eqn: Any) -> "ScanEqn | CondEqn | CallEqn | WhileEqn | None":
         return CondEqn.of(eqn)
     if k == "call":
         return CallEqn.of(eqn)
+    if k == "custom":
+        return CustomEqn.of(eqn)
     if k == "while":
         return WhileEqn.of(eqn)
     return None
@@ -95,6 +98,25 @@ class CallEqn:
         p = eqn.params
         j = p.get("jaxpr", p.get("call_jaxpr", p.get("fun_jaxpr")))
         return CallEqn(eqn, _closed(j))
+
+
+class CustomEqn(CallEqn):
+    """A call with a custom derivative (`custom_jvp`, `custom_vjp`): its body is what
+    it evaluates; genvi interprets sites there only where it can ignore the custom rule
+    (a walk over values), and refuses them where it differentiates.
+
+    Example:
+        >>> import jax
+        >>> f = jax.custom_jvp(lambda x: x * 2.0)
+        >>> f.defjvp(lambda p, t: (p[0] * 2.0, t[0] * 2.0))
+        <function <lambda> at ...>
+        >>> type(view(jax.make_jaxpr(f)(1.0).eqns[0])).__name__
+        'CustomEqn'
+    """
+
+    @staticmethod
+    def of(eqn: Any) -> "CustomEqn":
+        return CustomEqn(eqn, CallEqn.of(eqn).body)
 
 
 @dataclasses.dataclass(frozen=True)
