@@ -1,5 +1,6 @@
 """Fingerprints of the programs genvi compiles for the speed benches' steps: the VAE
-step, the plate and HMM replay steps, and AIR's training steps.
+step, the plate and HMM replay steps, the enumeration bench's steps, and AIR's training
+steps.
 
 A change to genvi's interpreters that emits the same StableHLO for every step cannot
 change their speed; this prints, per step, a hash of the lowered module's text
@@ -53,6 +54,7 @@ def steps(air: bool) -> dict[str, tuple[Callable, tuple]]:
         elbo = scan_replays.hmm_elbo(strategy, "flip")
         out[f"hmm {name} (T 100)"] = (elbo.grad_estimate,
                                       (jax.random.key(0), *scan_replays.step_args("flip", 100)))
+    out.update(enumeration_steps())
     if air:
         from genvi_experiments.air.config import AIRConfig
         from genvi_experiments.air.data import make_canvases
@@ -69,6 +71,30 @@ def steps(air: bool) -> dict[str, tuple[Callable, tuple]]:
             air_step = make_step(objective, optimizer, batch, len(batch))
             out[f"air {name} (batch 64)"] = (air_step, ((params, optimizer.init(params)),
                                                         jax.random.key(1)))
+    return out
+
+
+def enumeration_steps() -> dict[str, tuple[Callable, tuple]]:
+    """The enumeration bench's gradient steps: the mixture (1,000 points) and the HMM
+    (100 steps), each with the sites summed in the model and with ENUM in the guide,
+    and the batch of sequences summed in the model."""
+    from genvi_experiments.bench import enumeration as bench
+
+    out: dict = {}
+    key = jax.random.key(0)
+    for kind, model, site, keep, means, data in (
+            ("mixture", bench.mixture, "data/z", ["w", "mu"], "mu", bench.mixture_data(1000)),
+            ("hmm", bench.hmm, "steps/z", ["trans", "means"], "means", bench.hmm_data(100))):
+        methods = bench.genvi_methods(model, site, keep, means, data, key)
+        for method, (objective, params, _) in methods.items():
+            out[f"enum {kind}: {method}"] = (objective.grad_estimate, (key, params, data))
+    sequences = gv.marginal(bench.sequences_model(5), keep=["trans", "means"],
+                            algorithm=gv.enumeration())
+    guide = gv.auto_normal(sequences)
+    ys = bench.sequences_data(50, 100, 5)
+    objective = gv.elbo(sequences, guide)
+    out["enum sequences 50 x 100"] = (objective.grad_estimate,
+                                      (key, {"guide": guide.init(key, {}, ys)}, ys))
     return out
 
 
