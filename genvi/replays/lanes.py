@@ -2,7 +2,8 @@
 
 ENUM and MVD at a batched discrete site (B lanes: a plate of datapoints, particles)
 need, for each lane l and alternative value a_l, the objective's value with lane l of
-the site set to a_l and every other lane kept (`strategies.Replays`). Replaying the
+the site set to a_l and every other lane kept (the `Replays` a rule asks for,
+`genvi.replays.engine`). Replaying the
 whole objective per lane costs O(B) each, O(B²) in all. But the rest of the objective
 usually touches lane l only through values computed lane by lane that are then summed
 (a plate's log densities, an amortized guide over a batch). Then one evaluation of the
@@ -13,14 +14,15 @@ swapped for its alternative.
 This module evaluates the rest of the objective (after the site) on three kinds of
 values, the way JAX's batching rules track a batch axis:
 
-* `Same`: does not depend on the site (a plain array);
+* a plain array: does not depend on the site;
 * `Local(base, alt, axes)`: slice l along `axes` (the site's lane axes) depends only on
   lane l of the site; `base` at the sampled values, `alt` with every lane at its
   alternative;
 * `Perturbed(values)`: an arbitrary value, one copy per lane's replay (`[lanes, ...]`).
 
 Elementwise operations, broadcasts, transposes, reshapes that keep the lane axes,
-reductions and matrix products along other axes keep `Local`. A sum or contraction
+reductions and matrix products along other axes keep `Local` (a rule per structure of
+primitive, `genvi.replays.lane_rules`, on the registry `genvi.core.rules`). A sum or contraction
 over the lane axes turns `Local` into `Perturbed` at O(size) cost. Anything that
 couples lanes (a max or sort across the batch, a gather, a non-additive use) turns its
 `Local` operands into `Perturbed` ones (`materialize`, O(B × size)) and runs per
