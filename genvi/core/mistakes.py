@@ -76,6 +76,35 @@ def is_count(value: Any, minimum: int = 1) -> bool:
             and operator.index(value) >= minimum)
 
 
+def checked_count(value: Any, name: str, where: str, minimum: int = 1, what: str = "") -> int:
+    """`value` as an int, or a `ValueError` naming the argument unless it is an int (not
+    a bool) of at least `minimum`.
+
+    Args:
+        value: the argument given.
+        name: its name (`particles`).
+        where: the call it was given to (`gv.iwelbo`).
+        minimum: the least value allowed.
+        what: what the number counts, for the message.
+
+    Returns:
+        `value` as an int.
+
+    Example:
+        >>> try:
+        ...     checked_count(0, "particles", "gv.iwelbo", what="guide particles")
+        ... except ValueError as e:
+        ...     print(e)
+        gv.iwelbo: particles=0 must be a positive integer (the number of guide particles)
+    """
+    if is_count(value, minimum):
+        return operator.index(value)
+    need = ("a positive integer" if minimum == 1 else "a non-negative integer" if minimum == 0
+            else f"an integer >= {minimum}")
+    counts = f" (the number of {what})" if what else ""
+    raise ValueError(f"{where}: {name}={value!r} must be {need}{counts}")
+
+
 def user_stacklevel(skip: tuple[str, ...] = (GENVI_DIR + os.sep,)) -> int:
     """`warnings.warn`'s stacklevel, for its caller, of the first frame whose file is
     not under `skip` (genvi's folder by default): a warning raised deep inside genvi

@@ -25,7 +25,7 @@ from genvi.adev.interpreter import sample_outputs
 from genvi.adev.sample import sample
 from genvi.adev.strategies import ENUM
 from genvi.core.choices import ChoiceMap, choices as to_choices
-from genvi.core.mistakes import check_key
+from genvi.core.mistakes import check_key, checked_count
 from genvi.core.program_mistakes import require_program
 from genvi.core.strategy import Strategy
 from genvi.core.tracing import IN_OBJECTIVE, PLAIN, trace_cached
@@ -61,9 +61,8 @@ def importance(proposal: GenFn | None = None, particles: int = 1,
     """
     require_program(proposal, "proposal (None: the program's own prior)",
                     "gv.importance(proposal, particles)", optional=True)
-    if int(particles) < 1:
-        raise ValueError(f"gv.importance needs particles >= 1, got {particles}")
-    return Importance(proposal, int(particles), resample)
+    k = checked_count(particles, "particles", "gv.importance", what="proposal particles")
+    return Importance(proposal, k, resample)
 
 
 def _log_mean_exp(log_w: jax.Array) -> jax.Array:

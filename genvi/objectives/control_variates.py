@@ -16,6 +16,7 @@ from jax.scipy.special import logsumexp
 
 from genvi.adev.expectation import Expectation
 from genvi.adev.program import ProgramExpectation
+from genvi.core.mistakes import checked_count
 from genvi.core.program_mistakes import require_programs
 from genvi.gen.language import GenFn
 
@@ -66,9 +67,8 @@ def vimco(model: GenFn, guide: GenFn, particles: int) -> Expectation:
         >>> # gv.vimco(model, guide, particles=5).grad_estimate(key, params, data)
     """
     require_programs("gv.vimco(model, guide, particles)", model=model, guide=guide)
-    k = int(particles)
-    if k < 2:
-        raise ValueError("gv.vimco needs particles >= 2 (leave-one-out baselines)")
+    k = checked_count(particles, "particles", "gv.vimco", minimum=2,
+                      what="guide particles: leave-one-out baselines need two")
 
     def requires(*args):
         require_strategies("gv.vimco", guide, args, "score_function", "gv.REINFORCE",
@@ -101,7 +101,7 @@ def dreg(model: GenFn, guide: GenFn, particles: int) -> Expectation:
         >>> # gv.dreg(model, guide, particles=8).grad_estimate(key, params, data)
     """
     require_programs("gv.dreg(model, guide, particles)", model=model, guide=guide)
-    k = int(particles)
+    k = checked_count(particles, "particles", "gv.dreg", what="guide particles")
 
     def requires(*args):
         require_strategies("gv.dreg", guide, args, "pathwise", "gv.REPARAM",

@@ -13,6 +13,7 @@ from jax.scipy.special import logsumexp
 
 from genvi.adev.expectation import Expectation
 from genvi.adev.program import ProgramExpectation
+from genvi.core.mistakes import checked_count
 from genvi.core.program_mistakes import require_programs
 from genvi.gen.language import GenFn
 
@@ -55,7 +56,7 @@ def iwelbo(model: GenFn, guide: GenFn, particles: int) -> Expectation:
         >>> # gv.iwelbo(model, guide, particles=8).grad_estimate(key, params, data)
     """
     require_programs("gv.iwelbo(model, guide, particles)", model=model, guide=guide)
-    k = int(particles)
+    k = checked_count(particles, "particles", "gv.iwelbo", what="guide particles")
 
     def body(*args):
         return logsumexp(particle_log_weights(model, guide, args, k)) - math.log(k)
@@ -73,7 +74,8 @@ def renyi(model: GenFn, guide: GenFn, alpha: float, particles: int) -> Expectati
         >>> # gv.renyi(model, guide, alpha=0.5, particles=8).grad_estimate(key, params, data)
     """
     require_programs("gv.renyi(model, guide, alpha, particles)", model=model, guide=guide)
-    k, a = int(particles), float(alpha)
+    k = checked_count(particles, "particles", "gv.renyi", what="guide particles")
+    a = float(alpha)
     if a == 1.0:
         return ProgramExpectation(lambda *args: jnp.mean(particle_log_weights(model, guide, args, k)),
                                   name=f"renyi(1, {k})")

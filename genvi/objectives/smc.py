@@ -20,6 +20,7 @@ from jax.scipy.special import logsumexp
 from genvi.adev.expectation import Expectation
 from genvi.adev.program import ProgramExpectation
 from genvi.adev.strategies import REINFORCE
+from genvi.core.mistakes import checked_count
 from genvi.core.program_mistakes import require_programs
 from genvi.core.strategy import Strategy
 from genvi.distributions.discrete import Categorical
@@ -76,7 +77,7 @@ def smc(model_step: GenFn, proposal_step: GenFn, init: Any, particles: int,
     """
     require_programs("gv.smc(model_step, proposal_step, init, particles)",
                      model_step=model_step, proposal_step=proposal_step)
-    k = int(particles)
+    k = checked_count(particles, "particles", "gv.smc", what="particles per step")
     return ProgramExpectation(_particle_filter(model_step, proposal_step, init, k, resample, True),
                               name=f"smc({k})")
 
@@ -93,6 +94,6 @@ def fivo(model_step: GenFn, proposal_step: GenFn, init: Any, particles: int) -> 
     """
     require_programs("gv.fivo(model_step, proposal_step, init, particles)",
                      model_step=model_step, proposal_step=proposal_step)
-    k = int(particles)
+    k = checked_count(particles, "particles", "gv.fivo", what="particles per step")
     return ProgramExpectation(_particle_filter(model_step, proposal_step, init, k, REINFORCE, False),
                               name=f"fivo_biased({k})")

@@ -17,6 +17,7 @@ from jax.scipy.special import logsumexp
 from genvi.adev.expectation import Expectation
 from genvi.adev.program import ProgramExpectation
 from genvi.adev.strategies import REINFORCE
+from genvi.core.mistakes import checked_count
 from genvi.core.program_mistakes import require_programs
 from genvi.inference.importance import importance, normalize
 from genvi.gen.language import GenFn
@@ -42,7 +43,7 @@ def wake_model(model: GenFn, guide: GenFn, particles: int) -> Expectation:
         >>> # (gv.wake_model(m, q, 10) + gv.wake_guide(m, q, 10)).grad_estimate(key, params, x)
     """
     require_programs("gv.wake_model(model, guide, particles)", model=model, guide=guide)
-    k = int(particles)
+    k = checked_count(particles, "particles", "gv.wake_model", what="guide particles")
 
     def body(*args):
         _, log_p, log_q = _stopped_particles(model, guide, args, k)
@@ -55,7 +56,7 @@ def wake_guide(model: GenFn, guide: GenFn, particles: int) -> Expectation:
     """Wake phase for the guide: Σ_k w̃_k log q(z_k) with self-normalized weights
     (an estimate of −KL(p(z|x) ‖ q) up to a constant); gradient Σ_k w̃_k ∂log q(z_k)."""
     require_programs("gv.wake_guide(model, guide, particles)", model=model, guide=guide)
-    k = int(particles)
+    k = checked_count(particles, "particles", "gv.wake_guide", what="guide particles")
 
     def body(*args):
         z, log_p, log_q = _stopped_particles(model, guide, args, k)
@@ -74,7 +75,7 @@ def sleep_guide(model: GenFn, guide: GenFn, particles: int = 1, data_argnum: int
     tuple of them in program order).
     """
     require_programs("gv.sleep_guide(model, guide)", model=model, guide=guide)
-    k = int(particles)
+    k = checked_count(particles, "particles", "gv.sleep_guide", what="dreamed samples")
 
     def body(*args):
         def particle(_):
@@ -97,7 +98,9 @@ def forward_kl_sir(model: GenFn, guide: GenFn, particles: int) -> Expectation:
     KL(p(z|x) ‖ q) (biased for finite K, consistent as K grows)."""
     require_programs("gv.forward_kl_sir(model, guide, particles)", model=model, guide=guide)
     # Parameters are stopped, so the resampling choice needs no enumeration.
-    sir = normalize(model, importance(guide, int(particles), resample=REINFORCE))
+    sir = normalize(model, importance(guide, checked_count(particles, "particles", "gv.forward_kl_sir",
+                                                       what="guide particles"),
+                                  resample=REINFORCE))
 
     def body(*args):
         z, _ = sir.sim(*stop_gradient(args))

@@ -29,6 +29,7 @@ import optax
 
 from genvi.adev.expectation import Expectation
 from genvi.core.compile_cache import use_compilation_cache
+from genvi.core.mistakes import checked_count
 from genvi.core.validation import entry_point
 from genvi.training import checkpoints as checkpoint_files
 from genvi.training import fit_state
@@ -121,6 +122,11 @@ def fit(objective: Expectation, params: Any, *data: Any,
     * `checkpoints=gv.Checkpoints(directory, every=1000)`: atomic orbax checkpoints;
       a run finding a checkpoint there resumes from it and ends bit-for-bit where an
       uninterrupted run would (`resume=True` requires one, `resume=False` ignores them).
+    * Ctrl-C (`KeyboardInterrupt`) ends the fit at the end of the chunk running then
+      and returns the `FitResult` so far, its `stopped` saying so; a checkpointing fit
+      writes a checkpoint at that step, so running it again resumes there.
+    * `steps` (≥ 0), `chunk_size` and `batch_size` (≥ 1) are integers; anything else
+      is refused, naming the argument.
     * `shard`: split each batch over all devices (`jax.sharding`), parameters
       replicated. Under `jax.distributed` (several processes) every process calls
       `gv.fit` alike with its own rows of each data argument, and `batch_size` is the
@@ -149,6 +155,10 @@ def fit(objective: Expectation, params: Any, *data: Any,
     """
     use_compilation_cache()
     check_objective(objective, "objective")
+    steps = checked_count(steps, "steps", "gv.fit", minimum=0, what="steps to run")
+    chunk_size = checked_count(chunk_size, "chunk_size", "gv.fit", what="steps per compiled call")
+    if batch_size is not None:
+        batch_size = checked_count(batch_size, "batch_size", "gv.fit", what="rows per step")
     evaluate, checkpoints, skip_nonfinite = from_flat_keywords(deprecated, evaluate, checkpoints,
                                                                skip_nonfinite)
     checkpoint_dir, checkpoint_every, resume = (
@@ -225,22 +235,25 @@ def fit(objective: Expectation, params: Any, *data: Any,
     boundaries = [] if converged else _boundaries(start, end, chunk_size, eval_every,
                                                   checkpoint_every, retune_every)
     stopped = reason if converged else f"ran all {end} steps"
-    ended = False
+    ended = interrupted = False
+    reached = start
     try:
         for begin, until in boundaries:
             before = (params, state, rule_state)
-            ((params, state), rule_state), (values, skipped), (done, failed) = chunk.run(
+            ((after, new_rule_state), (values, skipped), (done, failed)) = chunk.run(
                 before[:2], rule_state, begin, until - begin, data, step_key, data_key,
                 capacity=capacity)
             done, values, skipped, failed = local((done, values, skipped, failed), sharding)
             done, values, skipped = int(done), np.asarray(values), np.asarray(skipped)
-            history["objective"] = np.concatenate([history["objective"], values[:done]])
-            history["skipped"] = np.concatenate([history["skipped"], skipped[:done]])
             if bool(failed):   # the loop stopped at step `begin + done`
+                _extend(history, values[:done], skipped[:done])
                 bar.advance(done)
                 raise _nonfinite_error(chunk, before, begin, done, data, step_key, data_key,
                                        capacity, history, key)
-            reached = begin + done
+            # the chunk's results are taken at once: a Ctrl-C before here leaves the fit
+            # at the chunk's start, one after it at its end
+            (params, state), rule_state, reached = after, new_rule_state, begin + done
+            _extend(history, values[:done], skipped[:done])
             reason = _converged(stop, rule_state, sharding)
             if reason is not None:
                 converged, stopped = True, reason
@@ -265,15 +278,33 @@ def fit(objective: Expectation, params: Any, *data: Any,
             if converged:
                 break
         ended = True
+    except KeyboardInterrupt:
+        # Ctrl-C: the fit so far is the result; a checkpointing fit keeps it on disk,
+        # so that running the same fit again resumes there
+        stopped = (f"interrupted (KeyboardInterrupt, Ctrl-C) after step {reached}; "
+                   f"{end - reached} of the {end - base} steps asked for were not run")
+        interrupted = True
+        if checkpoint_dir and reached > base and checkpoint_files.latest_step(
+                checkpoint_dir) != reached:
+            checkpoint_files.save(checkpoint_dir, reached,
+                                  fit_state.payload(*local((params, state), sharding),
+                                                    reached, key, history),
+                                  primary=reports(sharding))
     finally:
         if tuning is not None:
             tuning.close(ended)
-        bar.close(stopped if converged else None)
+        bar.close(stopped if converged or interrupted else None)
     result = fit_state.finish(*local((params, state), sharding), history, key, stopped,
                               tuple(earlier) + (() if tuning is None else tuple(tuning.tunings)))
     if skip_nonfinite is not None:
         warn_if_skipped(result.history, skip_nonfinite.warn_fraction)
     return result
+
+
+def _extend(history: dict, values: np.ndarray, skipped: np.ndarray) -> None:
+    """Append a chunk's objective estimates and skipped flags to the history."""
+    history["objective"] = np.concatenate([history["objective"], values])
+    history["skipped"] = np.concatenate([history["skipped"], skipped])
 
 
 def _converged(stop: Any, rule_state: Any, sharding: Any) -> str | None:
