@@ -137,7 +137,7 @@ def test_a_list_of_numbers_is_data_like_an_array():
 
 @pytest.mark.parametrize("size", [10, 70_000])
 def test_the_finiteness_check_is_exact(size):
-    from genvi.training.fit_loop import finite as _finite
+    from genvi.training.step import finite as _finite
     check = jax.jit(_finite)
     big = jnp.full(size, 3e38)          # finite entries whose sum would overflow
     assert check(jnp.float32(1.0), {"a": big, "b": jnp.ones(3)})
