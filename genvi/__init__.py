@@ -42,6 +42,8 @@ from genvi.distributions.time_series import GaussianRandomWalk
 from genvi.distributions.priors import (Exponential, HalfCauchy, HalfNormal, Laplace, LogNormal,
                                         StudentT)
 from genvi.distributions.tfp import from_tfp
+import sys as _sys
+
 from genvi.gen import handlers
 from genvi.gen.combinators import repeat, scan, vmap
 from genvi.gen.handlers import UnnormalizedError
@@ -98,6 +100,10 @@ laplace = Laplace()
 gaussian_random_walk = GaussianRandomWalk()
 
 __version__ = "0.1.0"
+
+# `gv.handlers` is also importable by its public path: `import genvi.handlers` and
+# `from genvi.handlers import Simulate` give `genvi.gen.handlers` itself
+_sys.modules.setdefault("genvi.handlers", handlers)
 
 __all__ = [
     "AUTO",

@@ -51,3 +51,16 @@ def test_jaxpr_and_site_queries():
     closed = model.jaxpr(0.4)
     assert site_addresses(closed) == {("scale",), ("chain", "z"), ("plate", "x")}
     assert site_strategies(closed)[("chain", "z")] is gv.REPARAM
+
+
+def test_handlers_import_by_their_public_path():
+    """`import genvi.handlers` (in a fresh interpreter) is `gv.handlers` itself."""
+    import subprocess
+    import sys
+    code = ("import genvi.handlers, genvi as gv\n"
+            "from genvi.handlers import Simulate, Handler\n"
+            "assert genvi.handlers is gv.handlers and Simulate is gv.handlers.Simulate\n"
+            "assert issubclass(Simulate, Handler)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 0, out.stderr[-2000:]
