@@ -37,7 +37,7 @@ from genvi.distributions.base import DistCall, Distribution
 from genvi.distributions.continuous import (Beta, Dirichlet, Gamma, MvNormal, MvNormalDiag,
                                             Normal, Uniform)
 from genvi.distributions.discrete import (Bernoulli, Binomial, Categorical, Flip, Geometric,
-                                          Poisson)
+                                          Poisson, bernoulli, flip)
 from genvi.distributions.time_series import GaussianRandomWalk
 from genvi.distributions.priors import (Exponential, HalfCauchy, HalfNormal, Laplace, LogNormal,
                                         StudentT)
@@ -85,8 +85,6 @@ uniform = Uniform()
 beta = Beta()
 gamma = Gamma()
 dirichlet = Dirichlet()
-flip = Flip()
-bernoulli = Bernoulli()
 categorical = Categorical()
 geometric = Geometric()
 poisson = Poisson()

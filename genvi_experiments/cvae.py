@@ -77,7 +77,7 @@ def cvae_programs(nets: CVAENets) -> tuple[gv.GenFn, gv.GenFn]:
     @gv.gen
     def model(params, x, y):
         z = gv.mv_normal_diag(*prior(params, x)) @ "z"
-        gv.observe(gv.bernoulli(nets("generation", params, z)), y)
+        gv.observe(gv.bernoulli(logits=nets("generation", params, z)), y)
 
     @gv.gen
     def guide(params, x, y):

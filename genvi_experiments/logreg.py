@@ -46,7 +46,7 @@ def regression(n: int, d: int = D) -> gv.GenFn:
     """w ~ N(0, I); a plate of the n datapoints, y named for `gv.predictive`."""
     @gv.gen
     def point(params, w, x, y):
-        gv.observe(gv.bernoulli(x @ w), y, name="y")
+        gv.observe(gv.bernoulli(logits=x @ w), y, name="y")
 
     @gv.gen
     def model(params, x, y):

@@ -67,7 +67,7 @@ def m2_programs(nets: M2Nets) -> dict[str, gv.GenFn]:
 
     def generate_pixels(params, x, y):
         z = gv.mv_normal_diag(jnp.zeros(nets.latent), jnp.ones(nets.latent)) @ "z"
-        gv.observe(gv.bernoulli(nets.decode(params, z, y)), x)
+        gv.observe(gv.bernoulli(logits=nets.decode(params, z, y)), x)
 
     def infer_z(params, x, y):
         mean, scale = nets.encode(params, x, y)

@@ -35,7 +35,7 @@ def vae_programs(nets: VAENets) -> tuple[gv.GenFn, gv.GenFn]:
     @gv.gen
     def model(params, x):
         z = gv.mv_normal_diag(jnp.zeros(nets.latent), jnp.ones(nets.latent)) @ "z"
-        gv.observe(gv.bernoulli(nets.decode(params, z)), x)
+        gv.observe(gv.bernoulli(logits=nets.decode(params, z)), x)
 
     @gv.gen
     def guide(params, x):

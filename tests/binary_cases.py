@@ -157,12 +157,12 @@ def latent_vector_programs(strategy):
     jointly; the guide's logits are affine in x (`GUIDE`), with `strategy`."""
     @gv.gen
     def model(params, x):
-        z = gv.bernoulli(jnp.zeros(3)) @ "z"
+        z = gv.bernoulli(logits=jnp.zeros(3)) @ "z"
         gv.observe(gv.normal(decoder(z * 1.0), 1.0), x)
 
     @gv.gen
     def guide(params, x):
-        gv.bernoulli(params["A"] @ x + params["c"], grad=strategy) @ "z"
+        gv.bernoulli(logits=params["A"] @ x + params["c"], grad=strategy) @ "z"
     return model, guide
 
 

@@ -242,7 +242,7 @@ def test_a_fit_starts_with_a_cheap_step_while_it_measures():
 
     @gv.expectation
     def coupled(logits):
-        b = gv.sample(gv.bernoulli(logits, grad=gv.AUTO), name="b")
+        b = gv.sample(gv.bernoulli(logits=logits, grad=gv.AUTO), name="b")
         return jnp.sum(jnp.tanh((b * 1.0) @ w))
     assert starting_choices(coupled, (jnp.zeros(32),), KEY, {}) == ((("b",), gv.DisARM),)
     # the categorical VAE: ENUM 19 times the score function's elements, RLOO(2) 3.4

@@ -45,7 +45,7 @@ def test_bernoulli_logits_at_coupled_sites(strategy):
     @gv.expectation
     def f(theta):
         a = gv.sample(gv.flip(jax.nn.sigmoid(theta), grad=strategy))
-        b = gv.sample(gv.bernoulli(theta / 2 + 1.5 * a - 0.5, grad=strategy))
+        b = gv.sample(gv.bernoulli(logits=theta / 2 + 1.5 * a - 0.5, grad=strategy))
         return (2.0 * a - b + 0.5) ** 2 + theta * b
 
     def value_of(th, z):

@@ -272,7 +272,7 @@ def flip_guide(a):
 
 @gv.gen
 def bernoulli_guide(a):
-    gv.bernoulli(a, grad=gv.ENUM) @ "z"
+    gv.bernoulli(logits=a, grad=gv.ENUM) @ "z"
 
 
 def test_enum_at_saturated_probability():

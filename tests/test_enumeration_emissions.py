@@ -52,7 +52,7 @@ def numpy_coins(pa, pb, x):
 @gv.gen
 def logit_row(la, lb, x):
     z = gv.flip(W) @ "z"
-    gv.observe(gv.bernoulli(jnp.where(z, la, lb)), x)
+    gv.observe(gv.bernoulli(logits=jnp.where(z, la, lb)), x)
 
 
 @gv.gen

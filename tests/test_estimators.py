@@ -315,13 +315,13 @@ CASES = {
         params={"p": 0.35},
         strategies=("ENUM", "REINFORCE", "MVD")),
     "bernoulli_scalar": Case(
-        draw=lambda p, s: gv.sample(gv.bernoulli(p["logits"], grad=s)).astype(F32),
+        draw=lambda p, s: gv.sample(gv.bernoulli(logits=p["logits"], grad=s)).astype(F32),
         f=lambda x, p, xp: xp.cos(2 * x - p["logits"]) + x * p["logits"] ** 2,
         expect=lambda g, p: flips_expect(g, sigmoid(p["logits"])),
         params={"logits": 0.4},
         strategies=("ENUM", "REINFORCE", "MVD")),
     "bernoulli": Case(  # a 2x2 array of independent lanes
-        draw=lambda p, s: gv.sample(gv.bernoulli(p["logits"], grad=s)).astype(F32),
+        draw=lambda p, s: gv.sample(gv.bernoulli(logits=p["logits"], grad=s)).astype(F32),
         f=lambda x, p, xp: ((x * W22).sum(axis=(-2, -1)) ** 2 + xp.sin(x[..., 0, 0] + 2 * x[..., 1, 1])
                             + p["logits"][0, 1] * x[..., 0, 1]),
         expect=lambda g, p: flips_expect(g, sigmoid(p["logits"])),

@@ -52,7 +52,7 @@ def test_a_sample_without_an_address_is_an_error_naming_the_distribution_and_the
 
 @gv.gen
 def inner(mu):
-    gv.bernoulli(jnp.zeros(2))                            # in a sub-program
+    gv.bernoulli(logits=jnp.zeros(2))                            # in a sub-program
     return gv.normal(mu, 1.0) @ "x"
 
 

@@ -30,14 +30,14 @@ CHUNK = 50
 
 @gv.gen
 def model(params, x):
-    z = gv.bernoulli(jnp.full(3, 0.3)) @ "z"
+    z = gv.bernoulli(logits=jnp.full(3, 0.3)) @ "z"
     gv.observe(gv.normal((z * 1.0) @ params["w"], 1.0), x)
 
 
 def guide_with(strategy):
     @gv.gen
     def guide(params, x):
-        gv.bernoulli(jax.nn.sigmoid(x @ params["enc"]), grad=strategy) @ "z"
+        gv.bernoulli(logits=jax.nn.sigmoid(x @ params["enc"]), grad=strategy) @ "z"
     return guide
 
 

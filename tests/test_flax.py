@@ -57,7 +57,7 @@ encoder, decoder = MLP(H, 2 * L), MLP(H, D)
 @gv.gen
 def linen_model(params, x):
     z = gv.mv_normal_diag(jnp.zeros(L), jnp.ones(L)) @ "z"
-    gv.observe(gv.bernoulli(decoder.apply(params["dec"], z)), x)
+    gv.observe(gv.bernoulli(logits=decoder.apply(params["dec"], z)), x)
 
 
 @gv.gen
@@ -172,7 +172,7 @@ GRAPHDEF, NNX_STATE = nnx.split(NnxVAE(rngs=nnx.Rngs(0)))   # graphdef: static, 
 def nnx_model(state, x):
     z = gv.mv_normal_diag(jnp.zeros(L), jnp.ones(L)) @ "z"
     vae = nnx.merge(GRAPHDEF, state)
-    gv.observe(gv.bernoulli(vae.decoder(z)), x)
+    gv.observe(gv.bernoulli(logits=vae.decoder(z)), x)
 
 
 @gv.gen
@@ -250,7 +250,7 @@ def test_mixed_pytree_with_optax_multi_transform_freezes_a_network():
     @gv.gen
     def tempered_model(p, x):
         z = gv.mv_normal_diag(jnp.zeros(L), jnp.ones(L)) @ "z"
-        gv.observe(gv.bernoulli(decoder.apply(p["dec"], z) * jnp.exp(p["log_temp"])), x)
+        gv.observe(gv.bernoulli(logits=decoder.apply(p["dec"], z) * jnp.exp(p["log_temp"])), x)
 
     objective = gv.batch_mean(gv.elbo(tempered_model, linen_guide), in_axes=(None, 0))
     labels = {"enc": jax.tree_util.tree_map(lambda _: "frozen", mixed["enc"]),
@@ -328,7 +328,7 @@ def test_nnx_module_passed_directly_as_a_pytree():
     @gv.gen
     def model(enc, x):   # a fixed decoder, closed over (not trained)
         z = gv.mv_normal_diag(jnp.zeros(L), jnp.ones(L)) @ "z"
-        gv.observe(gv.bernoulli(nnx.merge(GRAPHDEF, NNX_STATE).decoder(z)), x)
+        gv.observe(gv.bernoulli(logits=nnx.merge(GRAPHDEF, NNX_STATE).decoder(z)), x)
 
     objective = gv.batch_mean(gv.elbo(model, guide), in_axes=(None, 0))
     grads = objective.grad_estimate(jax.random.key(0), net, X[:8])

@@ -31,7 +31,7 @@ def plate_elbo(strategy, site="flip", plate="vmap"):
         if site == "flip":
             return gv.flip(jax.nn.sigmoid(theta), grad=grad)
         if site == "bernoulli":
-            return gv.bernoulli(theta, grad=grad)
+            return gv.bernoulli(logits=theta, grad=grad)
         if site == "flip_structured":
             return gv.flip(jax.nn.sigmoid(theta), grad=grad)
         if site in ("categorical", "categorical_index"):

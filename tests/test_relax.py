@@ -136,7 +136,7 @@ def test_a_tempered_surrogate_on_logits_stays_finite_at_a_saturated_site(logit):
     # nearly all at 20); on logits it tempers z itself
     @gv.expectation
     def f(theta):
-        x = gv.sample(gv.bernoulli(theta, grad=gv.RELAX(rebar_on_logits, REBAR_PHI,
+        x = gv.sample(gv.bernoulli(logits=theta, grad=gv.RELAX(rebar_on_logits, REBAR_PHI,
                                                         logits=True).whole_site()))
         return (3.0 * x - 1.0) ** 2 + 0.1 * theta * x
     _, _, g, g_se, _ = moments(f, logit)
@@ -163,7 +163,7 @@ def test_coupled_flip_bernoulli_and_categorical_sites():
     @gv.expectation
     def f(theta):
         a = gv.sample(gv.flip(jax.nn.sigmoid(theta), grad=gv.RELAX(linear, PHI)))
-        b = gv.sample(gv.bernoulli(theta / 2 + 1.5 * a - 0.5, grad=gv.RELAX(linear, PHI)))
+        b = gv.sample(gv.bernoulli(logits=theta / 2 + 1.5 * a - 0.5, grad=gv.RELAX(linear, PHI)))
         logits = jnp.array([0.2, -0.3, 0.1]) * (1.0 + a) + theta * jnp.array([0.0, 1.0, -1.0]) * b
         c = gv.sample(gv.categorical(logits, grad=gv.RELAX(simplex_surrogate, jnp.ones(3))))
         return (2.0 * a - b + 0.5) ** 2 + theta * b + jnp.asarray(VALUES)[c] * (1.0 + a)
@@ -273,7 +273,7 @@ def vector_plate_elbo(form):
     guide's vector site (a surrogate of the whole vector, phi shared by the plate)."""
     @gv.gen
     def point(y):
-        z = gv.bernoulli(jnp.array([-0.8, 0.4])) @ "z"   # logits
+        z = gv.bernoulli(logits=jnp.array([-0.8, 0.4])) @ "z"   # logits
         gv.observe(gv.normal(2.0 * z[0] - 1.5 * z[1] + z[0] * z[1], 1.0), y)
 
     @gv.gen
@@ -285,7 +285,7 @@ def vector_plate_elbo(form):
 
     @gv.gen
     def lane(logits, phi):
-        gv.bernoulli(logits, grad=in_form(gv.RELAX(surrogate, phi), form)) @ "z"
+        gv.bernoulli(logits=logits, grad=in_form(gv.RELAX(surrogate, phi), form)) @ "z"
 
     @gv.gen
     def guide(params, y):
@@ -479,7 +479,7 @@ def test_phi_gradient_is_minus_half_the_gradient_of_the_second_moment():
     # (the site's estimator of ∂ℓ E f) is the gradient estimate in θ itself
     @gv.expectation
     def f(theta, phi):
-        z = gv.sample(gv.bernoulli(theta, grad=gv.RELAX(linear, phi)))
+        z = gv.sample(gv.bernoulli(logits=theta, grad=gv.RELAX(linear, phi)))
         return (3.0 * z - 1.0) ** 2
     keys = jax.random.split(jax.random.key(2), 4000)
 
@@ -504,7 +504,7 @@ def test_phi_gradient_is_minus_half_the_gradient_of_the_second_moment():
 def test_fit_trains_phi_to_lower_the_variance(form, at_most):
     @gv.expectation
     def f(params):
-        z = gv.sample(gv.bernoulli(params["theta"],
+        z = gv.sample(gv.bernoulli(logits=params["theta"],
                                    grad=in_form(gv.RELAX(linear, params["phi"]), form)))
         return (3.0 * z - 1.0) ** 2 + 0.5 * z
 
@@ -527,7 +527,7 @@ def test_parameters_behind_stop_gradient_get_no_variance_gradient(form):
     @gv.expectation
     def f(params):
         phi = {"w": params["w"], "b": jax.lax.stop_gradient(params["b"])}
-        z = gv.sample(gv.bernoulli(params["theta"], grad=in_form(gv.RELAX(linear, phi), form)))
+        z = gv.sample(gv.bernoulli(logits=params["theta"], grad=in_form(gv.RELAX(linear, phi), form)))
         return (3.0 * z - 1.0) ** 2
     g = f.grad_estimate(jax.random.key(0), {"theta": 0.1, "w": 2.0, "b": 0.5})
     assert float(g["b"]) == 0.0 and float(g["w"]) != 0.0

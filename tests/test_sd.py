@@ -45,7 +45,7 @@ SUPPORT = jnp.arange(120, dtype=F32)
 CASES = {
     "flip": (lambda q: gv.flip(q[0], grad=gv.SD), [0.3],
              lambda q: (jnp.array([0.0, 1.0]), jnp.log(jnp.array([1 - q[0], q[0]])))),
-    "bernoulli": (lambda q: gv.bernoulli(q[0], grad=gv.SD), [0.4],
+    "bernoulli": (lambda q: gv.bernoulli(logits=q[0], grad=gv.SD), [0.4],
                   lambda q: (jnp.array([0.0, 1.0]),
                              jnp.array([jax.nn.log_sigmoid(-q[0]), jax.nn.log_sigmoid(q[0])]))),
     "categorical": (lambda q: gv.categorical(q, grad=gv.SD), [0.2, -0.5, 1.0, 0.3],

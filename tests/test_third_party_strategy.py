@@ -213,7 +213,7 @@ def test_an_operand_that_is_not_lane_shaped_gains_the_plates_axes_only(lanes, se
     @gv.expectation
     def objective(logits):
         def point(row):
-            return gv.sample(gv.bernoulli(row, grad=WithOperand(jnp.float32(1.0), lanes)))
+            return gv.sample(gv.bernoulli(logits=row, grad=WithOperand(jnp.float32(1.0), lanes)))
         return jnp.sum(jax.vmap(point)(logits) * 1.0)
     SEEN.clear()
     objective.grad_estimate(jax.random.key(0), jnp.zeros((3, 2), F32))

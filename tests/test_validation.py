@@ -185,7 +185,7 @@ CASES = [  # (distribution, invalid observation, valid observation)
     ("mv_normal", lambda: gv.mv_normal(jnp.zeros(2), jnp.eye(2)), jnp.array([0.0, jnp.inf]),
      jnp.zeros(2)),
     ("flip", lambda: gv.flip(0.3), 0.5, True),
-    ("bernoulli", lambda: gv.bernoulli(jnp.zeros(2)), jnp.array([1.0, 2.0]), jnp.array([1.0, 0.0])),
+    ("bernoulli", lambda: gv.bernoulli(logits=jnp.zeros(2)), jnp.array([1.0, 2.0]), jnp.array([1.0, 0.0])),
     ("categorical", lambda: gv.categorical(jnp.zeros(3)), 3, 2),
     ("poisson", lambda: gv.poisson(2.0), 1.5, 0),
     ("geometric", lambda: gv.geometric(0.5), -1, 4),

@@ -30,7 +30,7 @@ def shared_logit_objective(stop):
     def e(params):
         logit = jax.lax.stop_gradient(params["theta"]) if stop else params["theta"]
         phi = {"w": params["w"] * logit, "b": 0.0}
-        x = gv.sample(gv.bernoulli(params["theta"], grad=gv.RELAX(linear, phi)), name="x")
+        x = gv.sample(gv.bernoulli(logits=params["theta"], grad=gv.RELAX(linear, phi)), name="x")
         return f_of(x)
     return e
 
@@ -45,7 +45,7 @@ def test_the_refused_case_is_biased_and_stop_gradient_is_not():
     @gv.expectation
     def twice(params):
         phi = {"w": params["w"] * params["theta_too"], "b": 0.0}
-        x = gv.sample(gv.bernoulli(params["theta"], grad=gv.RELAX(linear, phi)), name="x")
+        x = gv.sample(gv.bernoulli(logits=params["theta"], grad=gv.RELAX(linear, phi)), name="x")
         return f_of(x)
     keys = jax.random.split(jax.random.key(0), 20_000)
     both = {**PARAMS, "theta_too": PARAMS["theta"]}
@@ -72,7 +72,7 @@ def test_a_parameter_reaching_the_objectives_value_is_refused():
     @gv.expectation
     def e(params):
         phi = {"w": params["scale"], "b": 0.0}
-        x = gv.sample(gv.bernoulli(params["theta"], grad=gv.RELAX(linear, phi)), name="x")
+        x = gv.sample(gv.bernoulli(logits=params["theta"], grad=gv.RELAX(linear, phi)), name="x")
         return params["scale"] * f_of(x)
     with pytest.raises(gv.VarianceTrainingError, match=r"params\['scale'\]"):
         e.grad_estimate(jax.random.key(0), {"theta": 0.4, "scale": 2.0})
@@ -85,7 +85,7 @@ def test_a_parameter_reaching_the_objective_through_a_zero_derivative_is_not():
         @gv.expectation
         def e(params, step=step):
             phi = {"w": params["scale"], "b": 0.0}
-            x = gv.sample(gv.bernoulli(params["theta"], grad=gv.RELAX(linear, phi)), name="x")
+            x = gv.sample(gv.bernoulli(logits=params["theta"], grad=gv.RELAX(linear, phi)), name="x")
             return step(params["scale"]) * f_of(x)
         g = e.grad_estimate(jax.random.key(0), {"theta": 0.4, "scale": 2.0})
         assert np.isfinite(g["scale"])
@@ -94,7 +94,7 @@ def test_a_parameter_reaching_the_objective_through_a_zero_derivative_is_not():
 def test_only_differentiated_inputs_count():
     @gv.expectation
     def e(theta, phi):
-        x = gv.sample(gv.bernoulli(theta, grad=gv.RELAX(linear, phi)), name="x")
+        x = gv.sample(gv.bernoulli(logits=theta, grad=gv.RELAX(linear, phi)), name="x")
         return f_of(x) * phi["w"]
     phi = {"w": jnp.float32(1.0), "b": jnp.float32(0.0)}
     e.grad_estimate(jax.random.key(0), 0.4, phi)  # phi not differentiated: nothing to train
@@ -164,7 +164,7 @@ def test_found_in_a_switch_among_strategies():
     def e(params, which):
         phi = {"w": params["theta"], "b": 0.0}
         grad = gv.switch(which, [gv.ENUM, gv.RELAX(linear, phi)])
-        return f_of(gv.sample(gv.bernoulli(params["theta"], grad=grad), name="x"))
+        return f_of(gv.sample(gv.bernoulli(logits=params["theta"], grad=grad), name="x"))
     with pytest.raises(gv.VarianceTrainingError, match=r"params\['theta'\]"):
         e.grad_estimate(jax.random.key(0), {"theta": 0.4}, jnp.int32(1))
 
@@ -191,7 +191,7 @@ def test_found_through_functions_with_their_own_derivative(use, refused):
     @gv.expectation
     def e(params):
         phi = {"w": params["w"], "b": 0.0}
-        x = gv.sample(gv.bernoulli(params["theta"], grad=gv.RELAX(linear, phi)), name="x")
+        x = gv.sample(gv.bernoulli(logits=params["theta"], grad=gv.RELAX(linear, phi)), name="x")
         extra = {"custom_vjp": product(params["c"], params["w"]), "custom_jvp": sine(params["w"]),
                  "neither": product(params["c"], 2.0) + sine(params["c"])}[use]
         return f_of(x) + extra
@@ -212,7 +212,7 @@ def test_checked_in_the_built_in_objectives():
     @gv.gen
     def guide(params, y):
         phi = {"w": params["theta"], "b": 0.0}
-        gv.bernoulli(params["theta"], grad=gv.RELAX(linear, phi)) @ "z"
+        gv.bernoulli(logits=params["theta"], grad=gv.RELAX(linear, phi)) @ "z"
     for objective, y in ((gv.elbo(model, guide), 0.5),
                          (gv.batch_mean(gv.elbo(model, guide)), jnp.ones(4))):
         with pytest.raises(gv.VarianceTrainingError, match=r"argument 0\['theta'\]"):

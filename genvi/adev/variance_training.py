@@ -32,7 +32,7 @@ Example:
     >>> @gv.expectation
     ... def e(params):
     ...     phi = {"w": params["theta"]}            # the site's own logit: trained twice
-    ...     x = gv.sample(gv.bernoulli(params["theta"], grad=gv.RELAX(surrogate, phi)), name="x")
+    ...     x = gv.sample(gv.bernoulli(logits=params["theta"], grad=gv.RELAX(surrogate, phi)), name="x")
     ...     return jnp.where(x, 1.0, 3.0)
     >>> try:
     ...     e.grad_estimate(jax.random.key(0), {"theta": 0.3})

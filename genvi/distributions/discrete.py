@@ -16,11 +16,15 @@ the weight can be nonzero (SD prunes lanes in proportion to it).
 
 from __future__ import annotations
 
+import warnings
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 from jax.scipy import special
 
-from genvi.distributions.base import Distribution
+from genvi.core.mistakes import user_stacklevel
+from genvi.distributions.base import DistCall, Distribution
 
 
 def _bcast(t, shape):
@@ -95,19 +99,46 @@ def _bernoulli_dlogits(dl, ans, logits, x):
 _bernoulli_log_prob.defjvps(_bernoulli_dlogits, lambda dx, ans, logits, x: logits * dx)
 
 
+def _one_form(call: str, positional: tuple, probs: Any, logits: Any,
+              ways: str = "a probability (positionally, or probs=p) or logits (logits=l)") -> str:
+    """Which parameterization a call of `gv.flip` / `gv.bernoulli` gave: "positional",
+    "probs" or "logits"; exactly one must be given."""
+    given = (["positional"] if positional else []) + [
+        name for name, v in (("probs", probs), ("logits", logits)) if v is not None]
+    if len(given) != 1 or len(positional) > 1:
+        raise TypeError(f"{call} takes one parameterization: {ways}; got "
+                        f"{', '.join(given) or 'none'}"
+                        + (f" with {len(positional)} positional values" if len(positional) > 1
+                           else ""))
+    return given[0]
+
+
 class Flip(Distribution):
-    """Bernoulli parameterized by the probability `p` of True.
+    """Bernoulli parameterized by the probability `p` of True; `gv.flip(logits=l)` is
+    the same law parameterized by logits (as NumPyro's `probs=` / `logits=`).
+
+    Args:
+        p: the probability of True (positionally, or `probs=`); any shape, a lane each.
+        logits: instead of `p`, its logits: `gv.flip(logits=l)` is `gv.bernoulli(logits=l)`.
+        grad: the gradient strategy where the site is sampled in an objective.
 
     Example:
         >>> import genvi as gv
-        >>> gv.flip(0.3, grad=gv.ENUM).dist.name
-        'flip'
+        >>> gv.flip(0.3, grad=gv.ENUM).dist.name, gv.flip(logits=0.0).dist.name
+        ('flip', 'bernoulli')
     """
 
     name = "flip"
     lanewise = True
     binary = True
     param_names = ("p",)
+
+    def __call__(self, *params: Any, probs: Any = None, logits: Any = None,
+                 grad: Any = None) -> DistCall:
+        form = _one_form("gv.flip", params, probs, logits)
+        if form == "logits":
+            return Distribution.__call__(bernoulli, logits, grad=grad)
+        return super().__call__(*(params or (probs,)), grad=grad)
 
     def sample(self, key, p):
         return jax.random.bernoulli(key, p, jnp.shape(p))
@@ -150,18 +181,44 @@ class Flip(Distribution):
 
 
 class Bernoulli(Distribution):
-    """Bernoulli parameterized by logits (any shape: pixels are a product).
+    """Bernoulli parameterized by logits (any shape: pixels are a product), written
+    `gv.bernoulli(logits=l)`; `gv.bernoulli(probs=p)` is the same law parameterized by
+    the probability of True (`gv.flip(p)`), as NumPyro's `probs=` / `logits=`.
+
+    A positional value is taken as logits, as in earlier releases, with a
+    `DeprecationWarning`: NumPyro and `gv.flip` read a positional value as a
+    probability, and `gv.bernoulli` will too, so name the parameterization.
+
+    Args:
+        logits: the log-odds of True; any shape, a lane each.
+        probs: instead of `logits`, the probability of True (`gv.flip(probs)`).
+        grad: the gradient strategy where the site is sampled in an objective.
 
     Example:
         >>> import genvi as gv, jax.numpy as jnp
-        >>> gv.bernoulli(jnp.zeros(4), grad=gv.ENUM).dist.name
+        >>> gv.bernoulli(logits=jnp.zeros(4), grad=gv.ENUM).dist.name
         'bernoulli'
+        >>> gv.bernoulli(probs=0.3).dist.name
+        'flip'
     """
 
     name = "bernoulli"
     lanewise = True
     binary = True
     param_names = ("logits",)
+
+    def __call__(self, *params: Any, probs: Any = None, logits: Any = None,
+                 grad: Any = None) -> DistCall:
+        form = _one_form("gv.bernoulli", params, probs, logits,
+                         ways="logits (logits=l) or a probability (probs=p)")
+        if form == "probs":
+            return Distribution.__call__(flip, probs, grad=grad)
+        if form == "positional":
+            warnings.warn("gv.bernoulli(x) reads x as logits; write gv.bernoulli(logits=x) "
+                          "(or gv.bernoulli(probs=p) for a probability): a positional value "
+                          "will be read as a probability, as NumPyro and gv.flip read it",
+                          DeprecationWarning, stacklevel=user_stacklevel())
+        return super().__call__(*(params or (logits,)), grad=grad)
 
     def sample(self, key, logits):
         return jax.random.bernoulli(key, jax.nn.sigmoid(logits), jnp.shape(logits))
@@ -194,6 +251,12 @@ class Bernoulli(Distribution):
         p = jax.nn.sigmoid(jnp.broadcast_to(params[0], x.shape))
         s = p * (1 - p)
         return _flip_sd(x, p, s * _bcast(t, x.shape), s)
+
+
+#: `gv.flip` and `gv.bernoulli`: one law, two parameterizations, each call taking the
+#: other by keyword
+flip = Flip()
+bernoulli = Bernoulli()
 
 
 class Categorical(Distribution):

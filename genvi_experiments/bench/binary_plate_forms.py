@@ -51,7 +51,7 @@ def plate_elbo(strategy: gv.Strategy, size: int) -> gv.Expectation:
     """The ELBO of `size` datapoints, each with a latent vector read jointly."""
     @gv.gen
     def point(y):
-        z = gv.bernoulli(jnp.zeros(2)) @ "z"
+        z = gv.bernoulli(logits=jnp.zeros(2)) @ "z"
         mean = jax.lax.cond(z[0], lambda: 2.0 * z[1] - 0.5, lambda: -1.0 - z[1] * 1.0)
         gv.observe(gv.normal(mean, 1.0), y)
 
@@ -61,7 +61,7 @@ def plate_elbo(strategy: gv.Strategy, size: int) -> gv.Expectation:
 
     @gv.gen
     def guide_point(params, y):
-        gv.bernoulli(params["a"] * y + params["b"], grad=strategy) @ "z"
+        gv.bernoulli(logits=params["a"] * y + params["b"], grad=strategy) @ "z"
 
     @gv.gen
     def guide(params, y):

@@ -97,7 +97,7 @@ class DiscreteVAE:
 
     def _latent(self, logits: jax.Array, strategy=None) -> gv.DistCall:
         if self.categories is None:
-            return gv.bernoulli(logits, grad=strategy)
+            return gv.bernoulli(logits=logits, grad=strategy)
         return gv.categorical(logits.reshape(self.latent, self.categories), grad=strategy)
 
     def _code(self, z: jax.Array) -> jax.Array:
@@ -110,7 +110,7 @@ class DiscreteVAE:
         @gv.gen
         def model(params, x):
             z = self._latent(jnp.zeros(self.width)) @ "z"
-            gv.observe(gv.bernoulli(apply(self.decoder, params["dec"], self._code(z))), x)
+            gv.observe(gv.bernoulli(logits=apply(self.decoder, params["dec"], self._code(z))), x)
 
         @gv.gen
         def guide(params, x):
