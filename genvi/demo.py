@@ -29,6 +29,7 @@ import optax
 
 import genvi as gv
 from genvi.cli import ShowDefaults, announce
+from genvi.core.address import Address
 
 Y = jnp.array([1.2, 0.7, 1.9, 1.4, 0.8])
 NOISE = 0.5
@@ -64,7 +65,7 @@ def describe() -> str:
     """
     trace = model.simulate(jax.random.key(0), {}, Y, HEADS)
     sites = " and ".join(
-        f'"{"/".join(path)}" ({value.dtype}, '
+        f'"{Address(path)}" ({value.dtype}, '
         f'{"continuous" if jnp.issubdtype(value.dtype, jnp.floating) else "discrete"})'
         for path, value in trace.choices.flat().items())
     observed = ", ".join(f"{v:g}" for v in Y.tolist())

@@ -756,3 +756,21 @@ def test_a_scan_body_jax_cached_is_retraced_under_each_address():
     tr = two.simulate(jax.random.key(0))
     assert tr.choices["a", "z"].shape == (3,) and tr.choices["b", "z"].shape == (3,)
     assert jnp.allclose(two.log_density(tr.choices), tr.log_density)
+
+
+def test_addresses_are_written_and_read_by_one_type():
+    """`genvi.core.address.Address`: the tuple of a site's names, shown "outer/inner",
+    parsed back from what a user writes; no module joins or splits addresses by hand."""
+    import pathlib
+    import re
+
+    from genvi.core.address import Address
+    a = Address.parse("enc/z")
+    assert a == ("enc", "z") and hash(a) == hash(("enc", "z")) and str(a) == "enc/z"
+    assert Address.parse(("a", 1)) == ("a", 1) and Address.parse("z") == ("z",)
+    assert Address(()).shown() == "(gv.sample)" and Address(("x",)).shown() == "x"
+    root = pathlib.Path(__file__).resolve().parents[1] / "genvi"
+    by_hand = re.compile(r'"/"\.join\(map\(str|\.split\("/"\)')
+    found = [str(p.relative_to(root)) for p in root.rglob("*.py")
+             if p.name != "address.py" and by_hand.search(p.read_text())]
+    assert not found, f"addresses joined or split by hand in {found}: use Address"

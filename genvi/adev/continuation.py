@@ -26,6 +26,7 @@ from genvi.adev import dual as d
 from genvi.adev.dual import Dual
 from genvi.core.primitives import SiteEqn
 from genvi.replays.engine import AfterSite, Replays, lanes_couple, total_at_site
+from genvi.core.address import Address
 
 __all__ = ["Deferred", "Replays", "SiteContinuation"]
 
@@ -154,7 +155,7 @@ class SiteContinuation:
         """The site's address as written ("outer/inner"; "(gv.sample)" for an unnamed
         draw), for a rule's error messages."""
         addr = SiteEqn.of(self._eqn).addr
-        return "/".join(map(str, addr)) if addr else "(gv.sample)"
+        return Address(addr).shown()
 
     @property
     def location(self) -> tuple:

@@ -31,6 +31,7 @@ from genvi.core import jaxpr as jx
 from genvi.core.context import RunObserver, using
 from genvi.core.primitives import SiteEqn
 from genvi.core.tracing import split_args
+from genvi.core.address import Address
 
 class SiteLog(RunObserver):
     """`explain`'s observer of a run: a record per differentiated site, by equation
@@ -74,7 +75,7 @@ def note_site(log: dict | None, eqn: Any, dist: Any, strategy: Any, value: Any,
             within.append("cond")
     addr = SiteEqn.of(eqn).addr
     repeat = math.prod(view.length for view in views if isinstance(view, jx.ScanEqn))
-    log[id(eqn)] = dict(addr="/".join(map(str, addr)) if addr else "(gv.sample)",
+    log[id(eqn)] = dict(addr=Address(addr).shown(),
                         dist=f"gv.{getattr(dist, 'name', '?')}", strategy=repr(strategy),
                         shape=tuple(getattr(value, "shape", ())), within=within,
                         replays="none", repeat=repeat, runs=0)

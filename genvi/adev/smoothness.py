@@ -51,6 +51,7 @@ from genvi.core import jaxpr as jx
 from genvi.core.primitives import SiteEqn, sample_p
 from genvi.core.walk import scan_fixed_point, walk, while_fixed_point
 from genvi.core.scopes import CONTINUOUS_SCOPE, DENSITY_SCOPE
+from genvi.core.address import Address
 
 
 class DiscontinuityError(ValueError):
@@ -202,7 +203,7 @@ def _sample_taint(eqn: Any, ins: list, trusted: bool, live: bool, at: Any) -> "_
         _refuse(eqn, params, at)
     if not getattr(site.strategy, "pathwise", False):
         return None  # a fresh draw: its dependence on the parameters is a score term
-    where = repr("/".join(map(str, site.addr))) if site.addr else "an unnamed gv.sample"
+    where = repr(str(Address(site.addr))) if site.addr else "an unnamed gv.sample"
     return _Taint(where, f"gv.{site.dist.name}, grad={site.strategy!r}",
                   params is not None and params.param)
 

@@ -50,6 +50,7 @@ from genvi.core import jaxpr as jx
 from genvi.core.primitives import SiteEqn, sample_p
 from genvi.core.strategy import Strategy
 from genvi.core.walk import scan_fixed_point, walk, while_fixed_point
+from genvi.core.address import Address
 
 
 # functions whose derivative is zero wherever it exists: what they return has no tangent
@@ -144,7 +145,7 @@ def _union(masks: Sequence[int]) -> int:
 
 
 def _refuse(site: SiteEqn, parameters: list) -> None:
-    where = repr("/".join(map(str, site.addr))) if site.addr else "an unnamed gv.sample"
+    where = repr(str(Address(site.addr))) if site.addr else "an unnamed gv.sample"
     shown = ", ".join(parameters)
     raise VarianceTrainingError(
         f"{site.strategy!r} at {where} (gv.{site.dist.name}) trains {shown} for its variance, "

@@ -32,6 +32,7 @@ from genvi.adev.expectation import Expectation
 from genvi.adev.strategies import RLOO
 from genvi.core.context import using
 from genvi.core.strategy import PlaceholderSite, Strategy, built_in_strategies
+from genvi.core.address import Address
 
 
 class Auto(Strategy):
@@ -152,7 +153,7 @@ class Tuned(Expectation):
 
     def explain(self, *args: Any, key: jax.Array | None = None, argnums: Any = 0) -> Any:
         explanation = super().explain(*args, key=key, argnums=argnums)
-        names = {"/".join(map(str, addr)): s for addr, s in self.choices}
+        names = {str(Address(addr)): s for addr, s in self.choices}
         for site in explanation.sites:
             if site["addr"] in names:
                 site["strategy"] = f"gv.AUTO → {site['strategy']}"

@@ -17,6 +17,7 @@ from typing import Any
 
 from genvi.adev.expectation import Expectation
 from genvi.auto import choices as auto
+from genvi.core.address import Address
 
 
 @dataclass(frozen=True)
@@ -62,12 +63,12 @@ class Tuning:
 
     def choice(self, addr: str | tuple) -> Any:
         """The strategy chosen at `addr` ("outer/inner" or a tuple)."""
-        key = tuple(addr.split("/")) if isinstance(addr, str) else tuple(addr)
+        key = Address.parse(addr)
         for where, strategy in self.choices:
             if where == key:
                 return strategy
         raise KeyError(f"no gv.AUTO site at {addr!r}; the tuned sites: "
-                       + ", ".join("/".join(map(str, a)) for a, _ in self.choices))
+                       + ", ".join(str(Address(a)) for a, _ in self.choices))
 
     def apply(self, objective: Expectation) -> Expectation:
         """`objective` with its `gv.AUTO` sites at these choices (an `Expectation`
@@ -75,7 +76,7 @@ class Tuning:
         return auto.Tuned(objective, self.choices, str(self))
 
     def __str__(self) -> str:
-        chosen = {("/".join(map(str, a)), repr(s)) for a, s in self.choices}
+        chosen = {(str(Address(a)), repr(s)) for a, s in self.choices}
         rows = [("site", "candidate", "variance", "seconds/estimate", "variance × seconds",
                  "estimates", "")]
         for m in self.measured:

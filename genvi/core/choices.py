@@ -20,20 +20,18 @@ from typing import Any, Iterator, Mapping
 
 import jax
 
+from genvi.core.address import Address
+
 Path = tuple
 
 
 def _as_path(key: Any) -> Path:
     """An address as a path: a tuple as is; "outer/inner" as ("outer", "inner")."""
-    if isinstance(key, tuple):
-        return key
-    if isinstance(key, str) and "/" in key:
-        return tuple(key.split("/"))
-    return (key,)
+    return key if isinstance(key, tuple) else Address.parse(key)
 
 
 def _show(path: Path) -> str:
-    return "/".join(map(str, path))
+    return str(Address(path))
 
 
 @jax.tree_util.register_pytree_node_class

@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from genvi.core.jaxpr import GENVI_DIR
+from genvi.core.address import Address
 
 
 
@@ -33,7 +34,7 @@ def addr_name(addr: Any) -> str:
         >>> addr_name(("layer", "z"))
         'layer/z'
     """
-    return "/".join(map(str, addr)) if isinstance(addr, tuple) else str(addr)
+    return str(Address(addr)) if isinstance(addr, tuple) else str(addr)
 
 
 def did_you_mean(missing: Any, candidates: Iterable[Any]) -> str:

@@ -31,6 +31,7 @@ from typing import Any
 import jax
 
 from genvi.core.continuation import Continuation, Continued
+from genvi.core.address import Address
 
 
 class Strategy:
@@ -293,7 +294,7 @@ class PlaceholderSite:
 
     @property
     def name(self) -> str:
-        return "/".join(map(str, self.addr)) if self.addr else "(gv.sample)"
+        return Address(self.addr).shown()
 
 
 def strategy_at(strategy: Any, addr: tuple, site_strategies: tuple) -> Any:

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 
 from genvi.core.addressing import check_address, current_prefix, prefixed
 from genvi.core.choices import ChoiceMap, choices as to_choices
+from genvi.core.address import Address
 from genvi.core.mistakes import check_key, did_you_mean, not_a_value
 from genvi.core.tracing import IN_OBJECTIVE, PLAIN, note_sampled, note_scored, trace_cached
 from genvi.core.validation import entry_point
@@ -245,7 +246,7 @@ class GenFn:
         derived = sites.deterministic_addresses(traced.closed)
         unvisited = set(cm.flat()) - state.visited - derived
         if unvisited:
-            names = sorted("/".join(map(str, a)) for a in unvisited)
+            names = sorted(str(Address(a)) for a in unvisited)
             hint = "".join(did_you_mean(a, state.visited) for a in sorted(unvisited, key=str))
             raise KeyError(f"log_density: the choices hold addresses the program never "
                            f"visits: {names}.{hint} Remove them (or check the address spelling).")
@@ -300,7 +301,7 @@ class GenFn:
             {'z': gv.REPARAM}
         """
         traced, _ = self._trace(args)
-        return {"/".join(map(str, a)): s for a, s in sites.site_strategies(traced.closed).items()}
+        return {str(Address(a)): s for a, s in sites.site_strategies(traced.closed).items()}
 
     def require_normalized(self, role: str, *args: Any) -> None:
         """Raise `gv.UnnormalizedError` if this program, run on `args`, calls

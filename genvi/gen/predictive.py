@@ -34,6 +34,7 @@ from genvi.core.primitives import SiteEqn, observe_p
 from genvi.gen.handlers import Handler, MissingChoice, observation_text
 from genvi.gen.language import GenFn
 from genvi.gen.sites import deterministic_of, without
+from genvi.core.address import Address
 
 
 def _draw_like(dist: Any, key: jax.Array, params: tuple, value: Any) -> jax.Array:
@@ -65,7 +66,7 @@ class Predict(Handler):
             key, sub = jax.random.split(state.key)
             value = dist.sample(sub, *site.params)
             return value, replace(self.record(state, addr, value, 0.0, dist), key=key)
-        name = "/".join(map(str, addr))
+        name = str(Address(addr))
         if addr not in state.reads:
             raise MissingChoice(
                 f"gv.predictive: the guide proposes no value at address {name!r} "
@@ -104,7 +105,7 @@ def _path(site: Any) -> tuple:
     if isinstance(site, tuple):
         return site
     if isinstance(site, str):
-        return tuple(site.split("/"))
+        return Address.parse(site)
     raise TypeError(f"gv.predictive: sites are addresses such as \"y\", \"data/y\" or "
                     f"(\"data\", \"y\"); got {site!r}")
 
@@ -114,7 +115,7 @@ def _predict_one(model: GenFn, key: jax.Array, latents: ChoiceMap | None, args: 
     if latents is not None:
         unvisited = set(latents.flat()) - out.visited
         if unvisited:
-            names = sorted("/".join(map(str, a)) for a in unvisited)
+            names = sorted(str(Address(a)) for a in unvisited)
             hint = "".join(did_you_mean(a, out.visited) for a in sorted(unvisited, key=str))
             raise MissingChoice(
                 f"gv.predictive: the guide proposes addresses the model never samples: "

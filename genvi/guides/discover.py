@@ -33,6 +33,7 @@ import numpy as np
 from genvi.core.tracing import merge_args, split_args
 from genvi.gen.handlers import RecordSites
 from genvi.guides import supports
+from genvi.core.address import Address
 
 PRIOR_DRAWS = 15  # initial locations: the median of this many prior draws (unconstrained)
 # model -> {argument shapes: (jitted discovery run, its handler)}: one compile per model
@@ -55,7 +56,7 @@ class Site:
 
     @property
     def name(self) -> str:
-        return "/".join(map(str, self.addr))
+        return str(Address(self.addr))
 
     @property
     def size(self) -> int:
@@ -151,11 +152,11 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
                   if getattr(r.dist, "domain", None) in ("interval", "tfp")]
         if not moving:
             raise
-        raise ValueError(_MOVING.format(who=who, name="/".join(map(str, moving[0][0])),
+        raise ValueError(_MOVING.format(who=who, name=str(Address(moving[0][0])),
                                         dist=moving[0][1].name,
                                         why="is computed inside a gv.scan step or a cond "
                                             "branch")) from None
-    excluded = {a if isinstance(a, tuple) else tuple(str(a).split("/")) for a in exclude}
+    excluded = {Address.parse(a if isinstance(a, tuple) else str(a)) for a in exclude}
     unknown = excluded - set(handler.found)
     if unknown:
         raise KeyError(f"gv.{who}: exclude={sorted('/'.join(a) for a in unknown)} names no "
@@ -165,7 +166,7 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
     for addr, (dist, _, scale, _) in handler.found.items():
         if addr in excluded or (kept is not None and not kept(addr)):
             continue
-        name = "/".join(map(str, addr))
+        name = str(Address(addr))
         value = values[addr][0]
         domain = supports.domain_of(dist, value)
         _site_errors(who, name, dist, domain, scale, call_args)

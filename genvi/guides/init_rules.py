@@ -41,6 +41,7 @@ import jax.numpy as jnp
 
 from genvi.core.scopes import assume_continuous
 from genvi.guides.discover import Site
+from genvi.core.address import Address
 
 #: rule(site, prior draws [n, *site.shape], key) -> unconstrained location [*site.ushape]
 InitRule = Callable[[Site, jax.Array, jax.Array], jax.Array]
@@ -123,7 +124,7 @@ def init_to_value(values: Mapping[Any, Any], fallback: InitRule | None = None) -
 
 
 def _name(address: Any) -> str:
-    return "/".join(map(str, address)) if isinstance(address, tuple) else str(address)
+    return str(Address(address)) if isinstance(address, tuple) else str(address)
 
 
 def check_values(rule: InitRule, sites: list[Site], z0: dict, who: str) -> None:

@@ -36,6 +36,7 @@ from genvi.gen.combinators import Repeat, Scan, Vmap
 from genvi.gen.language import GenFn
 from genvi.gen.sites import deterministic_addresses, site_layouts, site_addresses
 from genvi.inference.arviz_versions import require_arviz
+from genvi.core.address import Address
 
 SEPARATOR = "."  # joins the parts of a nested address in ArviZ names
 
@@ -62,7 +63,7 @@ def address_path(key: Any) -> tuple:
     if isinstance(key, tuple):
         return key
     if isinstance(key, str):
-        return tuple(key.split("/"))
+        return Address.parse(key)
     raise TypeError(f"gv.to_arviz: addresses are strings such as \"y\" or \"data/y\", or "
                     f"tuples such as (\"data\", \"y\"); got {key!r}")
 
