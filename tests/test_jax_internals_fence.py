@@ -85,16 +85,9 @@ def test_jax_internal_modules_are_imported_only_in_core():
 # `jx.kind(eqn) == "scan"`, no `eqn.primitive.name`, no loop over a jaxpr's `.eqns`.
 # Interpreters receive typed views (`jx.view`, `Hooks.control`), compare primitives
 # as objects, and ask `genvi.core.rules` for a primitive's structure; a name shown in
-# a message comes from `jx.name_of`. Modules still to move onto the typed hooks are
-# listed, each with what it still reads: the list may only shrink (a module that no
-# longer reads a name fails the test until it is taken off).
-STILL_BY_NAME = {
-    "genvi/adev/smoothness.py": {"kind", "primitive.name", "eqns"},
-    "genvi/adev/variance_training.py": {"kind", "primitive.name"},
-    "genvi/inference/enum_lanes.py": {"kind", "primitive.name"},
-    "genvi/inference/enum_scan.py": {"kind", "primitive.name"},
-    "genvi/replays/replay.py": {"eqns"},
-}
+# a message comes from `jx.name_of`. (A module still to move onto the typed hooks would
+# be listed here with what it reads; none is.)
+STILL_BY_NAME: dict = {}
 
 
 def _by_name(tree: ast.AST) -> set[str]:

@@ -48,7 +48,8 @@ from typing import Any, Sequence
 
 
 from genvi.core import jaxpr as jx
-from genvi.core.primitives import SiteEqn, sample_p
+from genvi.core.primitives import SAMPLES, SiteEqn, sample_p
+from genvi.core.rules import primitives
 from genvi.core.walk import scan_fixed_point, walk, while_fixed_point
 from genvi.core.scopes import CONTINUOUS_SCOPE, DENSITY_SCOPE
 from genvi.core.address import Address
@@ -66,10 +67,13 @@ _STEP_FUNCTIONS = {  # smooth value in, piecewise-constant value out
     "rem": "jnp.mod / %", "nextafter": "jnp.nextafter", "argmax": "jnp.argmax",
     "argmin": "jnp.argmin",
 }
-_COMPARISONS = frozenset({"lt", "le", "gt", "ge", "eq", "ne"})
-_EQUALITIES = frozenset({"eq", "ne"})
-_LOGIC = frozenset({"and", "or", "not", "xor"})
-_CONTINUOUS_CALLS = ("custom_jvp_call", "custom_vjp_call")
+_STEPS = primitives(_STEP_FUNCTIONS)
+_COMPARISONS = primitives(["lt", "le", "gt", "ge", "eq", "ne"])
+_EQUALITIES = primitives(["eq", "ne"])
+_LOGIC = primitives(["and", "or", "not", "xor"])
+_IS_FINITE, _SELECT_N, _SORT, _CONVERT = (
+    next(iter(primitives([name]))) for name in ("is_finite", "select_n", "sort",
+                                                 "convert_element_type"))
 _WHAT = {"select_n": "jnp.where / lax.select", "cond": "lax.cond / lax.switch",
          "while": "a while loop's predicate", "convert_element_type": "a cast to float",
          "gather": "an index", "dynamic_slice": "an index",
@@ -137,7 +141,7 @@ def _analyze(jaxpr: Any, in_taints: list, trusted: bool, at: Any = None) -> list
     `jnp.where`'s, is cached with the line of its first caller)."""
     env: dict = dict.fromkeys(jaxpr.constvars)  # constants carry no taint
     env.update(zip(jaxpr.invars, in_taints))
-    live = _live_equations(jaxpr)
+    live = jx.live_equations(jaxpr, kept=SAMPLES)   # a site is live: it draws
     return walk(jaxpr, env, lambda i, eqn, ins: _rule(eqn, ins, trusted or _scoped(eqn),
                                                       live[i], at),
                 literal=lambda _: None)
@@ -149,41 +153,42 @@ def _scoped(eqn: Any) -> bool:
 
 
 def _rule(eqn: Any, ins: list, trusted: bool, live: bool, at: Any) -> list:
-    name = eqn.primitive.name
+    prim = eqn.primitive
     n_out = len(eqn.outvars)
-    if eqn.primitive is sample_p:
+    if prim is sample_p:
         return [_sample_taint(eqn, ins, trusted, live, at)]
     merged = _merge(ins)
     if merged is None and not jx.sub_jaxprs(eqn):
         return [None] * n_out
-    kind = jx.kind(eqn)
-    if kind == "cond":
-        return _cond(eqn, ins, live, trusted, at)
-    if kind == "scan":
-        return _scan(eqn, ins, trusted, at)
-    if kind == "while":
-        return _while(eqn, ins, live, trusted, at)
-    if kind == "call":
-        return _analyze(jx.call_body(eqn).jaxpr, ins, trusted, at or eqn)
-    if trusted or any(name.startswith(c) for c in _CONTINUOUS_CALLS) or jx.sub_jaxprs(eqn):
+    view = jx.view(eqn)
+    if isinstance(view, jx.CondEqn):
+        return _cond(view, ins, live, trusted, at)
+    if isinstance(view, jx.ScanEqn):
+        return _scan(view, ins, trusted, at)
+    if isinstance(view, jx.WhileEqn):
+        return _while(view, ins, live, trusted, at)
+    if isinstance(view, jx.CallEqn) and not isinstance(view, jx.CustomEqn):
+        return _analyze(view.body.jaxpr, ins, trusted, at or eqn)
+    # a custom derivative is taken as continuous (its rule is the user's word)
+    if trusted or isinstance(view, jx.CustomEqn) or jx.sub_jaxprs(eqn):
         return [None if merged is None else merged.smooth()] * n_out
-    if name == "is_finite" or (name in _EQUALITIES and not merged.is_step):
+    if prim is _IS_FINITE or (prim in _EQUALITIES and not merged.is_step):
         # a guard (x == c, isnan, isinf): its answer changes on a set of probability
         # zero for a continuous draw, so it moves no mass with the parameters
         return [None] * n_out
-    if name in _COMPARISONS:
+    if prim in _COMPARISONS:
         return [merged.stepped(eqn, at) if merged.moves or merged.is_step else merged] * n_out
-    if name == "select_n":
+    if prim is _SELECT_N:
         if _decides(ins[0]) and live:
             _refuse(eqn, ins[0], at)
         cases = _merge(ins[1:])
         return [None if cases is None else cases.smooth()]
-    if name in _STEP_FUNCTIONS or _argsort(eqn, ins) or _to_integer(eqn):
+    if prim in _STEPS or _argsort(eqn, ins) or _to_integer(eqn):
         if merged.moves and live:
             _refuse(eqn, merged, at)
         return [merged] * n_out
     if merged.is_step:
-        if name in _LOGIC or not any(jx.is_float_aval(v.aval) for v in eqn.outvars):
+        if prim in _LOGIC or not any(jx.is_float_aval(v.aval) for v in eqn.outvars):
             return [merged] * n_out  # still a step: logic, integer arithmetic
         if live:
             _refuse(eqn, merged, at)
@@ -208,21 +213,21 @@ def _sample_taint(eqn: Any, ins: list, trusted: bool, live: bool, at: Any) -> "_
                   params is not None and params.param)
 
 
-def _cond(eqn: Any, ins: list, live: bool, trusted: bool, at: Any) -> list:
+def _cond(view: jx.CondEqn, ins: list, live: bool, trusted: bool, at: Any) -> list:
     if _decides(ins[0]) and live and not trusted:
-        _refuse(eqn, ins[0], at)
-    outs = [_analyze(b.jaxpr, ins[1:], trusted, at) for b in jx.cond_branches(eqn)]
+        _refuse(view.eqn, ins[0], at)
+    outs = [_analyze(b.jaxpr, ins[1:], trusted, at) for b in view.branches]
     return [_merge([ins[0]] + list(col)) for col in zip(*outs)]
 
 
-def _scan(eqn: Any, ins: list, trusted: bool, at: Any) -> list:
-    return scan_fixed_point(jx.ScanEqn.of(eqn), ins, _walker(trusted, at), _join)
+def _scan(view: jx.ScanEqn, ins: list, trusted: bool, at: Any) -> list:
+    return scan_fixed_point(view, ins, _walker(trusted, at), _join)
 
 
-def _while(eqn: Any, ins: list, live: bool, trusted: bool, at: Any) -> list:
-    carry, pred = while_fixed_point(jx.WhileEqn.of(eqn), ins, _walker(trusted, at), _join)
+def _while(view: jx.WhileEqn, ins: list, live: bool, trusted: bool, at: Any) -> list:
+    carry, pred = while_fixed_point(view, ins, _walker(trusted, at), _join)
     if _decides(pred) and live and not trusted:
-        _refuse(eqn, pred, at)
+        _refuse(view.eqn, pred, at)
     return carry
 
 
@@ -236,36 +241,22 @@ def _join(a: "_Taint | None", b: "_Taint | None") -> "_Taint | None":
 
 def _argsort(eqn: Any, ins: list) -> bool:
     """A sort that carries other operands along a sorted key: argsort's indices."""
-    if eqn.primitive.name != "sort" or len(eqn.invars) <= jx.sort_keys(eqn):
-        return False
-    return True
+    return eqn.primitive is _SORT and len(eqn.invars) > jx.sort_keys(eqn)
 
 
 def _to_integer(eqn: Any) -> bool:
     """A cast of a float to an integer or boolean type."""
-    if eqn.primitive.name != "convert_element_type":
+    if eqn.primitive is not _CONVERT:
         return False
     return jx.is_float_aval(eqn.invars[0].aval) and not jx.is_float_aval(eqn.outvars[0].aval)
 
 
-def _live_equations(jaxpr: Any) -> list[bool]:
-    """Whether each equation's result is used (by the outputs or by an effect)."""
-    needed = {v for v in jaxpr.outvars if not isinstance(v, jx.Literal)}
-    live = [False] * len(jaxpr.eqns)
-    for i in range(len(jaxpr.eqns) - 1, -1, -1):
-        eqn = jaxpr.eqns[i]
-        if eqn.effects or eqn.primitive is sample_p or any(v in needed for v in eqn.outvars):
-            live[i] = True
-            needed.update(v for v in eqn.invars if not isinstance(v, jx.Literal))
-    return live
-
-
 def _refuse(eqn: Any, taint: _Taint, at: Any) -> None:
-    name = eqn.primitive.name
+    name = jx.name_of(eqn)
     what = _WHAT.get(name, _STEP_FUNCTIONS.get(name, ""))
     shown = f"`{name}`" + (f" ({what})" if what else "")
     if taint.is_step and taint.step is not eqn:
-        how = (f"{shown} chooses by a comparison of it (`{taint.step.primitive.name}` at "
+        how = (f"{shown} chooses by a comparison of it (`{jx.name_of(taint.step)}` at "
                f"{jx.source_line(taint.step_at)})")
     else:
         how = f"{shown} is a step function of it"

@@ -48,13 +48,14 @@ from typing import Any, Sequence
 
 from genvi.core import jaxpr as jx
 from genvi.core.primitives import SiteEqn, sample_p
+from genvi.core.rules import primitives
 from genvi.core.strategy import Strategy
 from genvi.core.walk import scan_fixed_point, walk, while_fixed_point
 from genvi.core.address import Address
 
 
 # functions whose derivative is zero wherever it exists: what they return has no tangent
-_ZERO_DERIVATIVE = frozenset({"stop_gradient", "floor", "ceil", "round", "sign"})
+_ZERO_DERIVATIVE = primitives(["stop_gradient", "floor", "ceil", "round", "sign"])
 
 
 class VarianceTrainingError(ValueError):
@@ -101,20 +102,19 @@ class _Reach:
         n_out = len(eqn.outvars)
         if eqn.primitive is sample_p:
             return [self.site(eqn, ins)]
-        if eqn.primitive.name in _ZERO_DERIVATIVE:
+        if eqn.primitive in _ZERO_DERIVATIVE:
             return [0] * n_out
-        kind = jx.kind(eqn)
-        if kind in ("call", "custom"):
-            return self.run(jx.CallEqn.of(eqn).body.jaxpr, ins)
-        if kind == "cond":
-            cond = jx.CondEqn.of(eqn)
-            index, operands = cond.split(ins)
-            outs = [self.run(b.jaxpr, operands) for b in cond.branches]
+        view = jx.view(eqn)
+        if isinstance(view, jx.CallEqn):   # a call or a custom derivative: its body
+            return self.run(view.body.jaxpr, ins)
+        if isinstance(view, jx.CondEqn):
+            index, operands = view.split(ins)
+            outs = [self.run(b.jaxpr, operands) for b in view.branches]
             return [index | _union(col) for col in zip(*outs)]
-        if kind == "scan":
-            return self.scan(jx.ScanEqn.of(eqn), ins)
-        if kind == "while":
-            return self.loop(jx.WhileEqn.of(eqn), ins)
+        if isinstance(view, jx.ScanEqn):
+            return self.scan(view, ins)
+        if isinstance(view, jx.WhileEqn):
+            return self.loop(view, ins)
         return [_union(ins)] * n_out
 
     def site(self, eqn: Any, ins: list) -> int:

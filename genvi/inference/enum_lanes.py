@@ -38,6 +38,7 @@ from jax.scipy.special import logsumexp
 
 from genvi.replays.engine import Local, Perturbed, rule_for
 from genvi.core import jaxpr as jx
+from genvi.core.rules import REDUCE_SUM, primitives
 from genvi.core.walk import env_of, walk
 from genvi.inference.enum_same_rules import Same, lazy_broadcast, same_rule
 
@@ -86,8 +87,9 @@ def _evaluate_eqn(eqn: Any, ins: list, other: Any) -> list:
     # the equations of its body): the smoothness check reads a log density's support
     # tests as such (density scope). Without the sites, only plain calls are opened (a
     # custom derivative rule stays with its equation)
-    body = (jx.call_body(eqn) if jx.kind(eqn) in (("call", "custom") if site else ("call",))
-            else None)
+    view = jx.view(eqn)
+    body = (view.body if isinstance(view, jx.CallEqn)
+            and (site or not isinstance(view, jx.CustomEqn)) else None)
     if body is not None and len(body.jaxpr.invars) == len(ins):
         with jx.emitted_as(eqn):
             return evaluate(body, ins, other, lazy=True)
@@ -108,26 +110,25 @@ def _evaluate_eqn(eqn: Any, ins: list, other: Any) -> list:
         if outs is None:
             outs = _tracked(eqn, ins)
     if any(isinstance(x, Perturbed) for x in outs):
-        raise NotSummable(f"their lanes couple at `{eqn.primitive.name}` "
+        raise NotSummable(f"their lanes couple at `{jx.name_of(eqn)}` "
                           f"({jx.source_line(eqn)})" + _PER_LANE)
     return outs
 
 
 def _tracked(eqn: Any, ins: list) -> list:
-    name = eqn.primitive.name
-    where = f"`{name}` ({jx.source_line(eqn)})"
+    where = f"`{jx.name_of(eqn)}` ({jx.source_line(eqn)})"
     if any(isinstance(x, Additive) for x in ins):
-        out = _additive(name, eqn, ins)
+        out = _additive(eqn, ins)
         if out is None:
             raise NotSummable(f"a sum over lanes is used by {where}, so the log density is not "
                               "a sum of per-lane terms; score each lane inside the gv.vmap/"
                               "gv.plate body (gv.observe, gv.factor) instead of using their sum")
         return [out]
-    if jx.kind(eqn) != "other":
-        raise NotSummable(f"a {jx.kind(eqn)} at {jx.source_line(eqn)} depends on them; a "
+    if jx.view(eqn) is not None:
+        raise NotSummable(f"a {jx.name_of(eqn)} at {jx.source_line(eqn)} depends on them; a "
                           "branch or loop chosen by a summed site is not summed lane by lane: "
                           "select values with jnp.where instead, or keep the site")
-    if name == "reduce_sum":
+    if eqn.primitive is REDUCE_SUM:
         out = _sum_over_lanes(eqn, ins)
         if out is not None:
             return [out]
@@ -155,29 +156,36 @@ def _sum_over_lanes(eqn: Any, ins: list) -> Additive | None:
     return Additive(jnp.zeros((), dtype), per_lane.reshape(-1).astype(dtype))
 
 
-def _additive(name: str, eqn: Any, ins: list) -> Additive | None:
+_ADD, _SUB, _NEG, _MUL = (primitives(names) for names in (["add", "add_any"], ["sub"],
+                                                           ["neg"], ["mul", "div"]))
+_DIV = primitives(["div"])
+_TO_SCALAR = primitives(["convert_element_type", "copy", "copy_p", "reduce_sum", "reshape",
+                         "broadcast_in_dim", "squeeze"])
+
+
+def _additive(eqn: Any, ins: list) -> Additive | None:
     """Rules that keep `free + Σ lanes`: adding, negating, scaling by a constant."""
     def parts(x):
         return (x.free, x.lanes) if isinstance(x, Additive) else (x, 0.0)
     if any(isinstance(x, Local) or (not isinstance(x, Additive) and jnp.ndim(x) != 0)
            for x in ins):
         return None
-    if name in ("add", "sub", "add_any"):
+    prim = eqn.primitive
+    if prim in _ADD or prim in _SUB:
         (fa, la), (fb, lb) = parts(ins[0]), parts(ins[1])
-        sign = -1.0 if name == "sub" else 1.0
+        sign = -1.0 if prim in _SUB else 1.0
         return Additive(fa + sign * fb, la + sign * lb)
-    if name == "neg":
+    if prim in _NEG:
         return Additive(-ins[0].free, -ins[0].lanes)
-    if name in ("mul", "div"):
+    if prim in _MUL:   # a product or a quotient
         a, b = ins
-        if isinstance(b, Additive) and name == "mul":
+        if isinstance(b, Additive) and prim not in _DIV:
             a, b = b, a
         if isinstance(b, Additive):
             return None
-        op = jnp.multiply if name == "mul" else jnp.divide
+        op = jnp.divide if prim in _DIV else jnp.multiply
         return Additive(op(a.free, b), op(a.lanes, b))
-    if name in ("convert_element_type", "copy", "copy_p", "reduce_sum", "reshape",
-                "broadcast_in_dim", "squeeze") and eqn.outvars[0].aval.shape == ():
+    if prim in _TO_SCALAR and eqn.outvars[0].aval.shape == ():
         dtype = eqn.outvars[0].aval.dtype
         return Additive(ins[0].free.astype(dtype), ins[0].lanes.astype(dtype))
     return None

@@ -31,13 +31,14 @@ import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
 from genvi.core import jaxpr as jx
+from genvi.core.rules import primitives
 from genvi.inference.enum_lanes import Additive, NotSummable, evaluate, is_tracked, joint_values
 from genvi.inference.enum_same_rules import Same
 from genvi.replays.engine import Local
 
 # reorderings of the stacked values on their way into the scan (vmap of a scan moves
 # the sequences' axis behind the steps')
-_LAYOUT = frozenset({"transpose", "convert_element_type"})
+_LAYOUT = primitives(["transpose", "convert_element_type"])
 
 
 @dataclass
@@ -57,10 +58,10 @@ class AfterScan:
 
 
 def _forward(eqn: Any, ins: list) -> list | None:
-    if jx.kind(eqn) != "scan":
+    scan = jx.view(eqn)
+    if not isinstance(scan, jx.ScanEqn):
         return None
     where = jx.source_line(eqn)
-    scan = jx.ScanEqn.of(eqn)
     first_init = scan.split(ins)[1]  # unbroadcast where they are (`enum_same_rules`)
     ins = [x.materialized() if isinstance(x, Same) else x for x in ins]
     ncar, length = scan.carry_count, scan.length
@@ -384,7 +385,7 @@ def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list) -> jax.Ar
     inputs = [fixed[s.addr] if s.addr in fixed else Steps(s) for s in sites]
 
     def other(eqn, ins):
-        if any(isinstance(x, Steps) for x in ins) and eqn.primitive.name in _LAYOUT:
+        if any(isinstance(x, Steps) for x in ins) and eqn.primitive in _LAYOUT:
             # a batch of sequences: the stacked values' axes put in the scan's order
             # (steps first); which steps and lanes are summed is checked in the scan
             return [ins[0]]
@@ -394,7 +395,7 @@ def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list) -> jax.Ar
                               "the previous step's values), or keep the site")
         out = _forward(eqn, ins)
         if out is None:
-            raise NotSummable(f"`{eqn.primitive.name}` at {jx.source_line(eqn)} uses the "
+            raise NotSummable(f"`{jx.name_of(eqn)}` at {jx.source_line(eqn)} uses the "
                               "discrete values outside the scan")
         return out
     (out,) = evaluate(closed, inputs + list(flat_in), other)

@@ -30,8 +30,7 @@ def split_keys(jaxpr: Any, key: Any) -> dict:
     """One key per equation of `jaxpr` that consumes randomness (a sampling site, a
     draw of an expectation, or a body holding one), from a single split (one RNG
     call, not one per site)."""
-    users = [i for i, eqn in enumerate(jaxpr.eqns) if eqn.primitive in RANDOMNESS
-             or jx.nests(eqn, RANDOMNESS)]
+    users = jx.consumers(jaxpr, RANDOMNESS)
     if len(users) <= 1:
         return {i: key for i in users}
     return dict(zip(users, jax.random.split(key, len(users))))

@@ -35,15 +35,16 @@ from genvi.core.jaxpr.basics import (GENVI_DIR, JAX_DIR, ClosedJaxpr, Jaxpr, Lit
 from genvi.core.jaxpr.views import (CallEqn, CondEqn, CustomEqn, ScanEqn, WhileEqn, call_body,
                                     cond_branches, kind, name_of, reduced_axes, shaped,
                                     sort_keys, view)
-from genvi.core.jaxpr.analyses import CONDS, contains, equations, nests, sub_jaxprs
+from genvi.core.jaxpr.analyses import (CONDS, consumers, contains, equations, live_equations,
+                                       nests, sub_jaxprs)
 from genvi.core.jaxpr.batching import (cond_token, genvi_conds, register_batching_by_broadcasting,
                                        register_fancy_batching, set_cond_batching, trace)
 
 __all__ = [
     "CONDS", "GENVI_DIR", "JAX_DIR", "CallEqn", "ClosedJaxpr", "CondEqn", "Jaxpr", "Literal",
-    "CustomEqn", "ScanEqn", "WhileEqn", "call_body", "cond_branches", "cond_token", "contains",
+    "CustomEqn", "ScanEqn", "WhileEqn", "call_body", "cond_branches", "cond_token", "consumers", "contains",
     "emitted_as", "equations", "eval_eqn", "eval_eqn_with", "genvi_conds", "is_drop",
-    "is_float", "is_float_aval", "jvp_eqn", "kind", "make_primitive", "name_of",
+    "is_float", "is_float_aval", "jvp_eqn", "kind", "live_equations", "make_primitive", "name_of",
     "name_stack", "nests", "quiet_callback_errors", "read", "reduced_axes",
     "register_batching_by_broadcasting", "register_fancy_batching", "set_cond_batching",
     "shaped", "sort_keys", "source_line", "sub_jaxprs", "trace", "view",

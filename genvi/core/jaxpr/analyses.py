@@ -1,5 +1,6 @@
-"""Questions asked of a whole jaxpr: every equation with the scans around it, and
-whether a jaxpr (or an equation's bodies) binds some primitive, cached weakly."""
+"""Questions asked of a whole jaxpr: every equation with the scans around it, whether a
+jaxpr (or an equation's bodies) binds some primitive (cached weakly), which equations
+consume some primitive's results (randomness), and which are live."""
 
 from __future__ import annotations
 
@@ -67,3 +68,37 @@ def _contains(jaxpr: Any, prims: frozenset) -> bool:
         answer = answers[prims] = any(eqn.primitive in prims or nests(eqn, prims)
                                       for eqn in jaxpr.eqns)
     return answer
+
+
+def consumers(jaxpr: Any, prims: frozenset) -> list[int]:
+    """The positions of `jaxpr`'s equations that bind one of `prims` or hold one in
+    their bodies (the consumers of randomness, for `prims` the sampling sites and draws).
+
+    Example:
+        >>> import jax
+        >>> f = lambda x: jax.lax.scan(lambda c, _: (jax.numpy.sin(c), None), jax.numpy.cos(x),
+        ...                            None, length=2)
+        >>> consumers(jax.make_jaxpr(f)(1.0).jaxpr, frozenset({jax.lax.sin_p}))
+        [1]
+    """
+    return [i for i, eqn in enumerate(jaxpr.eqns) if eqn.primitive in prims or nests(eqn, prims)]
+
+
+def live_equations(jaxpr: Any, kept: frozenset = frozenset()) -> list[bool]:
+    """Whether each equation of `jaxpr` is live: its result is used by the outputs or by
+    a live equation, or it has an effect, or it binds a primitive of `kept`.
+
+    Example:
+        >>> import jax
+        >>> closed = jax.make_jaxpr(lambda x: (jax.numpy.sin(x), jax.numpy.cos(x))[0])(1.0)
+        >>> live_equations(closed.jaxpr)
+        [True, False]
+    """
+    needed = {v for v in jaxpr.outvars if not isinstance(v, jcore.Literal)}
+    live = [False] * len(jaxpr.eqns)
+    for i in range(len(jaxpr.eqns) - 1, -1, -1):
+        eqn = jaxpr.eqns[i]
+        if eqn.effects or eqn.primitive in kept or any(v in needed for v in eqn.outvars):
+            live[i] = True
+            needed.update(v for v in eqn.invars if not isinstance(v, jcore.Literal))
+    return live
