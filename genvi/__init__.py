@@ -36,8 +36,8 @@ from genvi.core.validation import InvalidParameters, set_validation, validation
 from genvi.distributions.base import DistCall, Distribution
 from genvi.distributions.continuous import (Beta, Dirichlet, Gamma, MvNormal, MvNormalDiag,
                                             Normal, Uniform)
-from genvi.distributions.discrete import (Bernoulli, Binomial, Categorical, Flip, Geometric,
-                                          Poisson, bernoulli, flip)
+from genvi.distributions.binary import Bernoulli, Flip, bernoulli, flip
+from genvi.distributions.discrete import Binomial, Categorical, Geometric, Poisson
 from genvi.distributions.time_series import GaussianRandomWalk
 from genvi.distributions.priors import (Exponential, HalfCauchy, HalfNormal, Laplace, LogNormal,
                                         StudentT)
