@@ -45,3 +45,28 @@ def test_the_readme_is_a_front_door():
     links = re.findall(r"\]\(((?:docs/)?[\w./-]+\.(?:md|ipynb))(?:#[\w-]+)?\)", text)
     assert links and all((ROOT / link).exists() for link in links), [
         link for link in links if not (ROOT / link).exists()]
+
+
+def test_every_public_function_documents_its_arguments_and_return():
+    """Each function `genvi` exports says, in Google style, what every argument is
+    (`Args:`, one entry a parameter, `*data` and `**kw` included) and what it returns
+    (`Returns:`), as the API reference renders them."""
+    import inspect
+
+    import genvi
+    missing = {}
+    for name in genvi.__all__:
+        fn = getattr(genvi, name)
+        if not inspect.isfunction(fn):
+            continue
+        doc = inspect.getdoc(fn) or ""
+        params = inspect.signature(fn).parameters.values()
+        wanted = [("*" * (p.kind == p.VAR_POSITIONAL) + "**" * (p.kind == p.VAR_KEYWORD)
+                   + p.name + ":") for p in params]
+        section = doc.split("Args:", 1)[1].split("Returns:", 1)[0] if "Args:" in doc else ""
+        gaps = [w for w in wanted if not re.search(rf"^\s+{re.escape(w)}", section, re.M)]
+        if "Returns:" not in doc:
+            gaps.append("Returns:")
+        if gaps:
+            missing[name] = gaps
+    assert not missing, missing

@@ -95,6 +95,15 @@ def batch_mean(obj: Expectation, in_axes: Any = (None, 0)) -> Expectation:
     the estimator is vmapped inside the differentiated function, so the gradient
     costs what a hand-written batched gradient costs.
 
+    Args:
+        obj: the per-datapoint objective, called as `obj(params, datapoint...)`.
+        in_axes: the `vmap` axes of `obj`'s arguments: by default `params` shared and
+            the data mapped along their leading axis.
+
+    Returns:
+        an `Expectation` of the same arguments whose value is the mean over the mapped
+        axis.
+
     Example:
         >>> import genvi as gv
         >>> # objective(params, x) over a batch xs of shape (B, ...):

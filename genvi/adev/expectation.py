@@ -379,6 +379,15 @@ def exp(e: Expectation, rate: float = 2.0, shift: float = 0.0) -> Expectation:
     of `e` on average (docs/algebra.md measures it).
     Nests (`gv.exp(gv.exp(e))`) and composes (`gv.exp(e1) * e2`).
 
+    Args:
+        e: the expectation X whose exponential is estimated.
+        rate: the Poisson rate: the mean number of extra estimates of `e` per estimate.
+        shift: a constant subtracted from each X_i; E[e] − `rate` minimizes the
+            variance.
+
+    Returns:
+        an `Expectation` of `e`'s arguments, unbiased for exp(E[e]) and its gradient.
+
     Example:
         >>> import genvi as gv, jax
         >>> @gv.expectation
@@ -397,6 +406,13 @@ def exp(e: Expectation, rate: float = 2.0, shift: float = 0.0) -> Expectation:
 
 def average(e: Expectation, n: int) -> Expectation:
     """`E[e]` as the mean of `n` independent estimates, drawn under one `vmap`.
+
+    Args:
+        e: the expectation to estimate.
+        n: the number of independent estimates (≥ 1).
+
+    Returns:
+        an `Expectation` of `e`'s arguments.
 
     Example:
         >>> import genvi as gv, jax

@@ -154,6 +154,14 @@ def _dual_pair(out: Any) -> tuple:
 def expectation(fn: Callable) -> ProgramExpectation:
     """Decorate an objective program; returns an `Expectation`.
 
+    Args:
+        fn: a Python function of the objective's arguments that draws with `gv.sample`
+            (or a program's `.sim`) and returns a number.
+
+    Returns:
+        an `Expectation`: call it for an estimate, or use `.grad_estimate`,
+        `.value_and_grad_estimate`, `.explain`.
+
     Example:
         >>> import genvi as gv, jax
         >>> @gv.expectation

@@ -13,6 +13,14 @@ from genvi.distributions.base import DistCall
 def sample(call: DistCall, name: str | None = None) -> Any:
     """Draw a value from `call` with its gradient strategy, inside an objective.
 
+    Args:
+        call: a distribution call, e.g. `gv.normal(mu, 1.0, grad=gv.REPARAM)`; its
+            `grad` is the site's strategy.
+        name: the site's name in `explain`'s report and in error messages (optional).
+
+    Returns:
+        the drawn value (an array of the distribution's event shape).
+
     Example:
         >>> import genvi as gv, jax
         >>> @gv.expectation

@@ -134,6 +134,13 @@ def switch(index: Any, strategies: Any) -> Strategy:
     distribution). Strategies that enumerate the whole rest of a top-level program
     (ENUM on a scalar site outside scan/cond) cannot be switched.
 
+    Args:
+        index: an integer, traced or not, choosing the strategy.
+        strategies: a sequence of strategies, each supported by the site's distribution.
+
+    Returns:
+        a `Strategy` to pass as a site's `grad=`.
+
     Example:
         >>> import genvi as gv, jax.numpy as jnp
         >>> s = gv.switch(jnp.int32(2), [gv.MVD, gv.MVD, gv.ENUM])

@@ -110,6 +110,21 @@ def tune(objective: Expectation, params: Any, *data: Any, key: jax.Array,
     across calls, holds each choice's objective so that measuring again (a fit's
     retuning) compiles nothing anew.
 
+    Args:
+        objective: an objective with `gv.AUTO` sites.
+        params: the parameters at which the candidates are measured.
+        *data: the objective's other arguments (a minibatch, as a step of `gv.fit`
+            gets).
+        key: the randomness of the measurement.
+        estimates: estimates per candidate in the race's first batch (at most twice as
+            many in all).
+        step: the training step recorded with the measurement.
+        compiled: a dict kept across calls to reuse compiled candidates (optional).
+
+    Returns:
+        a `gv.Tuning`: `tuning.choice(address)`, `tuning.apply(objective)`,
+        `print(tuning)` for the table.
+
     Example:
         >>> import genvi as gv, jax
         >>> @gv.expectation

@@ -4,10 +4,10 @@ binding of `dist(...) @ "x"` as a sampling site.
 Inside a `@gv.gen` program every site records its address (the prefixes of the
 sub-program calls around it, then its own name) and the `gv.vmap` / `gv.scan`
 combinators enclosing it, outermost first (so choices can be laid out in nesting
-order, see `genvi.gen.layout`). Both are `jax.make_user_context` values: part of the
-key of JAX's trace caches, so a function JAX traced once (a `lax.scan` body, a jitted
-helper) and meets again under another address is traced again, not reused with the
-first address's sites.
+order, see `genvi.gen.sites.to_user_layout`). Both are `jax.make_user_context`
+values: part of the key of JAX's trace caches, so a function JAX traced once (a
+`lax.scan` body, a jitted helper) and meets again under another address is traced
+again, not reused with the first address's sites.
 
 Example:
     >>> from genvi.core.addressing import current_prefix, prefixed

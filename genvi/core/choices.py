@@ -132,6 +132,13 @@ def choices(nested: Mapping | ChoiceMap | None = None) -> ChoiceMap:
     nested address ("a", "b"), as genvi prints it, so a summary such as
     `gv.choices(auto.median(params))` addresses the model's nested sites.
 
+    Args:
+        nested: a nested dict (keys may be "a/b" addresses) or a choice map to copy;
+            empty when omitted.
+
+    Returns:
+        a `ChoiceMap`.
+
     Example:
         >>> import genvi as gv
         >>> gv.choices({"a": {"b": 1.0}})["a", "b"]

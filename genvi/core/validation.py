@@ -57,6 +57,13 @@ jx.quiet_callback_errors(InvalidParameters)  # the error propagates; no second t
 def set_validation(enabled: bool) -> None:
     """Turn validation on or off globally (a `gv.validation()` block overrides it).
 
+    Args:
+        enabled: True to check every distribution's parameters and values as programs
+            run.
+
+    Returns:
+        None.
+
     Example:
         >>> import genvi as gv
         >>> gv.set_validation(True); gv.set_validation(False)

@@ -57,6 +57,14 @@ def from_tfp(cls: Any, **static: Any):
 
     Array parameters are traced; non-array keyword arguments are static.
 
+    Args:
+        cls: a `tfp.substrates.jax.distributions` class, e.g. `tfd.VonMises`.
+        **static: keyword arguments fixed for every call (non-array ones are static).
+
+    Returns:
+        a distribution constructor: `d(loc=..., grad=...)` is a site's call, as
+        `gv.normal(...)` is.
+
     Example:
         >>> import genvi as gv
         >>> from tensorflow_probability.substrates import jax as tfp

@@ -59,6 +59,13 @@ class Scan(GenFn):
 def vmap(g: GenFn, in_axes: Any = 0) -> GenFn:
     """`g` mapped over a batch of arguments; choices stacked on a leading axis.
 
+    Args:
+        g: the generative function.
+        in_axes: the mapped axes of `g`'s arguments, as `jax.vmap` takes them.
+
+    Returns:
+        a generative function whose choices are stacked on a leading axis.
+
     Example:
         >>> import genvi as gv, jax, jax.numpy as jnp
         >>> @gv.gen
@@ -75,6 +82,14 @@ def vmap(g: GenFn, in_axes: Any = 0) -> GenFn:
 def repeat(g: GenFn, n: int) -> GenFn:
     """`n` independent runs of `g` on the same arguments (particles).
 
+    Args:
+        g: the generative function.
+        n: the number of independent runs.
+
+    Returns:
+        a generative function whose choices are `g`'s stacked on a leading axis of size
+        `n`.
+
     Example:
         >>> import genvi as gv, jax
         >>> @gv.gen
@@ -89,6 +104,14 @@ def repeat(g: GenFn, n: int) -> GenFn:
 
 def scan(g: GenFn, length: int | None = None) -> GenFn:
     """`g(carry, x) -> (carry, y)` iterated as `jax.lax.scan`; choices stacked.
+
+    Args:
+        g: a generative function `(carry, x) -> (carry, y)`.
+        length: the number of steps where there is no `xs` to scan over.
+
+    Returns:
+        a generative function `(carry, xs) -> (carry, ys)` whose choices are stacked
+        over the steps.
 
     Example:
         >>> import genvi as gv, jax, jax.numpy as jnp

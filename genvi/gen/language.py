@@ -384,6 +384,14 @@ def _binds(signature: inspect.Signature, args: tuple) -> bool:
 def gen(fn: Callable) -> Gen:
     """Make a generative function from a Python function.
 
+    Args:
+        fn: a Python function that draws sites with `dist(...) @ "name"` and observes
+            with `gv.observe`.
+
+    Returns:
+        a `Gen`: simulate, score (`log_density`), call inside other programs, or use as
+        a model or guide of an objective.
+
     Example:
         >>> import genvi as gv, jax
         >>> @gv.gen

@@ -41,6 +41,15 @@ def observe(call: DistCall, value: Any, *, name: str | None = None) -> None:
     observation's `value` may be None (new inputs without data): `gv.predictive`
     draws it; scoring it (`simulate`, `log_density`, objectives) is an error.
 
+    Args:
+        call: a distribution call, e.g. `gv.normal(mu, 1.0)`.
+        value: the observed value (None only for a named observation `gv.predictive`
+            draws).
+        name: an address for `gv.predictive` to return draws at (optional).
+
+    Returns:
+        None.
+
     Example:
         >>> import genvi as gv
         >>> @gv.gen
@@ -77,6 +86,12 @@ def factor(log_weight: Any) -> None:
     model, not as a guide. Inside `gv.plate`/`gv.vmap` a factor of shape [lanes] is one
     weight per lane (scaled like an observation in a subsampled plate).
 
+    Args:
+        log_weight: the log of the weight: a scalar, or one per lane inside a plate.
+
+    Returns:
+        None.
+
     Example (a soft constraint that z stays near 1):
         >>> import genvi as gv, jax.numpy as jnp
         >>> @gv.gen
@@ -108,6 +123,13 @@ def deterministic(name: str, value: Any) -> Any:
     `gv.predictive` (and so `gv.to_arviz`'s posterior) hold its value; `log_density`
     accepts choices that hold it and recomputes it rather than reading it; inside
     objectives (`g.sim`) it is not returned, and costs nothing once compiled.
+
+    Args:
+        name: the address to record the value at.
+        value: the value, a pytree of arrays.
+
+    Returns:
+        `value`, unchanged.
 
     Example:
         >>> import genvi as gv, jax

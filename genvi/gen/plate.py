@@ -101,6 +101,14 @@ def plate(g: GenFn, size: int, in_axes: Any = 0) -> GenFn:
     for the likelihood and in the guide around local latents, with `gv.elbo` itself
     (not `gv.batch_mean`, which averages per-datapoint objectives instead).
 
+    Args:
+        g: the generative function of one datapoint.
+        size: the number of datapoints in the whole dataset.
+        in_axes: the mapped axes of `g`'s arguments, as `gv.vmap` takes them.
+
+    Returns:
+        a generative function of a minibatch, its density scaled by `size / lanes`.
+
     Example:
         >>> import genvi as gv, jax, jax.numpy as jnp
         >>> @gv.gen

@@ -179,6 +179,17 @@ def predictive(model: GenFn, guide: GenFn | None, params: Any, num_samples: int,
     multiple of k: the last chunk overlaps the one before and redraws some samples
     from the same keys.
 
+    Args:
+        model: the model, called as `(params, *args)`.
+        guide: the guide to draw the latents from, or None for the prior predictive.
+        params: the parameters passed to model and guide.
+        num_samples: the number of draws.
+        sites: addresses or address prefixes to keep (optional).
+        batch_size: draws per chunk, bounding memory (optional).
+
+    Returns:
+        a function `(key, *args) -> ChoiceMap` of `num_samples` stacked draws.
+
     Example:
         >>> import genvi as gv, jax, jax.numpy as jnp
         >>> @gv.gen

@@ -99,6 +99,15 @@ def auto_delta(model: Any, *, params_key: str = "guide", exclude: Sequence = (),
     the constrained space* (no Jacobian enters). For a Beta(16, 14) posterior that is
     15/28, not the mean 16/30.
 
+    Args:
+        model: the model whose continuous latents the guide covers.
+        params_key: the entry of the parameters the guide reads.
+        exclude: addresses left to a hand-written guide.
+        init: the rule choosing the starting points (`gv.init_to_uniform()` by default).
+
+    Returns:
+        an `AutoDelta` guide: `auto.init(key, *args)` gives its parameters.
+
     Example:
         >>> import genvi as gv, jax
         >>> @gv.gen

@@ -279,6 +279,18 @@ def auto_flow(model: Any, *, hidden: Sequence[int] = (32, 32), num_layers: int =
     (a site depends on the earlier sites), which keeps every site's conditional
     density exact. The log-determinant is the exact sum over layers.
 
+    Args:
+        model: the model whose continuous latents the guide covers.
+        hidden: the widths of each MADE's hidden layers.
+        num_layers: the number of IAF layers.
+        params_key: the entry of the parameters the guide reads.
+        exclude: addresses left to a hand-written guide.
+        init_scale: the starting scale of the Gaussian the flow starts as.
+        init: the rule choosing the starting locations.
+
+    Returns:
+        an `AutoFlow` guide: `auto.init(key, *args)` gives its parameters.
+
     Example:
         >>> import genvi as gv, jax
         >>> @gv.gen

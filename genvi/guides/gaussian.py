@@ -364,6 +364,16 @@ def auto_normal(model: Any, *, params_key: str = "guide", exclude: Sequence = ()
     `init` chooses the starting locations (`gv.init_to_uniform()` unless given; see
     `gv.init_to_value`, `gv.init_to_median`, `gv.init_to_sample`).
 
+    Args:
+        model: the model whose continuous latents the guide covers.
+        params_key: the entry of the parameters the guide reads.
+        exclude: addresses left to a hand-written guide.
+        init_scale: the starting scale of every coordinate.
+        init: the rule choosing the starting locations.
+
+    Returns:
+        an `AutoNormal` guide: `auto.init(key, *args)` gives its parameters.
+
     Example:
         >>> import genvi as gv, jax, optax
         >>> @gv.gen
@@ -387,6 +397,16 @@ def auto_mvn(model: Any, *, params_key: str = "guide", exclude: Sequence = (),
     coordinates, the sites' one after another as `auto.layout()` lists them. O(D²)
     parameters, O(D³) per step. `init` chooses the starting location (see
     `gv.auto_normal`).
+
+    Args:
+        model: the model whose continuous latents the guide covers.
+        params_key: the entry of the parameters the guide reads.
+        exclude: addresses left to a hand-written guide.
+        init_scale: the starting scale of every coordinate.
+        init: the rule choosing the starting location.
+
+    Returns:
+        an `AutoMVN` guide: `auto.init(key, *args)` gives its parameters.
 
     Example:
         >>> import genvi as gv, jax
@@ -414,6 +434,17 @@ def auto_low_rank(model: Any, rank: int, *, params_key: str = "guide",
     and O(D · rank²) per draw and density: each site's conditional given the earlier
     sites is again low rank plus diagonal, scored with the Woodbury identity and the
     matrix determinant lemma (an r × r Cholesky; no D × D matrix is formed).
+
+    Args:
+        model: the model whose continuous latents the guide covers.
+        rank: the rank of the covariance's low-rank part (≥ 1).
+        params_key: the entry of the parameters the guide reads.
+        exclude: addresses left to a hand-written guide.
+        init_scale: the starting scale of every coordinate.
+        init: the rule choosing the starting location.
+
+    Returns:
+        an `AutoLowRank` guide: `auto.init(key, *args)` gives its parameters.
 
     Example:
         >>> import genvi as gv, jax

@@ -58,6 +58,9 @@ def init_to_median() -> InitRule:
     """Start each site at the median of its prior draws (unconstrained, coordinate by
     coordinate; draws outside the support are left out).
 
+    Returns:
+        an initialization rule for an automatic guide's `init=`.
+
     Example:
         >>> import genvi as gv
         >>> rule = gv.init_to_median()
@@ -72,6 +75,9 @@ def init_to_median() -> InitRule:
 def init_to_sample() -> InitRule:
     """Start each site at one draw from its prior.
 
+    Returns:
+        an initialization rule for an automatic guide's `init=`.
+
     Example:
         >>> import genvi as gv
         >>> rule = gv.init_to_sample()
@@ -84,6 +90,12 @@ def init_to_sample() -> InitRule:
 
 def init_to_uniform(radius: float = 2.0) -> InitRule:
     """Start each unconstrained coordinate uniformly in (−radius, radius).
+
+    Args:
+        radius: the half-width of the interval, in the unconstrained space.
+
+    Returns:
+        an initialization rule for an automatic guide's `init=`.
 
     Example:
         >>> import genvi as gv
@@ -103,6 +115,13 @@ def init_to_value(values: Mapping[Any, Any], fallback: InitRule | None = None) -
     `init_to_uniform()`).
     A value outside its site's support, or of another shape, is an error naming the
     site.
+
+    Args:
+        values: address → constrained starting value.
+        fallback: the rule for the other sites (`gv.init_to_uniform()` by default).
+
+    Returns:
+        an initialization rule for an automatic guide's `init=`.
 
     Example:
         >>> import genvi as gv

@@ -191,6 +191,12 @@ def _make(value: Any, domain: str, bounds: tuple = ()) -> Constrained:
 def positive(value: Any) -> Constrained:
     """A positive parameter (stored as its log: `tfb.Exp`).
 
+    Args:
+        value: the starting value, > 0.
+
+    Returns:
+        a `Constrained` parameter; `gv.constrain` gives its value.
+
     Example:
         >>> import genvi as gv
         >>> round(float(gv.constrain({"s": gv.positive(0.5)})["s"]), 4)
@@ -205,6 +211,12 @@ def positive(value: Any) -> Constrained:
 def unit_interval(value: Any) -> Constrained:
     """A parameter in (0, 1) (stored as its logit: `tfb.Sigmoid`).
 
+    Args:
+        value: the starting value, in (0, 1).
+
+    Returns:
+        a `Constrained` parameter; `gv.constrain` gives its value.
+
     Example:
         >>> import genvi as gv
         >>> round(float(gv.constrain(gv.unit_interval(0.25))), 4)
@@ -215,6 +227,14 @@ def unit_interval(value: Any) -> Constrained:
 
 def interval(value: Any, low: float, high: float) -> Constrained:
     """A parameter in (low, high) (`tfb.Sigmoid(low, high)`); the bounds are static.
+
+    Args:
+        value: the starting value, inside (low, high).
+        low: the lower bound.
+        high: the upper bound.
+
+    Returns:
+        a `Constrained` parameter; `gv.constrain` gives its value.
 
     Example:
         >>> import genvi as gv
@@ -228,6 +248,12 @@ def simplex(value: Any) -> Constrained:
     """A probability vector on the last axis (K − 1 unconstrained numbers:
     `tfb.SoftmaxCentered`). Every entry must be > 0 and each vector must sum to 1 (to
     16 K float epsilons); anything else is refused, not normalized.
+
+    Args:
+        value: the starting probability vector(s).
+
+    Returns:
+        a `Constrained` parameter; `gv.constrain` gives its value.
 
     Example:
         >>> import genvi as gv
@@ -245,6 +271,12 @@ def lower_cholesky(value: Any) -> Constrained:
     `tfb.FillScaleTriL` with an exp diagonal). A nonzero entry above the diagonal or
     a diagonal entry ≤ 0 is refused (`jnp.tril(L)` drops the upper triangle).
 
+    Args:
+        value: the starting Cholesky factor.
+
+    Returns:
+        a `Constrained` parameter; `gv.constrain` gives its value.
+
     Example:
         >>> import genvi as gv, jax.numpy as jnp
         >>> gv.constrain(gv.lower_cholesky(2.0 * jnp.eye(2))).round(4).tolist() == [[2, 0], [0, 2]]
@@ -258,6 +290,12 @@ def constrain(params: Any) -> Any:
 
     Use it at the top of a program (or on `gv.fit`'s result); other leaves pass
     through, so it is a no-op on pytrees without constrained parameters.
+
+    Args:
+        params: a pytree of parameters, some of them `Constrained`.
+
+    Returns:
+        the pytree with constrained values in place of `Constrained` nodes.
 
     Example:
         >>> import genvi as gv, jax, jax.numpy as jnp

@@ -175,6 +175,21 @@ def to_arviz(posterior: Any = None, *, posterior_predictive: Any = None,
     axes after the draw axis) and `coords` (`{dim: labels}`) are passed to ArviZ and
     take precedence. Needs ArviZ (`pip install 'genvi[arviz]'`).
 
+    Args:
+        posterior: posterior draws stacked on a leading axis (a choice map or dict).
+        posterior_predictive: posterior predictive draws.
+        observed_data: the data (no draw axis).
+        prior: prior draws.
+        prior_predictive: prior predictive draws.
+        model: the model, to sort observations from latents and name plate axes
+            (optional).
+        args: the model's arguments, params first.
+        dims: names of the axes after the draw axis, per address or variable.
+        coords: labels per dimension.
+
+    Returns:
+        an `xarray.DataTree` (ArviZ 1.x) or `InferenceData` (ArviZ 0.x).
+
     Example:
         >>> import genvi as gv, jax, jax.numpy as jnp, arviz as az
         >>> @gv.gen

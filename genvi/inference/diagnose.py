@@ -208,6 +208,18 @@ def diagnose(model: GenFn, guide: GenFn, params: Any, *args: Any, key: jax.Array
     draws are evaluated `batch_size` at a time (`jax.lax.map`), all at once by
     default. Needs ArviZ (`pip install 'genvi[arviz]'`).
 
+    Args:
+        model: the model, called as `(params, *args)`.
+        guide: the fitted guide.
+        params: the fitted parameters.
+        *args: the model's other arguments: the whole dataset.
+        key: the randomness of the draws.
+        num_samples: the number of importance draws.
+        batch_size: draws evaluated at a time, bounding memory (optional).
+
+    Returns:
+        a `Diagnosis`: k̂, the ESS, the log evidence and its standard error, `resample`.
+
     Example:
         >>> import genvi as gv, jax
         >>> @gv.gen

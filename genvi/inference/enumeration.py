@@ -71,6 +71,9 @@ def enumeration() -> Enumeration:
     """The exact algorithm for `gv.marginal`: discrete auxiliary sites are summed over
     their supports (lane by lane in plates, by the forward algorithm in scans).
 
+    Returns:
+        an `Enumeration`, the `algorithm` of `gv.marginal`.
+
     Example:
         >>> import genvi as gv
         >>> # gv.marginal(model, keep=["mu", "sigma"], algorithm=gv.enumeration())

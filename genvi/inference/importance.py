@@ -53,6 +53,15 @@ def importance(proposal: GenFn | None = None, particles: int = 1,
                resample: Strategy = ENUM) -> Importance:
     """An importance-sampling algorithm for `gv.marginal` / `gv.normalize`.
 
+    Args:
+        proposal: the generative function proposing the auxiliary choices; the prior
+            when None.
+        particles: the number of importance particles.
+        resample: the strategy of the resampling choice in `gv.normalize`.
+
+    Returns:
+        an `Importance`, the `algorithm` of `gv.marginal` or `gv.normalize`.
+
     Example:
         >>> import genvi as gv
         >>> alg = gv.importance(particles=5)          # propose from the prior
@@ -217,6 +226,15 @@ def marginal(g: GenFn, keep: Sequence, algorithm: Any = None) -> Marginal:
     its proposal takes `(kept_choices, *args)`), or `gv.enumeration()`, which sums
     discrete auxiliary sites exactly (`genvi.inference.enumeration`).
 
+    Args:
+        g: the generative function.
+        keep: the addresses whose marginal is kept.
+        algorithm: `gv.importance(...)` (the default) or `gv.enumeration()`.
+
+    Returns:
+        a `Marginal`, a generative function whose density is an unbiased estimate (exact
+        under enumeration).
+
     Example (a hierarchical guide, for HVI / IWHVI / DIWHVI):
         >>> import genvi as gv, jax.numpy as jnp
         >>> @gv.gen
@@ -241,6 +259,13 @@ def normalize(g: GenFn, algorithm: Importance | None = None) -> Normalize:
     """The distribution of sampling-importance-resampling targeting `g`'s normalized
     posterior (its density, observations included, divided by the evidence); the
     proposal takes `g`'s arguments.
+
+    Args:
+        g: the unnormalized generative function (a model with observations).
+        algorithm: `gv.importance(...)`; from the prior by default.
+
+    Returns:
+        a `Normalize`, a generative function to use as a guide or proposal.
 
     Example:
         >>> import genvi as gv

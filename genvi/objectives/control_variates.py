@@ -62,6 +62,14 @@ def vimco(model: GenFn, guide: GenFn, particles: int) -> Expectation:
     (REPARAM) or exact (ENUM, MVD) sites do not have. Unbiased: L_{−i} does not
     depend on z_i.
 
+    Args:
+        model: the model.
+        guide: the guide; its sites REINFORCE.
+        particles: K, the number of particles (≥ 2).
+
+    Returns:
+        an `Expectation` of `(params, *data)`, maximized.
+
     Example:
         >>> import genvi as gv
         >>> # gv.vimco(model, guide, particles=5).grad_estimate(key, params, data)
@@ -95,6 +103,14 @@ def dreg(model: GenFn, guide: GenFn, particles: int) -> Expectation:
     (q's parameters stopped); model gradients: Σ_k w̃_k ∂log p(x, z_k). Requires
     REPARAM at every guide site, checked when its gradient is traced (the estimator differentiates
     through z_k). With the exact posterior as guide the gradient is exactly zero.
+
+    Args:
+        model: the model.
+        guide: the guide; every site REPARAM.
+        particles: K, the number of particles (≥ 1).
+
+    Returns:
+        an `Expectation` of `(params, *data)`, maximized.
 
     Example:
         >>> import genvi as gv

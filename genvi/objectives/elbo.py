@@ -31,6 +31,13 @@ def particle_log_weights(model: GenFn, guide: GenFn, args: tuple, k: int) -> jax
 def elbo(model: GenFn, guide: GenFn) -> Expectation:
     """E_q[log p(x, z) − log q(z)], maximized.
 
+    Args:
+        model: the model.
+        guide: the guide, called with the model's arguments.
+
+    Returns:
+        an `Expectation` of `(params, *data)`, maximized.
+
     Example:
         >>> import genvi as gv
         >>> @gv.gen
@@ -51,6 +58,14 @@ def iwelbo(model: GenFn, guide: GenFn, particles: int) -> Expectation:
 
     Particles are vectorized with `vmap` (one site with K lanes), never unrolled.
 
+    Args:
+        model: the model.
+        guide: the guide.
+        particles: K, the number of particles (≥ 1).
+
+    Returns:
+        an `Expectation` of `(params, *data)`, maximized.
+
     Example:
         >>> import genvi as gv
         >>> # gv.iwelbo(model, guide, particles=8).grad_estimate(key, params, data)
@@ -68,6 +83,15 @@ def renyi(model: GenFn, guide: GenFn, alpha: float, particles: int) -> Expectati
     """The Rényi-α variational bound with K particles (Li & Turner 2016):
     E[1/(1−α) log (1/K) Σ_k w_k^(1−α)], maximized. α = 0 is IWELBO; α → 1 the ELBO.
     For 0 ≤ α < 1 it lower-bounds log p(x) and increases as α decreases.
+
+    Args:
+        model: the model.
+        guide: the guide.
+        alpha: α, in [0, 1).
+        particles: K, the number of particles (≥ 1).
+
+    Returns:
+        an `Expectation` of `(params, *data)`, maximized.
 
     Example:
         >>> import genvi as gv

@@ -63,6 +63,16 @@ def smc(model_step: GenFn, proposal_step: GenFn, init: Any, particles: int,
     the resampling choices carry the strategy `resample` (REINFORCE, MVD or ENUM),
     like any other site. Arguments: `(params, ys)` with time on the leading axis of ys.
 
+    Args:
+        model_step: the model's step `(params, state, y) -> state`.
+        proposal_step: the proposal's step, called like `model_step`.
+        init: the particles' initial state.
+        particles: the number of particles (≥ 1).
+        resample: the strategy of the resampling choices.
+
+    Returns:
+        an `Expectation` of `(params, ys)`, maximized.
+
     Example:
         >>> import genvi as gv, jax.numpy as jnp
         >>> @gv.gen
@@ -87,6 +97,15 @@ def fivo(model_step: GenFn, proposal_step: GenFn, init: Any, particles: int) -> 
     (Maddison et al. 2017) does. BIASED: its gradient estimator is not unbiased for
     the gradient of E[log Ẑ] (it has lower variance). Use `gv.smc` for the
     unbiased estimator.
+
+    Args:
+        model_step: the model's step `(params, state, y) -> state`.
+        proposal_step: the proposal's step, called like `model_step`.
+        init: the particles' initial state.
+        particles: the number of particles (≥ 1).
+
+    Returns:
+        an `Expectation` of `(params, ys)`, maximized.
 
     Example:
         >>> import genvi as gv

@@ -38,6 +38,14 @@ def wake_model(model: GenFn, guide: GenFn, particles: int) -> Expectation:
     """Wake phase for the model: log (1/K) Σ p(x, z_k)/q(z_k) with z_k ~ q held fixed;
     its gradient is Σ_k w̃_k ∂log p(x, z_k).
 
+    Args:
+        model: the model.
+        guide: the guide.
+        particles: K, the number of particles (≥ 1).
+
+    Returns:
+        an `Expectation` of `(params, *data)`, maximized.
+
     Example:
         >>> import genvi as gv
         >>> # (gv.wake_model(m, q, 10) + gv.wake_guide(m, q, 10)).grad_estimate(key, params, x)
@@ -54,7 +62,16 @@ def wake_model(model: GenFn, guide: GenFn, particles: int) -> Expectation:
 
 def wake_guide(model: GenFn, guide: GenFn, particles: int) -> Expectation:
     """Wake phase for the guide: Σ_k w̃_k log q(z_k) with self-normalized weights
-    (an estimate of −KL(p(z|x) ‖ q) up to a constant); gradient Σ_k w̃_k ∂log q(z_k)."""
+    (an estimate of −KL(p(z|x) ‖ q) up to a constant); gradient Σ_k w̃_k ∂log q(z_k).
+
+    Args:
+        model: the model.
+        guide: the guide.
+        particles: K, the number of particles (≥ 1).
+
+    Returns:
+        an `Expectation` of `(params, *data)`, maximized.
+    """
     require_programs("gv.wake_guide(model, guide, particles)", model=model, guide=guide)
     k = checked_count(particles, "particles", "gv.wake_guide", what="guide particles")
 
@@ -73,6 +90,15 @@ def sleep_guide(model: GenFn, guide: GenFn, particles: int = 1, data_argnum: int
     The model's observations are sampled instead of scored; argument `data_argnum`
     of the guide receives the dreamed data (the single observation's value, or a
     tuple of them in program order).
+
+    Args:
+        model: the model, whose observations are drawn.
+        guide: the guide trained on the dreamed data.
+        particles: dreams per estimate.
+        data_argnum: the guide's argument that receives the dreamed data.
+
+    Returns:
+        an `Expectation` of `(params, *data)`, maximized.
     """
     require_programs("gv.sleep_guide(model, guide)", model=model, guide=guide)
     k = checked_count(particles, "particles", "gv.sleep_guide", what="dreamed samples")
@@ -95,7 +121,16 @@ def sleep_guide(model: GenFn, guide: GenFn, particles: int = 1, data_argnum: int
 def forward_kl_sir(model: GenFn, guide: GenFn, particles: int) -> Expectation:
     """Forward KL through SIR: log q(z) at z drawn by sampling-importance-resampling
     with the (stopped) guide as proposal; maximizing it minimizes an estimate of
-    KL(p(z|x) ‖ q) (biased for finite K, consistent as K grows)."""
+    KL(p(z|x) ‖ q) (biased for finite K, consistent as K grows).
+
+    Args:
+        model: the model.
+        guide: the guide, the (stopped) proposal.
+        particles: K, the SIR particles (≥ 1).
+
+    Returns:
+        an `Expectation` of `(params, *data)`, maximized.
+    """
     require_programs("gv.forward_kl_sir(model, guide, particles)", model=model, guide=guide)
     # Parameters are stopped, so the resampling choice needs no enumeration.
     sir = normalize(model, importance(guide, checked_count(particles, "particles", "gv.forward_kl_sir",

@@ -138,6 +138,33 @@ def fit(objective: Expectation, params: Any, *data: Any,
       `eval_estimates`, `checkpoint_dir`, `checkpoint_every`, `resume`,
       `skip_warn_fraction`) still work, with a `DeprecationWarning` naming the record.
 
+    Args:
+        objective: the objective to maximize, called as `objective(params, *data)`.
+        params: the starting parameters, or a `FitResult` to continue.
+        *data: the data arguments (arrays minibatched along their leading axis, or
+            `gv.schedule`s).
+        optimizer: an optax `GradientTransformation`.
+        steps: the number of steps to run (≥ 0).
+        key: the fit's randomness (optional when continuing a `FitResult`).
+        batch_size: rows per minibatch; the whole data every step when None.
+        shuffle: `"epoch"` or `"once"`: the minibatches' order.
+        stop: a stopping rule such as `gv.converged()`.
+        evaluate: a held-out `gv.Evaluation`.
+        checkpoints: a `gv.Checkpoints` record.
+        skip_nonfinite: True or a `gv.SkipNonfinite` to skip non-finite steps instead of
+            stopping.
+        callbacks: functions `(step, params, history)` called between chunks.
+        chunk_size: steps per compiled call.
+        shard: split each batch over all devices.
+        progress: show a progress bar.
+        retune_every: measure `gv.AUTO` sites again every n steps.
+        tune_in_background: measure `gv.AUTO` sites while training starts.
+        **deprecated: the flat keywords of earlier releases.
+
+    Returns:
+        a `FitResult` (`params`, `state`, `history`, `steps`, `stopped`, `key`,
+        `tunings`).
+
     Example:
         >>> import genvi as gv, jax, jax.numpy as jnp, optax
         >>> @gv.gen

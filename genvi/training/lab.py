@@ -116,6 +116,23 @@ def compare_estimators(estimators: Mapping[str, Any], key: jax.Array, *args: Any
     it, between the estimators. `leaves` keeps only leaves whose "a/b/c" names start
     with one of the given prefixes. With `figure`, the plot is saved there too.
 
+    Args:
+        estimators: label → objective, or label → a choice that `make` turns into one.
+        key: the randomness of every estimate.
+        *args: the objectives' arguments.
+        make: a function building an objective from a choice (optional).
+        argnums: which of `args` the gradient is taken in.
+        samples: independent estimates per estimator.
+        rounds: interleaved timing rounds.
+        exact: the exact gradient, for the bias check (optional).
+        leaves: prefixes of the gradient leaves to keep (optional).
+        batch: estimates per `vmap` (optional).
+        figure: a path to save the plot to (optional).
+
+    Returns:
+        an `EstimatorComparison`: `.table()`, `.plot()`, and the numbers per estimator
+        and leaf.
+
     Example:
         >>> import genvi as gv, jax, jax.numpy as jnp
         >>> def make(strategy):

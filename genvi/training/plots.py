@@ -24,6 +24,13 @@ def moving_average(values: Sequence[float], window: int = 50) -> np.ndarray:
     start, so the result is as long as `values`): a readable curve of the noisy
     per-step objective estimates in `gv.fit(...).history["objective"]`.
 
+    Args:
+        values: the per-step values.
+        window: the number of trailing values averaged.
+
+    Returns:
+        a numpy array as long as `values`.
+
     Example:
         >>> import genvi as gv
         >>> gv.moving_average([1.0, 3.0, 5.0, 7.0], window=2).tolist()
@@ -40,6 +47,15 @@ def moving_average(values: Sequence[float], window: int = 50) -> np.ndarray:
 
 def plot_history(history: Mapping, path: str, title: str = "objective", smooth: int = 50) -> str:
     """Save the per-step objective (and held-out evaluations, if any) as a PNG.
+
+    Args:
+        history: a `FitResult.history`.
+        path: where to save the PNG.
+        title: the plot's title.
+        smooth: the moving average's window.
+
+    Returns:
+        `path`.
 
     Example:
         >>> import genvi as gv, numpy as np, tempfile, os

@@ -56,6 +56,12 @@ def schedule(fn: Callable[[jax.Array], Any]) -> Schedule:
     KL annealing: an objective `elbo_beta(params, y, beta)` weighting the KL term by
     `beta`, fitted with `beta` rising from 0 to 1 over the first 1000 steps:
 
+    Args:
+        fn: a function of the step (a traced integer) written with `jnp` operations.
+
+    Returns:
+        a `Schedule`, passed to `gv.fit` in place of a data argument.
+
     Example:
         >>> import genvi as gv, jax, jax.numpy as jnp, optax
         >>> @gv.expectation

@@ -159,6 +159,13 @@ def training_step(objective: Expectation, optimizer: optax.GradientTransformatio
     `gv.fit(..., key=key)` does; `step(state, *data)` takes one step on `data` (a
     minibatch you chose, scheduled values you computed).
 
+    Args:
+        objective: the objective to maximize.
+        optimizer: an optax `GradientTransformation`.
+
+    Returns:
+        a `TrainingStep` `(init, step)`.
+
     Example:
         >>> import genvi as gv, jax, jax.numpy as jnp, optax
         >>> @gv.gen

@@ -171,6 +171,15 @@ def converged(window: int = 100, patience: int = 3, tolerance: float = 2.0,
     window's mean: a rate so small that the objective creeps below that noise looks
     converged. Larger `tolerance` or `patience` stop later and more surely.
 
+    Args:
+        window: steps per window.
+        patience: consecutive quiet windows required.
+        tolerance: how far a window's mean may move, in standard errors.
+        min_steps: steps before the rule may stop the fit.
+
+    Returns:
+        a `Converged` rule for `gv.fit(..., stop=...)`.
+
     Example:
         >>> import genvi as gv, jax, jax.numpy as jnp, optax
         >>> @gv.expectation

@@ -95,6 +95,14 @@ register_built_in(REINFORCE, rank=2)  # after REPARAM and ENUM
 def decaying_average(average: Any, value: Any, decay: float = 0.9) -> Any:
     """One step of an exponentially decaying average, for REINFORCE baselines.
 
+    Args:
+        average: the current average (a pytree).
+        value: the new value (a pytree like `average`).
+        decay: the weight kept by the old average, in [0, 1).
+
+    Returns:
+        `decay · average + (1 − decay) · value`, leaf by leaf.
+
     Example:
         >>> import genvi as gv
         >>> round(float(gv.decaying_average(0.0, 1.0, decay=0.9)), 6)
