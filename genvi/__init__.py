@@ -19,7 +19,8 @@ Example:
 from genvi.adev import dual
 from genvi.adev.continuation import Deferred
 from genvi.adev.batch_mean import batch_mean
-from genvi.adev.expectation import Expectation, average, exp
+from genvi.adev.expectation import Expectation
+from genvi.adev.functionals import average, exp
 from genvi.adev.program import expectation
 from genvi.adev.sample import sample
 from genvi.adev.smoothness import DiscontinuityError

@@ -158,26 +158,26 @@ class Expectation:
     def __add__(self, other: Any) -> "Expectation":
         if isinstance(other, Expectation):
             return _Sum(self, other, 1.0)
-        return _Composed(f"{self._label} + {_constant(other, 'e + c')}",
+        return Composed(f"{self._label} + {_constant(other, 'e + c')}",
                          algebra.affine(self.dual_estimate, 1.0, other))
 
     def __radd__(self, other: Any) -> "Expectation":
-        return _Composed(f"{_constant(other, 'c + e')} + {self._label}",
+        return Composed(f"{_constant(other, 'c + e')} + {self._label}",
                          algebra.affine(self.dual_estimate, 1.0, other))
 
     def __sub__(self, other: Any) -> "Expectation":
         if isinstance(other, Expectation):
             return _Sum(self, other, -1.0)
-        return _Composed(f"{self._label} - {_constant(other, 'e - c')}",
+        return Composed(f"{self._label} - {_constant(other, 'e - c')}",
                          algebra.affine(self.dual_estimate, 1.0, -other))
 
     def __rsub__(self, other: Any) -> "Expectation":
-        return _Composed(f"{_constant(other, 'c - e')} - {self._label}",
+        return Composed(f"{_constant(other, 'c - e')} - {self._label}",
                          algebra.affine(self.dual_estimate, -1.0, other))
 
     def __mul__(self, other: Any) -> "Expectation":
         if isinstance(other, Expectation):
-            return _Composed(f"({self._label}) * ({other._label})",
+            return Composed(f"({self._label}) * ({other._label})",
                              algebra.product([self.dual_estimate, other.dual_estimate]))
         return self._scaled(_constant(other, "c * e"))
 
@@ -200,7 +200,7 @@ class Expectation:
             raise _nonlinear(f"{self._label} ** {n!r}", f"E[e] ** {n!r}",
                              "only a positive integer power has an unbiased estimator (a "
                              "product of independent estimates): e ** 2, e ** 3, ...")
-        return self if n == 1 else _Composed(f"({self._label}) ** {int(n)}",
+        return self if n == 1 else Composed(f"({self._label}) ** {int(n)}",
                                              algebra.power(self.dual_estimate, int(n)))
 
     def __rpow__(self, other: Any) -> "Expectation":
@@ -211,7 +211,7 @@ class Expectation:
         return self._scaled(-1.0)
 
     def _scaled(self, c: Any) -> "Expectation":
-        return _Composed(f"{c} * {self._label}", algebra.affine(self.dual_estimate, c))
+        return Composed(f"{c} * {self._label}", algebra.affine(self.dual_estimate, c))
 
     def _nonlinear_use(self, *_: Any, kind: type = TypeError) -> Any:
         raise _nonlinear(f"f({self._label})", "f(E[e]) for a nonlinear f (jnp.exp, jnp.log, "
@@ -304,8 +304,9 @@ class Expectation:
         return explain(self, jax.random.key(0) if key is None else key, args, nums)
 
 
-class _Composed(Expectation):
-    """An expectation built by the algebra from others (`genvi.adev.algebra`)."""
+class Composed(Expectation):
+    """An expectation built by the algebra from others (`genvi.adev.algebra`): its
+    label and its dual estimator."""
 
     def __init__(self, name: str, estimator: algebra.Estimator):
         super().__init__()
@@ -367,62 +368,3 @@ def _nonlinear(expression: str, meaning: str, instead: str,
         "e1 + e2, e1 - e2, e1 * e2, e ** n (positive int n), gv.exp(e, rate, shift) and "
         "gv.average(e, n); inside an objective program, e(*args) is one draw of e's "
         "integrand (so jnp.exp(e(*args)) there estimates E[exp f], not exp E[f]).")
-
-
-def exp(e: Expectation, rate: float = 2.0, shift: float = 0.0) -> Expectation:
-    """`exp(E[e])`, estimated without bias in value and gradient by the Poisson
-    estimator: N ~ Poisson(`rate`), then exp(`shift` + `rate`) ∏_{i ≤ N} (X_i −
-    `shift`) / `rate` over independent estimates X_i of `e` (`genvi.adev.algebra.exp`).
-    Its second moment is exp(2 `shift` + `rate` + E[(X − `shift`)²] / `rate`), so the
-    best shift for a given rate is E[e] − `rate`, where the variance is
-    exp(2 E[e]) (exp(Var[X] / `rate`) − 1); each estimate costs 1 + `rate` estimates
-    of `e` on average (docs/algebra.md measures it).
-    Nests (`gv.exp(gv.exp(e))`) and composes (`gv.exp(e1) * e2`).
-
-    Args:
-        e: the expectation X whose exponential is estimated.
-        rate: the Poisson rate: the mean number of extra estimates of `e` per estimate.
-        shift: a constant subtracted from each X_i; E[e] − `rate` minimizes the
-            variance.
-
-    Returns:
-        an `Expectation` of `e`'s arguments, unbiased for exp(E[e]) and its gradient.
-
-    Example:
-        >>> import genvi as gv, jax
-        >>> @gv.expectation
-        ... def x(mu):
-        ...     return gv.sample(gv.normal(mu, 0.5, grad=gv.REPARAM))
-        >>> value = gv.exp(x, rate=1.0, shift=1.0).estimate(jax.random.key(0), 1.0)  # ≈ e
-    """
-    if not isinstance(e, Expectation):
-        raise TypeError(f"gv.exp takes an Expectation (an @gv.expectation objective or a "
-                        f"combination of them); got {e!r}. For exp of a value inside an "
-                        "objective program use jnp.exp.")
-    if not float(rate) > 0:
-        raise ValueError(f"gv.exp: rate is the mean number of inner estimates, > 0; got {rate}")
-    return _Composed(f"gv.exp({e._label})", algebra.exp(e.dual_estimate, float(rate), float(shift)))
-
-
-def average(e: Expectation, n: int) -> Expectation:
-    """`E[e]` as the mean of `n` independent estimates, drawn under one `vmap`.
-
-    Args:
-        e: the expectation to estimate.
-        n: the number of independent estimates (≥ 1).
-
-    Returns:
-        an `Expectation` of `e`'s arguments.
-
-    Example:
-        >>> import genvi as gv, jax
-        >>> @gv.expectation
-        ... def x(mu):
-        ...     return gv.sample(gv.normal(mu, 1.0, grad=gv.REPARAM))
-        >>> value = gv.average(x, 100).estimate(jax.random.key(0), 2.0)   # ≈ 2, sd 0.1
-    """
-    if not isinstance(e, Expectation):
-        raise TypeError(f"gv.average takes an Expectation; got {e!r}")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"gv.average: n is a positive int, the number of estimates; got {n!r}")
-    return _Composed(f"gv.average({e._label}, {int(n)})", algebra.average(e.dual_estimate, int(n)))

@@ -23,7 +23,6 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 
@@ -37,14 +36,14 @@ from genvi.training.distributed import check_batch, data_parallel, local, place_
 from genvi.training.fit_checks import (NonFiniteError, as_arrays, check_float_params,
                                        check_objective, nonfinite_message, warn_if_skipped)
 from genvi.training.fit_options import (Checkpoints, Evaluation, SkipNonfinite,
-                                        from_flat_keywords)
-from genvi.training.fit_loop import (Chunk, Setup, batch_at, check_order, compiled_chunk,
-                                     dataset_size, shuffle_once)
+                                        from_flat_keywords, held_out_estimator)
+from genvi.training.fit_loop import (Chunk, Setup, batch_at, check_order, chunk_boundaries,
+                                     compiled_chunk, dataset_size, shuffle_once)
 from genvi.training.fit_state import FitResult
 from genvi.training.progress import ProgressBar
 from genvi.training.schedule import at_step, check_schedules, split_scheduled
 from genvi.training.step import strongly_typed
-from genvi.training.stopping import replay
+from genvi.training.stopping import check_rule, replay
 from genvi.auto.fit_tuning import FitTuning
 from genvi.auto.tune import has_auto_sites
 
@@ -192,7 +191,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
         (None, None, None) if checkpoints is None
         else (checkpoints.directory, checkpoints.every, checkpoints.resume))
     eval_every = evaluate.every if evaluate is not None else None
-    _check_stop(stop)
+    check_rule(stop)
     earlier = params.tunings if isinstance(params, FitResult) else ()  # gv.AUTO's, kept
     if isinstance(params, FitResult):
         params, state, history, key = fit_state.continued(params, optimizer, key)
@@ -254,12 +253,12 @@ def fit(objective: Expectation, params: Any, *data: Any,
     rule_state = () if stop is None else replay(stop, history["objective"], ~history["skipped"])
     if shard:
         params, state, rule_state = jax.device_put((params, state, rule_state), sharding.replicated)
-    estimate_held_out = _make_eval(evaluate, key)
+    estimate_held_out = held_out_estimator(evaluate, key)
     bar = ProgressBar(end - base, enabled=progress and reports(sharding))
     bar.advance(start - base)
     reason = _converged(stop, rule_state, sharding)
     converged = reason is not None
-    boundaries = [] if converged else _boundaries(start, end, chunk_size, eval_every,
+    boundaries = [] if converged else chunk_boundaries(start, end, chunk_size, eval_every,
                                                   checkpoint_every, retune_every)
     stopped = reason if converged else f"ran all {end} steps"
     ended = interrupted = False
@@ -342,21 +341,6 @@ def _converged(stop: Any, rule_state: Any, sharding: Any) -> str | None:
     return stop.describe(here) if bool(stop.done(here)) else None
 
 
-def _check_stop(stop: Any) -> None:
-    """A stopping rule has the methods the loop calls and is hashable (it is part of
-    the compiled program's identity)."""
-    if stop is None:
-        return
-    missing = [m for m in ("init", "update", "done", "describe") if not callable(getattr(stop, m, None))]
-    try:
-        hash(stop)
-    except TypeError:
-        missing.append("__hash__")
-    if missing:
-        raise TypeError(f"gv.fit: stop must be a stopping rule such as gv.converged(window=100, "
-                        f"patience=3); got {stop!r}, which lacks {', '.join(missing)}")
-
-
 def _nonfinite_error(chunk: Chunk, before: tuple, begin: int, done: int, data: tuple,
                      step_key: jax.Array, data_key: jax.Array, capacity: int, history: dict,
                      key: jax.Array) -> NonFiniteError:
@@ -396,33 +380,3 @@ def _tuning(objective: Expectation, every: int | None, key: jax.Array, measured:
             "objective, params, *batch, key=...)) on one process and fit "
             "tuning.apply(objective) on all of them.")
     return FitTuning(objective, every, key, background, precompile)
-
-
-def _boundaries(start: int, end: int, chunk: int, *every: int | None) -> list[tuple[int, int]]:
-    """Chunk edges from step `start` to `end`: every `chunk` steps and at every
-    multiple of each `every`."""
-    edges = set(range(start + chunk, end, chunk)) | {end}
-    for e in every:
-        if e:
-            edges |= {s for s in range(e, end, e) if s > start}
-    points = [start] + sorted(s for s in edges if s > start)
-    return list(zip(points[:-1], points[1:]))
-
-
-def _make_eval(evaluation: Evaluation | None, key: jax.Array) -> Callable | None:
-    """`estimate(params, step)`: the mean of the evaluation's held-out estimates, with
-    scheduled arguments at `step`."""
-    if evaluation is None:
-        return None
-    objective, data, n = evaluation.objective, evaluation.data, evaluation.estimates
-    fixed, scheduled = split_scheduled(tuple(data or ()))
-    check_schedules(scheduled, "gv.Evaluation's data")
-    eval_key = jax.random.fold_in(key, 2 ** 31 - 1)
-
-    @jax.jit
-    def evaluate(params, step):
-        args = at_step(fixed, scheduled, step)
-        keys = jax.random.split(eval_key, n)
-        return jnp.mean(jax.vmap(lambda k: objective.estimate(k, params, *args))(keys))
-
-    return evaluate

@@ -234,3 +234,14 @@ def dataset_size(data: tuple) -> int:
     if len(sizes) != 1:
         raise ValueError(f"gv.fit: minibatched data arrays need one leading size; got {sorted(sizes)}")
     return sizes.pop()
+
+
+def chunk_boundaries(start: int, end: int, chunk: int, *every: int | None) -> list[tuple[int, int]]:
+    """Chunk edges from step `start` to `end`: every `chunk` steps and at every
+    multiple of each `every`."""
+    edges = set(range(start + chunk, end, chunk)) | {end}
+    for e in every:
+        if e:
+            edges |= {s for s in range(e, end, e) if s > start}
+    points = [start] + sorted(s for s in edges if s > start)
+    return list(zip(points[:-1], points[1:]))

@@ -23,11 +23,15 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
-from typing import Any
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
 
 from genvi.adev.expectation import Expectation
 from genvi.core.mistakes import user_stacklevel
 from genvi.training.fit_checks import check_objective
+from genvi.training.schedule import at_step, check_schedules, split_scheduled
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -168,3 +172,22 @@ def from_flat_keywords(flat: dict[str, Any], evaluate: Evaluation | None,
 _WRITE = {"evaluate": "evaluate=gv.Evaluation(objective, *data, every=..., estimates=...)",
           "checkpoints": "checkpoints=gv.Checkpoints(directory, every=..., resume=...)",
           "skip_nonfinite": "skip_nonfinite=gv.SkipNonfinite(warn_fraction=...)"}
+
+
+def held_out_estimator(evaluation: Evaluation | None, key: jax.Array) -> Callable | None:
+    """`estimate(params, step)`: the mean of the evaluation's held-out estimates, with
+    scheduled arguments at `step`."""
+    if evaluation is None:
+        return None
+    objective, data, n = evaluation.objective, evaluation.data, evaluation.estimates
+    fixed, scheduled = split_scheduled(tuple(data or ()))
+    check_schedules(scheduled, "gv.Evaluation's data")
+    eval_key = jax.random.fold_in(key, 2 ** 31 - 1)
+
+    @jax.jit
+    def evaluate(params, step):
+        args = at_step(fixed, scheduled, step)
+        keys = jax.random.split(eval_key, n)
+        return jnp.mean(jax.vmap(lambda k: objective.estimate(k, params, *args))(keys))
+
+    return evaluate

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -222,3 +222,18 @@ def replay(rule: Converged, values: np.ndarray, ok: np.ndarray) -> ConvergenceSt
 @functools.partial(jax.jit, static_argnums=0)
 def _replay(rule, state, values, ok):
     return jax.lax.scan(lambda s, x: (rule.update(s, *x), None), state, (values, ok))[0]
+
+
+def check_rule(stop: Any) -> None:
+    """A stopping rule has the methods the loop calls and is hashable (it is part of
+    the compiled program's identity)."""
+    if stop is None:
+        return
+    missing = [m for m in ("init", "update", "done", "describe") if not callable(getattr(stop, m, None))]
+    try:
+        hash(stop)
+    except TypeError:
+        missing.append("__hash__")
+    if missing:
+        raise TypeError(f"gv.fit: stop must be a stopping rule such as gv.converged(window=100, "
+                        f"patience=3); got {stop!r}, which lacks {', '.join(missing)}")
