@@ -193,3 +193,11 @@ def test_every_module_imports_alone_first():
     assert out.returncode == 0, out.stderr[-3000:]
     failed = out.stdout.strip().rpartition("FAILED:")[2]
     assert failed == "", f"modules that fail to import alone: {failed}\n{out.stderr[-3000:]}"
+
+
+def test_every_module_is_a_small_room():
+    """No module of the library is over about 400 lines (420 with its docstrings'
+    examples): a module that grows past it holds two concerns, and splits."""
+    sizes = {name: path.read_text().count("\n") for name, path in _modules().items()}
+    big = {name: n for name, n in sizes.items() if n > 420}
+    assert not big, big
