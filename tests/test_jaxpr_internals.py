@@ -560,8 +560,9 @@ def test_the_rule_registry_is_keyed_by_primitive_objects():
     the registry's structures (one registry, no names)."""
     import jax.extend.core as jcore
 
-    from genvi.core.rules import REDUCE_SUM, SORT, STRUCTURE, Structure, structure_of
-    from genvi.inference.enum_same_rules import SAME_RULES
+    from genvi.core.rules import (AXIS_RULES, REDUCE_SUM, SORT, STRUCTURE, Structure,
+                                  structure_of)
+    from genvi.inference.enum_same_rules import SAME_STRUCTURES
     from genvi.replays.lane_rules import RULES
 
     assert all(isinstance(p, jcore.Primitive) for p in STRUCTURE)
@@ -569,7 +570,7 @@ def test_the_rule_registry_is_keyed_by_primitive_objects():
     for prim in (jax.lax.add_p, jax.lax.sin_p, jax.lax.select_n_p, jax.lax.convert_element_type_p):
         assert STRUCTURE[prim] is Structure.ELEMENTWISE
     assert STRUCTURE[REDUCE_SUM] is Structure.REDUCE and STRUCTURE[SORT] is Structure.ALONG_AXIS
-    assert set(RULES) == set(Structure) and set(SAME_RULES) <= set(Structure)
+    assert set(AXIS_RULES) == set(RULES) == set(Structure) and SAME_STRUCTURES <= set(Structure)
     eqns = jax.make_jaxpr(lambda x: jax.lax.sort(x.T, dimension=0).reshape(-1))(
         jnp.ones((2, 3))).eqns
     assert [structure_of(e) for e in eqns] == [Structure.TRANSPOSE, Structure.ALONG_AXIS,
@@ -577,3 +578,43 @@ def test_the_rule_registry_is_keyed_by_primitive_objects():
     # a call is no structural primitive (its body is walked)
     (call,) = jax.make_jaxpr(lambda x: jnp.cumsum(x))(jnp.ones(3)).eqns
     assert structure_of(call) is None and isinstance(jx.view(call), jx.CallEqn)
+
+
+@pytest.mark.parametrize("fn, shape, lanes", [
+    (lambda x: x * 2.0, (4, 3), (0,)),
+    (lambda x: jax.lax.reduce_sum(x, (1,)), (4, 3), (0,)),
+    (lambda x: jax.lax.cumsum(x, axis=1), (4, 3), (0,)),
+    (lambda x: jax.lax.broadcast_in_dim(x, (4, 5, 3), (0, 2)), (4, 3), (0,)),
+    (lambda x: jax.lax.transpose(x, (1, 0)), (4, 3), (0,)),
+    (lambda x: jax.lax.transpose(x, (1, 0)), (4, 3), (1,)),
+    (lambda x: jax.lax.squeeze(x, (1,)), (4, 1, 3), (0,)),
+    (lambda x: jax.lax.reshape(x, (4, 3, 1)), (4, 3), (0,)),
+    (lambda x: jax.lax.concatenate([x, x], 1), (4, 3), (0,)),
+])
+def test_the_lane_and_enumeration_evaluators_read_one_axis_rule(fn, shape, lanes):
+    """Both lane evaluators take where an equation moves the lanes from the registry
+    (`genvi.core.rules.lane_axes`): on the same equation, a lane-tracked value and a
+    value the same in every lane come out with their lanes at the same axes, and the
+    same values."""
+    import math
+
+    from genvi.core.rules import Operand, lane_axes
+    from genvi.inference.enum_same_rules import Same, same_rule
+    from genvi.replays.lane_rules import rule_for
+    from genvi.replays.values import Local
+
+    one = jnp.arange(math.prod(s for a, s in enumerate(shape) if a not in lanes),
+                     dtype=jnp.float32).reshape(tuple(1 if a in lanes else n
+                                                      for a, n in enumerate(shape)))
+    full = jnp.broadcast_to(one, shape)
+    closed = jax.make_jaxpr(fn)(full)
+    eqn = closed.jaxpr.eqns[0]
+    ins = [full if v is closed.jaxpr.invars[0] else v.val for v in eqn.invars]
+    tracked = [Local(full, full, lanes) if i is full else i for i in ins]
+    same = [Same(one, lanes, tuple(shape[a] for a in lanes)) if i is full else i for i in ins]
+    want = lane_axes(eqn, [Operand(shape, lanes) if i is full else Operand(jnp.shape(i), None)
+                           for i in ins])
+    (by_lanes,) = rule_for(eqn)(eqn, tracked)
+    (by_same,) = same_rule(eqn, same)
+    assert want is not None and by_lanes.axes == by_same.axes == want
+    assert jnp.array_equal(by_lanes.base, by_same.local().base)

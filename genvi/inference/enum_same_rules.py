@@ -12,9 +12,10 @@ observation) or reshapes the lanes, its rule returns None and the evaluator
 broadcasts the value (`Same.materialized`): the lane rules of
 `genvi.replays.lane_rules` take over from there.
 
-One rule per structure of primitive (the registry `genvi.core.rules`, keyed by
-primitive objects, which the lane rules of `genvi.replays.lane_rules` read too),
-registered in `SAME_RULES`, each reading the parameters of its own primitives.
+Where an equation moves the lanes is the registry's (`genvi.core.rules.lane_axes`,
+one axis rule per structure of primitive, which the lane rules of
+`genvi.replays.lane_rules` read too); this module adds only when the outputs are one
+value for every lane (`same_rule`) and runs the equation on the size-1 lanes.
 
 Example:
     >>> import jax.numpy as jnp
@@ -33,9 +34,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from genvi.core import jaxpr as jx
-from genvi.core.rules import Structure, structure_of
+from genvi.core.rules import (Operand, Structure, gather_reads_by_lane, lane_axes,
+                              repeated_axes, structure_of, with_lanes_of_size_one)
 from genvi.replays.engine import Local
-from genvi.replays.lane_rules import reshaped_axes
 
 
 @dataclass
@@ -72,175 +73,59 @@ def _plain(x: Any) -> bool:
     return isinstance(x, (jax.Array, np.ndarray, np.generic, int, float, bool))
 
 
-def _alike(ins: list) -> Same | None:
-    """The first `Same` operand, where every `Same` has its lanes at the same axes."""
+#: the structures whose equations a `Same` passes through as one value
+SAME_STRUCTURES = frozenset({Structure.ELEMENTWISE, Structure.REDUCE, Structure.ALONG_AXIS,
+                             Structure.BROADCAST, Structure.TRANSPOSE, Structure.SQUEEZE,
+                             Structure.RESHAPE, Structure.GATHER, Structure.CONCATENATE})
+
+
+def _holds_one_value(eqn: Any, ins: list, structure: Structure) -> bool:
+    """Whether the outputs are one value for every lane: the operands are `Same`s of
+    one set of lanes, or scalars; a gather reads by `Same` indices a table that is the
+    same in every lane (a `Same` read by its own lanes, or a lane-free table that no
+    lane reads at its own position)."""
     same = [x for x in ins if isinstance(x, Same)]
-    first = same[0]
-    if any((x.axes, x.lanes) != (first.axes, first.lanes) for x in same):
+    if any(x.lanes != same[0].lanes for x in same):
+        return False
+    if structure is Structure.GATHER:
+        table, indices = ins
+        return isinstance(indices, Same) and (
+            isinstance(table, Same)
+            or (_plain(table) and not gather_reads_by_lane(eqn, indices.axes)))
+    return all(isinstance(x, Same) or (_plain(x) and jnp.ndim(x) == 0) for x in ins)
+
+
+def same_rule(eqn: Any, ins: list) -> list | None:
+    """`eqn` on operands of which some are `Same`: its outputs, computed once on the
+    size-1 lanes, or None where the lanes must be broadcast (the equation meets lane
+    data or reshapes the lanes). Where the lanes go is the registry's
+    (`genvi.core.rules.lane_axes`, the axis rules the lane rules read too)."""
+    structure = structure_of(eqn)
+    if structure not in SAME_STRUCTURES or not _holds_one_value(eqn, ins, structure):
         return None
-    return first
-
-
-def _on_values(eqn: Any, ins: list, axes: tuple, lanes: tuple, params: dict | None = None
-               ) -> list:
+    first = next(x for x in ins if isinstance(x, Same))
+    axes = lane_axes(eqn, [Operand(x.shape, x.axes) if isinstance(x, Same)
+                           else Operand(jnp.shape(x), None) for x in ins])
+    if axes is None:
+        return None
+    if structure is Structure.RESHAPE and (list(axes) != sorted(axes)
+                                          or list(first.axes) != sorted(first.axes)):
+        return None  # size-1 lanes reshaped keep their order only where it is kept
     vals = [x.value if isinstance(x, Same) else x for x in ins]
+    params = with_lanes_of_size_one(eqn, axes)
     outs = jx.eval_eqn(eqn, vals) if params is None else jx.eval_eqn_with(eqn, vals, params)
     plain = all(x.plain for x in ins if isinstance(x, Same))
-    return [Same(o, axes, lanes, plain) for o in outs]
-
-
-def _elementwise(eqn: Any, ins: list) -> list | None:
-    """Scalars are the only lane data an elementwise equation may meet (any other
-    plain operand has the lanes' extent, so it may differ between lanes)."""
-    first = _alike(ins)
-    if first is None or any(not isinstance(x, Same) and not (_plain(x) and jnp.ndim(x) == 0)
-                            for x in ins):
-        return None
-    return _on_values(eqn, ins, first.axes, first.lanes)
-
-
-def _only(ins: list) -> Same | None:
-    """The single operand, when it is a `Same` and the others are absent."""
-    return ins[0] if len(ins) == 1 and isinstance(ins[0], Same) else None
-
-
-def _reduce(eqn: Any, ins: list) -> list | None:
-    v = _only(ins)
-    if v is None:
-        return None
-    axes = tuple(eqn.params["axes"])
-    if set(axes) & set(v.axes):
-        return None  # across lanes: a sum becomes per-lane terms (`Additive`) as a `Local`
-    kept = [a for a in range(jnp.ndim(v.value)) if a not in axes]
-    return _on_values(eqn, ins, tuple(kept.index(a) for a in v.axes), v.lanes)
-
-
-def _along_axis(eqn: Any, ins: list) -> list | None:
-    first = _alike(ins)
-    if first is None or not all(isinstance(x, Same) for x in ins):
-        return None
-    axis = eqn.params.get("axis", eqn.params.get("dimension"))
-    return None if axis in first.axes else _on_values(eqn, ins, first.axes, first.lanes)
-
-
-def _broadcast_in_dim(eqn: Any, ins: list) -> list | None:
-    v = _only(ins)
-    if v is None:
-        return None
-    dims = tuple(eqn.params["broadcast_dimensions"])
-    shape = list(eqn.params["shape"])
-    axes = tuple(dims[a] for a in v.axes)
-    if any(shape[b] != n for b, n in zip(axes, v.lanes)):
-        return None  # a lane axis of size 1 broadcast: not lane-wise
-    for b in axes:
-        shape[b] = 1
-    params = dict(eqn.primitive.get_bind_params(eqn.params), shape=tuple(shape))
-    return _on_values(eqn, ins, axes, v.lanes, params)
-
-
-def _transpose(eqn: Any, ins: list) -> list | None:
-    v = _only(ins)
-    if v is None:
-        return None
-    perm = list(eqn.params["permutation"])
-    return _on_values(eqn, ins, tuple(perm.index(a) for a in v.axes), v.lanes)
-
-
-def _squeeze(eqn: Any, ins: list) -> list | None:
-    v = _only(ins)
-    if v is None:
-        return None
-    dims = set(eqn.params["dimensions"])
-    if dims & set(v.axes):
-        return None
-    kept = [a for a in range(jnp.ndim(v.value)) if a not in dims]
-    return _on_values(eqn, ins, tuple(kept.index(a) for a in v.axes), v.lanes)
-
-
-def _reshape(eqn: Any, ins: list) -> list | None:
-    """A reshape that keeps each lane axis as one axis of the same size with the same
-    number of elements before it (size-1 axes added or dropped, other axes merged or
-    split): the same reshape with those axes of size 1."""
-    v = _only(ins)
-    if v is None or eqn.params.get("dimensions") is not None:
-        return None
-    new = list(eqn.params["new_sizes"])
-    axes = reshaped_axes(v.shape, new, v.axes)
-    if axes is None or list(axes) != sorted(axes) or list(v.axes) != sorted(v.axes):
-        return None
-    for b in axes:
-        new[b] = 1
-    params = dict(eqn.primitive.get_bind_params(eqn.params), new_sizes=tuple(new))
-    return _on_values(eqn, ins, tuple(axes), v.lanes, params)
-
-
-def _gather(eqn: Any, ins: list) -> list | None:
-    """Indexing by a `Same` (`means[z]`, `trans[z_prev]`, a categorical's log density
-    of its value): the gather of the value's size-1 lanes, where the operand is the
-    same in every lane (lane-free, or a `Same` read by its own lanes)."""
-    operand, indices = ins
-    if not isinstance(indices, Same):
-        return None
-    dn = eqn.params["dimension_numbers"]
-    if len(jnp.shape(indices.value)) - 1 in indices.axes:
-        return None  # the index vector runs across lanes
-    paired = {i: o for o, i in zip(dn.operand_batching_dims, dn.start_indices_batching_dims)}
-    if isinstance(operand, Same):
-        if (operand.lanes != indices.lanes
-                or tuple(paired.get(a) for a in indices.axes) != operand.axes):
-            return None
-    elif not _plain(operand) or any(a in paired for a in indices.axes):
-        return None  # an operand that differs between lanes
-    offset = set(dn.offset_dims)
-    out_ndim = len(eqn.outvars[0].aval.shape)
-    batch_positions = [d for d in range(out_ndim) if d not in offset]
-    return _on_values(eqn, ins, tuple(batch_positions[a] for a in indices.axes),
-                      indices.lanes)
-
-
-def _concatenate(eqn: Any, ins: list) -> list | None:
-    first = _alike(ins)
-    if first is None or not all(isinstance(x, Same) for x in ins) \
-            or eqn.params["dimension"] in first.axes:
-        return None
-    return _on_values(eqn, ins, first.axes, first.lanes)
-
-
-SAME_RULES = {
-    Structure.ELEMENTWISE: _elementwise,
-    Structure.REDUCE: _reduce,
-    Structure.ALONG_AXIS: _along_axis,
-    Structure.BROADCAST: _broadcast_in_dim,
-    Structure.TRANSPOSE: _transpose,
-    Structure.SQUEEZE: _squeeze,
-    Structure.RESHAPE: _reshape,
-    Structure.GATHER: _gather,
-    Structure.CONCATENATE: _concatenate,
-}
+    return [Same(o, axes, first.lanes, plain) for o in outs]
 
 
 def lazy_broadcast(eqn: Any, ins: list) -> list | None:
     """A broadcast of a value that does not depend on the site, held unbroadcast
-    (a plain `Same` along the axes it broadcasts); None for anything else."""
-    if structure_of(eqn) is not Structure.BROADCAST or len(ins) != 1:
+    (a plain `Same` along the axes it repeats the value); None for anything else."""
+    if len(ins) != 1:
         return None
-    dims = tuple(eqn.params["broadcast_dimensions"])
-    shape = list(eqn.params["shape"])
-    old = jnp.shape(ins[0])
-    axes = tuple(d for d in range(len(shape))
-                 if shape[d] > 1 and (d not in dims or old[dims.index(d)] == 1))
+    axes = repeated_axes(eqn, jnp.shape(ins[0]))
+    shape = eqn.outvars[0].aval.shape
     if not axes or 0 in shape:
         return None
-    lanes = tuple(shape[d] for d in axes)
-    for d in axes:
-        shape[d] = 1
-    params = dict(eqn.primitive.get_bind_params(eqn.params), shape=tuple(shape))
-    (value,) = jx.eval_eqn_with(eqn, ins, params)
-    return [Same(value, axes, lanes, plain=True)]
-
-
-def same_rule(eqn: Any, ins: list) -> list | None:
-    """`eqn` on operands of which some are `Same`: its outputs, or None where the
-    lanes must be broadcast (the equation meets lane data)."""
-    rule = SAME_RULES.get(structure_of(eqn))
-    return None if rule is None else rule(eqn, ins)
+    (value,) = jx.eval_eqn_with(eqn, ins, with_lanes_of_size_one(eqn, axes))
+    return [Same(value, axes, tuple(shape[d] for d in axes), plain=True)]
