@@ -97,7 +97,10 @@ class RunContext:
       outermost first (`explain` shows the nesting);
     * `site_strategies`: ((address, strategy), ...): the strategies sites with a
       placeholder strategy (`gv.AUTO`) take in this run (a tuning's choices); the
-      slot where a site's strategy is resolved before a run.
+      slot where a site's strategy is resolved before a run;
+    * `notes`: what the trace of a user's program records for the messages of its
+      mistakes (`genvi.core.tracing.TraceNotes`: the distribution calls made, the
+      values sites returned), None while genvi traces its own helpers.
     """
 
     in_objective: bool = False
@@ -108,6 +111,7 @@ class RunContext:
     program: str | None = None
     within: tuple = ()
     site_strategies: tuple = ()
+    notes: Any = None
 
 
 _CURRENT: contextvars.ContextVar = contextvars.ContextVar("genvi_run_context",

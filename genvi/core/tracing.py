@@ -20,7 +20,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import os
 import sys
 import warnings
@@ -121,9 +120,8 @@ def trace_cached(cache: dict, fn: Callable, args: tuple,
 
         # code traced without a name (genvi's own helpers) notes nothing
         notes = None if name is None else TraceNotes(*name[:2])
-        token = _NOTES.set(notes)
         try:
-            with context():
+            with using(notes=notes), context():
                 closed = jx.trace(flat_fn, dyn)
         except KeyError as err:
             better = None if name is None else mistakes.missing_key_error(
@@ -141,8 +139,6 @@ def trace_cached(cache: dict, fn: Callable, args: tuple,
                 raise
             raise program_mistakes.boolean_index_error(
                 err, notes.kind, notes.name, notes.site_values) from err
-        finally:
-            _NOTES.reset(token)
         if notes is not None:
             notes.finish()
         hit = cache[key] = TracedFn(closed, out_tree_box[0])
@@ -186,7 +182,6 @@ class TraceNotes:
                     stacklevel=mistakes.user_stacklevel(skip=(jx.GENVI_DIR + os.sep, jx.JAX_DIR)))
 
 
-_NOTES: contextvars.ContextVar = contextvars.ContextVar("genvi_trace_notes", default=None)
 # where distribution calls are made on a user's behalf (gv.normal(...), gv.from_tfp)
 _LIBRARY_CALL_DIRS = tuple(os.path.join(jx.GENVI_DIR, d) + os.sep
                            for d in ("core", "distributions"))
@@ -203,14 +198,14 @@ def _caller_line() -> str:
 
 def note_dist_call(call: Any) -> None:
     """A distribution call was made (`call.genvi_used` says later whether it was used)."""
-    notes = _NOTES.get()
+    notes = current().notes
     if notes is not None:
         notes.calls.append((call, _caller_line()))
 
 
 def note_site_value(value: Any, addr: tuple) -> None:
     """A site at `addr` was bound and returned `value` to the program's code."""
-    notes = _NOTES.get()
+    notes = current().notes
     if notes is not None:
         notes.site_values[id(value)] = (value, addr)
 
@@ -218,7 +213,7 @@ def note_site_value(value: Any, addr: tuple) -> None:
 def note_scored(program: Any, strategies: dict) -> None:
     """An objective scored `program` at given values; `strategies`: `{address: grad}` of
     the scored sites that carry one (only a model's: a program that observes)."""
-    notes = _NOTES.get()
+    notes = current().notes
     if notes is not None and notes.kind == "objective" and strategies:
         _, known = notes.scored.setdefault(id(program), (program.name, {}))
         known.update(strategies)
@@ -229,7 +224,7 @@ def note_sampled(program: Any, strategies: dict) -> None:
     `strategies`: `{address: grad}` of its sites, so that a scored site with the same
     strategy as the sampled site at its address (a sub-program both share) is not
     reported."""
-    notes = _NOTES.get()
+    notes = current().notes
     if notes is not None and notes.kind == "objective":
         notes.sampled.add(id(program))
         notes.sampled_strategies.update((a, _strategy_key(s)) for a, s in strategies.items()
