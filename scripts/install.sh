@@ -10,7 +10,9 @@
 #   GENVI_CONSTRAINTS=constraints/newest.txt scripts/install.sh   # CI's exact versions
 #
 # Other settings: GENVI_EDITABLE=1 installs in development mode (pip -e);
-# GENVI_PIP_ARGS passes options to pip (for example --dry-run).
+# GENVI_PIP_ARGS passes options to pip (for example --dry-run); GENVI_INSTALLER=uv
+# installs with uv (fetched with pip first; the same packages, downloaded in parallel:
+# what CI uses, several times faster than pip on a fresh machine).
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -31,11 +33,23 @@ case " ${GENVI_PIP_ARGS:-} " in
   *" --dry-run "*) dry_run=1 ;;
   *) dry_run=0 ;;
 esac
+installer="${GENVI_INSTALLER:-pip}"
+case "$installer" in
+  pip|uv) ;;
+  *) echo "install.sh: GENVI_INSTALLER=$installer is not an installer; use pip or uv" >&2; exit 2 ;;
+esac
 if [ "$dry_run" = 0 ]; then python -m pip install --quiet --upgrade pip; fi
 # a dry run prints what it would install; a real one stays quiet
 if [ "$dry_run" = 1 ]; then quiet=""; else quiet="--quiet"; fi
-# shellcheck disable=SC2086 # target, quiet, constraints, GENVI_PIP_ARGS: lists of words
-python -m pip install $quiet --no-cache-dir $constraints ${GENVI_PIP_ARGS:-} $target
+if [ "$installer" = uv ]; then
+  python -m pip install --quiet --no-cache-dir uv
+  # shellcheck disable=SC2086 # target, quiet, constraints, GENVI_PIP_ARGS: lists of words
+  UV_NO_CACHE=1 python -m uv pip install --python "$(command -v python)" $quiet $constraints \
+    ${GENVI_PIP_ARGS:-} $target
+else
+  # shellcheck disable=SC2086 # target, quiet, constraints, GENVI_PIP_ARGS: lists of words
+  python -m pip install $quiet --no-cache-dir $constraints ${GENVI_PIP_ARGS:-} $target
+fi
 if [ "$dry_run" = 1 ]; then
   echo "install.sh: resolved genvi for $device (dry run)"
 else

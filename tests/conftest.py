@@ -1,11 +1,33 @@
 """Test-wide settings: experiments run through `genvi.cli.main` in tests do not write
-JAX's persistent compilation cache (a user's `genvi run` does; see
+genvi's persistent compilation cache (a user's `genvi run` does; see
 `genvi.core.compile_cache.use_compilation_cache`); the longest test modules run first;
-ArviZ, where installed, is imported the way genvi imports it."""
+ArviZ, where installed, is imported the way genvi imports it.
+
+Compiling is most of the suite's time (XLA compiles each test's programs, which then
+run for milliseconds), so the suite compiles them as quickly as XLA can:
+* without LLVM's optimizations (`--xla_backend_optimization_level=0`: the same
+  programs, the same numbers, about a quarter less time); `GENVI_TEST_XLA_OPTIMIZE=1`
+  compiles as users do;
+* once per program: the test processes (both `pytest -n` workers) share a JAX
+  compilation cache in `.pytest_xla_cache/` (ignored by git), so a program two tests
+  build alike compiles once; `GENVI_TEST_XLA_CACHE=off` turns it off.
+"""
 
 import os
+import pathlib
 
 os.environ["GENVI_CACHE"] = "off"
+if os.environ.get("GENVI_TEST_XLA_OPTIMIZE") != "1" \
+        and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                               + " --xla_backend_optimization_level=0").strip()
+
+import jax  # noqa: E402 - after XLA_FLAGS, which the CPU backend reads when it starts
+
+if os.environ.get("GENVI_TEST_XLA_CACHE", "").lower() not in ("off", "0"):
+    jax.config.update("jax_compilation_cache_dir",
+                      str(pathlib.Path(__file__).resolve().parents[1] / ".pytest_xla_cache"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.05)
 
 # ArviZ 1.x leaves a lazy stand-in for NumPyro in sys.modules when it is imported
 # (test_arviz.py imports it at collection), and a later `import numpyro.distributions`
@@ -20,8 +42,9 @@ except ImportError:
 # Modules whose tests run for tens of seconds each (notebooks, experiments, AIR, docs,
 # two processes) are handed out first, so that `pytest -n 2` does not end with one
 # worker busy on a long test while the other idles.
-_LONG_FIRST = ("test_notebooks.py", "test_experiments.py", "test_air.py", "test_docs.py",
-               "test_distributed.py")
+_LONG_FIRST = ("test_notebooks.py", "test_experiments.py", "test_fit_tuning.py", "test_air.py",
+               "test_checkpoint_faults.py", "test_docs.py", "test_markov_replays.py",
+               "test_lane_local.py", "test_distributed.py")
 
 
 def pytest_collection_modifyitems(config, items):

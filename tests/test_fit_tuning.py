@@ -48,6 +48,17 @@ def objective(strategy):
 PARAMS = {"w": jnp.ones((3, 2)), "enc": jnp.zeros((2, 3))}
 
 
+@pytest.fixture(autouse=True)
+def measured_at_normal_priority(request, monkeypatch):
+    """The suite runs a test on each core (`pytest -n 2`), so a measurement at the idle
+    priority would wait for the other core's test to end (minutes): here it runs at
+    the normal priority and compiles in the test's process, except in the two tests of
+    that priority (the helper process is tested in tests/test_compile_aside.py)."""
+    if "background" not in request.node.name and "yields" not in request.node.name:
+        monkeypatch.setattr(fit_tuning, "_yield_to_training", lambda: None)
+        monkeypatch.setattr(fit_tuning, "Helpers", lambda: None)
+
+
 def fit(obj, params, steps, **kw):
     return gv.fit(obj, params, DATA, optimizer=optax.adam(1e-2), steps=steps,
                   batch_size=16, chunk_size=CHUNK, progress=False, **kw)
