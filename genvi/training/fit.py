@@ -141,7 +141,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
         objective: the objective to maximize, called as `objective(params, *data)`.
         params: the starting parameters, or a `FitResult` to continue.
         *data: the data arguments (arrays minibatched along their leading axis, or
-            `gv.schedule`s).
+            scheduled values: `gv.schedule`).
         optimizer: an optax `GradientTransformation`.
         steps: the number of steps to run (≥ 0).
         key: the fit's randomness (optional when continuing a `FitResult`).
