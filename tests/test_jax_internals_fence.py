@@ -1,9 +1,9 @@
 """JAX's internals are read in one place: equation parameters (a scan's body and
 operand counts, a cond's branches, a call's jaxpr, genvi's own site parameters) are
 read only in `genvi/core/` (the typed views `ScanEqn`, `CondEqn`, `CallEqn`,
-`WhileEqn` and `SiteEqn`, and the rule registry `genvi/core/rules.py`, whose axis
-rules read the parameters of the primitives of their structure). A JAX release that
-renames a parameter then touches `genvi/core/` only.
+`WhileEqn` and `SiteEqn`, and the axis rules of the rule registry,
+`genvi/core/axis_rules.py`, each reading the parameters of its structure's
+primitives). A JAX release that renames a parameter then touches `genvi/core/` only.
 
 Every module of `genvi/` is read with `ast`: an attribute `.params` of an equation
 (a name ending in `eqn`, or one of the loop names `e`, `s`, an indexed equation) is
@@ -20,7 +20,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 LIBRARY = ROOT / "genvi"
 # rule tables: one rule per primitive, each reading its primitive's own parameters;
 # a rule table's module says so in its name
-RULE_TABLES: set[str] = set()  # none today: the axis rules live in genvi/core/rules.py
+RULE_TABLES: set[str] = set()  # none today: the axis rules live in genvi/core/axis_rules.py
 EQUATION_NAMES = {"e", "s", "at"}
 
 

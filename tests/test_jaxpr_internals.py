@@ -560,8 +560,8 @@ def test_the_rule_registry_is_keyed_by_primitive_objects():
     the registry's structures (one registry, no names)."""
     import jax.extend.core as jcore
 
-    from genvi.core.rules import (AXIS_RULES, REDUCE_SUM, SORT, STRUCTURE, Structure,
-                                  structure_of)
+    from genvi.core.axis_rules import AXIS_RULES
+    from genvi.core.rules import REDUCE_SUM, SORT, STRUCTURE, Structure, structure_of
     from genvi.inference.enum_same_rules import SAME_STRUCTURES
     from genvi.replays.lane_rules import RULES
 
@@ -593,12 +593,12 @@ def test_the_rule_registry_is_keyed_by_primitive_objects():
 ])
 def test_the_lane_and_enumeration_evaluators_read_one_axis_rule(fn, shape, lanes):
     """Both lane evaluators take where an equation moves the lanes from the registry
-    (`genvi.core.rules.lane_axes`): on the same equation, a lane-tracked value and a
+    (`genvi.core.axis_rules.lane_axes`): on the same equation, a lane-tracked value and a
     value the same in every lane come out with their lanes at the same axes, and the
     same values."""
     import math
 
-    from genvi.core.rules import Operand, lane_axes
+    from genvi.core.axis_rules import Operand, lane_axes
     from genvi.inference.enum_same_rules import Same, same_rule
     from genvi.replays.lane_rules import rule_for
     from genvi.replays.values import Local

@@ -12,7 +12,7 @@ observation) or reshapes the lanes, its rule returns None and the evaluator
 broadcasts the value (`Same.materialized`): the lane rules of
 `genvi.replays.lane_rules` take over from there.
 
-Where an equation moves the lanes is the registry's (`genvi.core.rules.lane_axes`,
+Where an equation moves the lanes is the registry's (`genvi.core.axis_rules.lane_axes`,
 one axis rule per structure of primitive, which the lane rules of
 `genvi.replays.lane_rules` read too); this module adds only when the outputs are one
 value for every lane (`same_rule`) and runs the equation on the size-1 lanes.
@@ -34,8 +34,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from genvi.core import jaxpr as jx
-from genvi.core.rules import (Operand, Structure, gather_reads_by_lane, lane_axes,
-                              repeated_axes, structure_of, with_lanes_of_size_one)
+from genvi.core.axis_rules import (Operand, gather_reads_by_lane, lane_axes, repeated_axes,
+                                   with_lanes_of_size_one)
+from genvi.core.rules import Structure, structure_of
 from genvi.replays.engine import Local
 
 
@@ -99,7 +100,7 @@ def same_rule(eqn: Any, ins: list) -> list | None:
     """`eqn` on operands of which some are `Same`: its outputs, computed once on the
     size-1 lanes, or None where the lanes must be broadcast (the equation meets lane
     data or reshapes the lanes). Where the lanes go is the registry's
-    (`genvi.core.rules.lane_axes`, the axis rules the lane rules read too)."""
+    (`genvi.core.axis_rules.lane_axes`, the axis rules the lane rules read too)."""
     structure = structure_of(eqn)
     if structure not in SAME_STRUCTURES or not _holds_one_value(eqn, ins, structure):
         return None

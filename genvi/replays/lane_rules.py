@@ -2,7 +2,7 @@
 lane-free ones) gives lane-tracked outputs, or None where the lanes couple (the
 evaluator in `genvi.replays.lanes` then expands to one copy per replay).
 
-Where the lane axes go is the registry's (`genvi.core.rules.lane_axes`: one axis rule
+Where the lane axes go is the registry's (`genvi.core.axis_rules.lane_axes`: one axis rule
 per structure of primitive, which enumeration's evaluator reads too); this module adds
 how values are computed: each equation runs on the operands' base values and on their
 alternatives. Two structures also sum over the lanes, which the axis rules refuse and
@@ -27,8 +27,8 @@ import jax.numpy as jnp
 
 from genvi.replays.values import Local, Perturbed
 from genvi.core import jaxpr as jx
-from genvi.core.rules import (REDUCE_SUM, STRUCTURE, Operand, Structure, dot_dimensions,
-                              lane_axes, structure_of)
+from genvi.core.axis_rules import Operand, dot_dimensions, lane_axes
+from genvi.core.rules import REDUCE_SUM, STRUCTURE, Structure, structure_of
 
 
 def lane_rule(eqn: Any, ins: list) -> list | None:
