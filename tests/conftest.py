@@ -7,7 +7,8 @@ Compiling is most of the suite's time (XLA compiles each test's programs, which 
 run for milliseconds), so the test processes compile them as quickly as XLA can:
 * without LLVM's optimizations (`--xla_backend_optimization_level=0`: the same
   programs, the same numbers, 40% less compiling); `GENVI_TEST_XLA_OPTIMIZE=1`
-  compiles as users do, and processes that tests start (long fits) always do;
+  compiles as users do, and so do the long fits that tests run in processes of their
+  own (`programs.optimized_env`);
 * once per program: the test processes (both `pytest -n` workers) share a JAX
   compilation cache in `.pytest_xla_cache/` (ignored by git), so a program two tests
   build alike compiles once; `GENVI_TEST_XLA_CACHE=off` turns it off.
@@ -20,23 +21,16 @@ os.environ["GENVI_CACHE"] = "off"
 
 import jax  # noqa: E402
 
-# the test processes' own backend compiles without LLVM's optimizations; XLA reads
-# XLA_FLAGS when the backend starts, so it starts here, and the variable is put back:
-# the fits that tests run in processes of their own (thousands of steps) run as
-# optimized code, as a user's do
+# XLA reads XLA_FLAGS when a process's backend starts: these processes and the ones
+# they start (notebooks' kernels, compiling helpers) compile alike
 _UNOPTIMIZED = os.environ.get("GENVI_TEST_XLA_OPTIMIZE") != "1" \
     and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", "")
 if _UNOPTIMIZED:
-    _flags = os.environ.get("XLA_FLAGS")
-    os.environ["XLA_FLAGS"] = f"{_flags or ''} --xla_backend_optimization_level=0".strip()
-    jax.devices()
-    if _flags is None:
-        del os.environ["XLA_FLAGS"]
-    else:
-        os.environ["XLA_FLAGS"] = _flags
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
+                               + " --xla_backend_optimization_level=0").strip()
 
 if os.environ.get("GENVI_TEST_XLA_CACHE", "").lower() not in ("off", "0"):
-    # JAX's cache key reads XLA_FLAGS, which no longer says how these were compiled
+    # programs compiled with and without the optimizations, in folders apart
     _folder = "unoptimized" if _UNOPTIMIZED else "optimized"
     jax.config.update("jax_compilation_cache_dir", str(
         pathlib.Path(__file__).resolve().parents[1] / ".pytest_xla_cache" / _folder))

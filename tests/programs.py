@@ -4,11 +4,14 @@ The conjugate Gaussian pair: `z ~ normal(0, 1)`, `y ~ normal(z, 1)`, with a guid
 `normal(p["m"], exp(p["s"]))`. Its optimum is known: m = y / 2, s = log(sqrt(1/2)).
 And `crash_after(step)`, a gv.fit callback that interrupts a run (raising `Crash`), for
 the checkpoint tests; `run_on_four_devices(script)`, for the sharding tests; and
-`flip_hmm`, a two-state HMM in `gv.scan` for the tests of replays in scans.
+`flip_hmm`, a two-state HMM in `gv.scan` for the tests of replays in scans;
+`optimized_env()`, the environment for a process that runs a long fit, compiled with
+XLA's optimizations (the suite's own processes compile without them: conftest.py).
 """
 
 import itertools
 import os
+import re
 import subprocess
 import sys
 
@@ -27,6 +30,19 @@ def model(p, y):
 @gv.gen
 def guide(p, y):
     gv.normal(p["m"], jnp.exp(p["s"]), grad=gv.REPARAM) @ "z"
+
+
+def optimized_env(**extra: str) -> dict:
+    """This process's environment for a subprocess that runs a long fit: XLA_FLAGS
+    without the suite's `--xla_backend_optimization_level=0` (its thousands of steps
+    would run unoptimized code), with `extra` set."""
+    env = dict(os.environ, **extra)
+    flags = re.sub(r"--xla_backend_optimization_level=\S+", "", env.get("XLA_FLAGS", "")).strip()
+    if flags:
+        env["XLA_FLAGS"] = flags
+    else:
+        env.pop("XLA_FLAGS", None)
+    return env
 
 
 class Crash(Exception):

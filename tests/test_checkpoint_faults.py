@@ -4,7 +4,6 @@ uninterrupted fit ends; a newest checkpoint truncated or overwritten on disk is
 skipped, with a warning, for the previous one, and the resumed run still ends bit
 for bit where an uninterrupted one does."""
 
-import os
 import pathlib
 import signal
 import subprocess
@@ -17,7 +16,7 @@ import numpy as np
 import pytest
 
 import genvi as gv
-from programs import Crash, crash_after
+from programs import Crash, crash_after, optimized_env
 from test_fit import run
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -56,7 +55,7 @@ KILLS = 10
 
 
 def _start(script: pathlib.Path, directory: str, out: pathlib.Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT), GENVI_CACHE="off")
+    env = optimized_env(PYTHONPATH=str(ROOT), GENVI_CACHE="off")
     return subprocess.Popen([sys.executable, str(script), directory, str(out)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
