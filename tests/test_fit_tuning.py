@@ -54,7 +54,8 @@ def measured_at_normal_priority(request, monkeypatch):
     priority would wait for the other core's test to end (minutes): here it runs at
     the normal priority and compiles in the test's process, except in the two tests of
     that priority (the helper process is tested in tests/test_compile_aside.py)."""
-    if "background" not in request.node.name and "yields" not in request.node.name:
+    if request.node.name not in ("test_the_worker_yields_to_the_training",
+                                 "test_the_measurement_traces_and_compiles_in_the_background"):
         monkeypatch.setattr(fit_tuning, "_yield_to_training", lambda: None)
         monkeypatch.setattr(fit_tuning, "Helpers", lambda: None)
 

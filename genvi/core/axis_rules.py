@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, NamedTuple, Sequence
 
+from genvi.core import jaxpr as jx
 from genvi.core.rules import Structure, structure_of
 
 
@@ -103,12 +104,17 @@ def _elementwise(eqn: Any, ops: list) -> tuple | None:
     return lanes
 
 
-def _reduce(eqn: Any, ops: list) -> tuple | None:
+def _dropping(ops: list, dropped: Sequence[int]) -> tuple | None:
+    """The lanes of the only operand with lanes, once the axes `dropped` are gone (a
+    reduction's, a squeeze's); None where one of them is a lane axis."""
     v = _first_only(ops)
     if v is None:
         return None
-    axes = set(eqn.params["axes"])
-    return _kept(v.lanes, [a for a in range(len(v.shape)) if a not in axes])
+    return _kept(v.lanes, [a for a in range(len(v.shape)) if a not in set(dropped)])
+
+
+def _reduce(eqn: Any, ops: list) -> tuple | None:
+    return _dropping(ops, jx.reduced_axes(eqn))
 
 
 def _along_axis(eqn: Any, ops: list) -> tuple | None:
@@ -135,11 +141,7 @@ def _transpose(eqn: Any, ops: list) -> tuple | None:
 
 
 def _squeeze(eqn: Any, ops: list) -> tuple | None:
-    v = _first_only(ops)
-    if v is None:
-        return None
-    dims = set(eqn.params["dimensions"])
-    return _kept(v.lanes, [a for a in range(len(v.shape)) if a not in dims])
+    return _dropping(ops, eqn.params["dimensions"])
 
 
 def _reshape(eqn: Any, ops: list) -> tuple | None:
@@ -177,17 +179,19 @@ def _pad(eqn: Any, ops: list) -> tuple | None:
     return v.lanes
 
 
-def dot_dimensions(eqn: Any) -> tuple:
-    """A `dot_general`'s ((lhs contracting, rhs contracting), (lhs batch, rhs batch)).
+def dot_roles(eqn: Any, lanes_on_rhs: bool) -> tuple:
+    """A `dot_general`'s dimension numbers seen from the operand with lanes:
+    (its contracting dims, the other's, its batch dims, the other's).
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> eqn = jax.make_jaxpr(jnp.dot)(jnp.ones((2, 3)), jnp.ones(3)).eqns[0]
-        >>> dot_dimensions(eqn)
-        (((1,), (0,)), ((), ()))
+        >>> dot_roles(eqn, lanes_on_rhs=False), dot_roles(eqn, lanes_on_rhs=True)
+        (((1,), (0,), (), ()), ((0,), (1,), (), ()))
     """
     (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
-    return (tuple(lc), tuple(rc)), (tuple(lb), tuple(rb))
+    lc, rc, lb, rb = tuple(lc), tuple(rc), tuple(lb), tuple(rb)
+    return (rc, lc, rb, lb) if lanes_on_rhs else (lc, rc, lb, rb)
 
 
 def _dot_general(eqn: Any, ops: list) -> tuple | None:
@@ -198,8 +202,7 @@ def _dot_general(eqn: Any, ops: list) -> tuple | None:
         return None
     swap = rhs.lanes is not None
     v, other = (rhs, lhs) if swap else (lhs, rhs)
-    (lc, rc), (lb, rb) = dot_dimensions(eqn)
-    vc, oc, vb, ob = (rc, lc, rb, lb) if swap else (lc, rc, lb, rb)
+    vc, oc, vb, ob = dot_roles(eqn, swap)
     if len(v.lanes) != 1:
         return None
     (a,) = v.lanes

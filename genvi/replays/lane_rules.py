@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from genvi.replays.values import Local, Perturbed
 from genvi.core import jaxpr as jx
-from genvi.core.axis_rules import Operand, dot_dimensions, lane_axes
+from genvi.core.axis_rules import Operand, dot_roles, lane_axes
 from genvi.core.rules import REDUCE_SUM, STRUCTURE, Structure, structure_of
 
 
@@ -111,8 +111,7 @@ def _contracted_over_lanes(eqn: Any, ins: list) -> list | None:
         return None
     swap = isinstance(rhs, Local)
     v, other = (rhs, lhs) if swap else (lhs, rhs)
-    (lc, rc), (lb, rb) = dot_dimensions(eqn)
-    vc, oc, vb, ob = (rc, lc, rb, lb) if swap else (lc, rc, lb, rb)
+    vc, oc, vb, ob = dot_roles(eqn, swap)
     if len(v.axes) != 1 or v.axes[0] not in vc:
         return None
     (a,) = v.axes
