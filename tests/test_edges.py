@@ -385,7 +385,10 @@ def test_every_distribution_finite_at_extreme_parameters(name):
             return f - dist.log_prob(x, *counts, *params)
         return e
 
-    objectives = {s: objective(getattr(gv, s)) for s in dist.strategies}
+    # ENUM sums a binomial's support 0..n where n is static; here n is an argument (up
+    # to 10⁶ trials), so the other strategies are the ones to check
+    objectives = {s: objective(getattr(gv, s)) for s in dist.strategies
+                  if not (name == "binomial" and s == "ENUM")}
 
     def one(key, params, counts):
         x = dist.sample(key, *counts, *params)

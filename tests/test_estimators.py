@@ -362,7 +362,7 @@ CASES = {
         f=lambda x, p, xp: xp.sin(x) + 0.2 * x ** 2 + p["p"] * x,
         expect=lambda g, p: discrete_expect(g, np.arange(7), stats.binom.pmf(np.arange(7), 6, p["p"])),
         params={"p": 0.3},
-        strategies=("REINFORCE", "MVD")),
+        strategies=("ENUM", "REINFORCE", "MVD")),
 }
 
 

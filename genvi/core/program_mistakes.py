@@ -27,6 +27,8 @@ import re
 import tokenize
 from typing import Any, Iterable
 
+import jax
+
 
 from genvi.core.jaxpr import JAX_DIR
 from genvi.core.mistakes import addr_name
@@ -222,6 +224,43 @@ def boolean_index_error(err: BaseException, kind: str, name: str,
         "bool, and JAX reads an array indexed by a bool as a mask (a result whose size "
         "depends on the value), not as position 0 or 1. To pick an entry, index with an "
         "integer: `p[b.astype(jnp.int32)]`; or select: `jnp.where(b, p[1], p[0])`.")
+
+
+class StaticUseError(TypeError):
+    """A traced value (a latent) used where JAX needs a Python value: a shape, a
+    slice's bound, an integer."""
+
+
+def static_use_error(err: BaseException, kind: str, name: str,
+                     site_values: dict) -> StaticUseError:
+    """The error for JAX's concretization errors (a traced value as a shape, a slice
+    bound, `int()`, `range()`) raised in the user's code while tracing the {kind}
+    `name`, naming the latent used where the line names one."""
+    # a shape or a bound is a whole number: the line's integer latents are the ones used
+    counts = {k: v for k, v in site_values.items()
+              if getattr(v[0], "dtype", None) is not None
+              and (jax.numpy.issubdtype(v[0].dtype, jax.numpy.integer)
+                   or jax.numpy.issubdtype(v[0].dtype, jax.numpy.bool_))}
+    where, used = _where_and_latents(err, counts, "a traced value")
+    if used == "a traced value":
+        where, used = _where_and_latents(err, site_values, used)
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0]
+    return StaticUseError(
+        f"the {kind} {name!r} uses {used} as a Python value: it sets a shape, bounds a "
+        f"slice or counts a loop{where} ({type(err).__name__}: {first}). genvi {kind}s are "
+        "traced once, like functions under jax.jit, and a latent is summed or replayed at "
+        "all of its values at once (gv.enumeration, gv.ENUM, particles), so it cannot fix "
+        "the size of an array. Keep shapes fixed and use the value as an array: mask with "
+        "`jnp.arange(N) <= n` instead of slicing `y[: n + 1]`, select with jnp.where, "
+        "loop to a fixed length with jax.lax.scan.")
+
+
+def is_static_use(err: BaseException) -> bool:
+    """Whether `err` is JAX refusing a traced value where it needs a Python one."""
+    if isinstance(err, (jax.errors.ConcretizationTypeError,
+                        jax.errors.TracerIntegerConversionError)):
+        return True
+    return isinstance(err, IndexError) and "Tracer" in str(err)
 
 
 # --------------------------------------------------------------------------- grad= where nothing samples

@@ -139,6 +139,11 @@ def trace_cached(cache: dict, fn: Callable, args: tuple,
                 raise
             raise program_mistakes.boolean_index_error(
                 err, notes.kind, notes.name, notes.site_values) from err
+        except (TypeError, IndexError) as err:
+            if notes is None or not program_mistakes.is_static_use(err):
+                raise
+            raise program_mistakes.static_use_error(
+                err, notes.kind, notes.name, notes.site_values) from err
         if notes is not None:
             notes.finish()
         hit = cache[key] = TracedFn(closed, out_tree_box[0])

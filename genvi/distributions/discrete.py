@@ -17,8 +17,11 @@ the weight can be nonzero (SD prunes lanes in proportion to it).
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.scipy import special
 
 from genvi.distributions.base import Distribution
@@ -77,7 +80,9 @@ class Categorical(Distribution):
         if logp.ndim == 1:  # one table for every value: indexed, not broadcast per value
             return jnp.take(logp, x, mode="fill", fill_value=jnp.nan)
         logp = jnp.broadcast_to(logp, jnp.shape(x) + logp.shape[-1:])
-        return jnp.take_along_axis(logp, x[..., None], axis=-1)[..., 0]
+        # a reshape, not a squeeze: where a plate has one lane, JAX's gather keeps that
+        # lane on another axis of size 1, which a reshape follows and a squeeze drops
+        return jnp.take_along_axis(logp, x[..., None], axis=-1).reshape(jnp.shape(x))
 
     def support(self, logits):
         return jnp.arange(logits.shape[-1], dtype=jnp.int32)
@@ -242,17 +247,36 @@ class Poisson(Distribution):
 
 
 class Binomial(Distribution):
-    """Binomial(n, p): successes in `n` trials.
+    """Binomial(n, p): successes in `n` trials. Where n is static (a Python int or a
+    numpy array) its finite support 0..n is known when the program is traced, so the
+    site can be summed (`gv.ENUM`, `gv.enumeration()`): the call keeps the largest n
+    as a static part of the distribution (`most`), which stays known under `vmap`.
 
     Example:
         >>> import genvi as gv
-        >>> gv.binomial(5, 0.3, grad=gv.MVD).dist.name
-        'binomial'
+        >>> gv.binomial(5, 0.3, grad=gv.MVD).dist.name, gv.binomial(5, 0.3).dist.most
+        ('binomial', 5)
     """
 
     name = "binomial"
     lanewise = True
     param_names = ("n", "p")
+
+    def __init__(self, most: int | None = None):
+        self.most = most
+
+    def __eq__(self, other: Any) -> bool:
+        return type(other) is type(self) and other.most == self.most
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.most))
+
+    def __call__(self, *params: Any, grad: Any = None) -> Any:
+        try:  # n static: its largest value bounds the support
+            most = int(np.max(np.asarray(params[0]))) if params else None
+        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+            most = None
+        return Distribution.__call__(Binomial(most), *params, grad=grad)
 
     def sample(self, key, n, p):
         shape = jnp.broadcast_shapes(jnp.shape(n), jnp.shape(p))
@@ -262,8 +286,29 @@ class Binomial(Distribution):
     def lane_log_prob(self, x, n, p):
         dtype = jnp.result_type(float, p)
         x, n = jnp.asarray(x, dtype), jnp.asarray(n, dtype)
+        # a count outside 0..n has probability 0 (its support is summed up to the
+        # largest n of a batch): computed at 0, then −inf, so no NaN reaches a gradient
+        inside = (x >= 0) & (x <= n)
+        x = jnp.where(inside, x, 0.0)
         log_choose = special.gammaln(n + 1) - special.gammaln(x + 1) - special.gammaln(n - x + 1)
-        return log_choose + _xlogy(x, p) + _xlog1my(n - x, p)   # safe at p = 0 and 1
+        log_p = log_choose + _xlogy(x, p) + _xlog1my(n - x, p)   # safe at p = 0 and 1
+        return jnp.where(inside, log_p, -jnp.inf)
+
+    def support(self, n, p):
+        """0..n (the largest n of a batch), where n is static: a Python int or a numpy
+        array, not a traced value."""
+        if self.most is not None:
+            return jnp.arange(self.most + 1, dtype=jnp.int32)
+        try:
+            top = int(np.max(np.asarray(n)))
+        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError,
+                jax.errors.UnexpectedTracerError) as err:
+            raise TypeError(
+                "gv.binomial(n, p) has the finite support 0..n only where n is static (a "
+                "Python int or a numpy array, fixed when the program is traced); here n is "
+                "a traced value, computed from the program's inputs. Pass n as a constant, or "
+                "keep the site and give it a guide") from err
+        return jnp.arange(top + 1, dtype=jnp.int32)
 
     def check_params(self, n, p):
         return [(jnp.all((p >= 0) & (p <= 1)), "p must be a probability in [0, 1]"),

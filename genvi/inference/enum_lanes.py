@@ -1,20 +1,17 @@
-"""Lane-by-lane sums for `gv.enumeration`: the log density as a sum of per-lane terms.
+"""The lane-tracked evaluator of `gv.enumeration`: a log density on values that are the
+same in every lane of a discrete site, or depend on each lane's value alone.
 
 A model's log density, traced with a batched discrete site's value as an input, is
-evaluated with that value set to v in every lane at once (a `Local` of
-`genvi.replays.values`, carried through by the lane rules of `genvi.replays.lane_rules`:
-slice l depends on lane l of the site only). A sum over the lanes turns a `Local`
-into an `Additive`: a lane-free part plus one term per lane. If the whole log density
-comes out `Additive` (adding, negating and scaling by constants keep it so), it is
-
-    log p(kept, z) = free + Σ_l term_l(z_l),
-
-so Σ_z p = exp(free) Π_l Σ_v exp(term_l(v)): one evaluation per value v gives every
-lane's terms, O(lanes × support). In a subsampled `gv.plate` (each lane counting
-`scale` times) a lane's terms arrive scaled; its marginal is summed unscaled and then
-scaled, as the full-data marginal's minibatch estimate must be. Anything else (the lanes couple: a sum over lanes
-used nonlinearly, a max across lanes, a scan or cond on the site) raises
-`NotSummable`, naming the primitive.
+evaluated with that value set to v in every lane at once (a `Same` of
+`genvi.inference.enum_same_rules`, broadcast to a `Local` of `genvi.replays.values`
+where it meets lane data, carried through by the lane rules of
+`genvi.replays.lane_rules`: slice l depends on lane l of the site only). Anything that
+mixes the lanes (a sum over lanes used nonlinearly, a max across lanes, a scan or
+cond on the site) raises `NotSummable`, naming the primitive. The factor engine
+(`genvi.inference.enum_factors`) evaluates each term of the density this way, and the
+forward algorithm over a batch of sequences (`genvi.inference.enum_scan`) turns a
+step's density summed over the sequences into an `Additive`: a lane-free part plus
+one term per sequence.
 
 Example:
     >>> from genvi.inference.enum_lanes import Additive
@@ -27,29 +24,23 @@ Example:
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.scipy.special import logsumexp
 
 from genvi.replays.engine import Local, Perturbed, rule_for
 from genvi.core import jaxpr as jx
 from genvi.core.rules import REDUCE_SUM, primitives
 from genvi.core.walk import env_of, walk
 from genvi.inference.enum_same_rules import Same, lazy_broadcast, same_rule
+from genvi.inference.sum_product import NotSummable
 
 
 _PER_LANE = ("; the log density must be a sum of one term per lane, each depending on that "
              "lane's discrete values only: compute each lane's terms inside the "
              "gv.vmap/gv.plate body and let the plate add them")
-
-
-class NotSummable(Exception):
-    """The log density is not a sum of per-lane (or per-step) terms here."""
 
 
 @dataclass
@@ -73,13 +64,15 @@ def evaluate(closed: Any, inputs: list, other: Any = None, lazy: bool = False) -
     not depend on the sites stay unbroadcast inside (`enum_same`); outputs are
     broadcast unless `lazy`."""
     outs = walk(closed.jaxpr, env_of(closed, inputs),
-                lambda i, eqn, ins: _evaluate_eqn(eqn, ins, other))
+                lambda i, eqn, ins: evaluate_eqn(eqn, ins, other))
     if lazy:
         return outs
     return [x.materialized() if isinstance(x, Same) and x.plain else x for x in outs]
 
 
-def _evaluate_eqn(eqn: Any, ins: list, other: Any) -> list:
+def evaluate_eqn(eqn: Any, ins: list, other: Any) -> list:
+    """One equation of `evaluate`: on arrays as JAX computes it, on lane-tracked values
+    by the lane rules (`other(eqn, ins)` first, where given)."""
     if not any(is_tracked(x) for x in ins):
         return lazy_broadcast(eqn, ins) or jx.eval_eqn(eqn, ins)
     site = any(is_tracked(x) and not (isinstance(x, Same) and x.plain) for x in ins)
@@ -204,38 +197,3 @@ def joint_values(sites: list) -> list:
     combos = list(itertools.product(*[range(len(s.support)) for s in sites]))
     return [jnp.asarray(np.array([s.support[c[i]] for c in combos]), s.dtype)
             for i, s in enumerate(sites)]
-
-
-def lane_sums(closed: Any, sites: list, fixed: dict, flat_in: list) -> jax.Array:
-    """log Σ over the batched sites' values (lane by lane) of the density `closed`
-    computes from (site values, *flat_in); scalar sites' values are in `fixed`."""
-    batched = [s for s in sites if s.addr not in fixed]
-    shape = batched[0].shape
-    lanes = math.prod(shape)
-    table = joint_values(batched)
-    lane_axes = tuple(range(len(shape)))
-
-    def at(values):
-        given = dict(zip([s.addr for s in batched], values))
-        inputs = []
-        for s in sites:
-            if s.addr in fixed:
-                inputs.append(fixed[s.addr])
-            else:
-                one = jnp.full((1,) * len(shape), given[s.addr], s.dtype)
-                inputs.append(Same(one, lane_axes, tuple(shape)))
-        (out,) = evaluate(closed, inputs + list(flat_in))
-        if isinstance(out, Additive):
-            return out.free, out.lanes
-        if isinstance(out, (Local, Same)):
-            raise NotSummable("the log density keeps their lanes apart")
-        return out, jnp.zeros((lanes,), jnp.result_type(out))
-
-    free, per_lane = jax.vmap(at)(table)  # [C], [C, L]
-    # In a subsampled gv.plate every lane's terms count `scale` times: the lane's
-    # marginal is summed first, then scaled (scale · log Σ_v p_l(v), not log Σ_v p_l(v)^scale)
-    scales = {s.scale for s in batched}
-    if len(scales) > 1:
-        raise NotSummable("they lie in gv.plates of different scales")
-    scale = scales.pop()
-    return free[0] + scale * jnp.sum(logsumexp(per_lane / scale, axis=0))

@@ -2,21 +2,24 @@
 
 `gv.marginal(model, keep=[...], algorithm=gv.enumeration())` sums the model's
 auxiliary (not kept) sites over their finite supports, so the marginal's density is
-exact, as Pyro's `TraceEnum_ELBO` does for sites enumerated in the model. The sum is
-organized by where the discrete sites live:
+exact, as Pyro's `TraceEnum_ELBO` does for sites enumerated in the model:
 
-* scalar sites outside any combinator: every joint value, vectorized;
-* sites batched by `gv.plate`/`gv.vmap` (one shape, lanes conditionally independent
-  given the kept choices, a mixture): lane by lane, O(lanes × support), by the
-  additive evaluator in `genvi.inference.enum_lanes`;
+* sites outside any `gv.scan` (global ones, and ones batched by `gv.plate`/`gv.vmap`:
+  plates of any sizes, side by side or nested): the log density is split into its
+  terms, each a tensor over the sites it depends on and the plates it lies in
+  (`genvi.inference.enum_factors`), contracted by variable elimination in log space:
+  a site summed per lane of its plates, a plate multiplied over its lanes, in an order
+  that keeps the largest intermediate small (`genvi.inference.sum_product`);
 * a site inside `gv.scan` whose steps depend on the previous step's value only (a
-  hidden Markov model): the forward algorithm, O(steps × support²), in
-  `genvi.inference.enum_scan`.
+  hidden Markov model, also a batch of them in a plate): the forward algorithm,
+  O(steps × support²), in `genvi.inference.enum_scan`.
 
-Elsewhere (lanes that couple, a scan whose carry remembers more, a site without a
-finite support) it refuses, naming the site and why. The model's log density is
-traced once per argument shapes with the discrete values as inputs, then evaluated
-on all of them; gradients flow through the exact sum (no estimator is involved).
+Elsewhere (lanes that couple, plates that cross, a scan whose carry remembers more,
+a site without a static finite support) it refuses, naming the site and why.
+`EnumeratedMarginal.plans` holds each contraction's steps (`explain`). The model's
+log density is traced once per argument shapes with the discrete values as inputs,
+then evaluated on all of them; gradients flow through the exact sum (no estimator
+is involved).
 
 Example (a two-component mixture, its assignments summed out):
     >>> import genvi as gv, jax.numpy as jnp
@@ -52,11 +55,12 @@ from genvi.core import validation
 from genvi.adev.strategies import ENUM
 from genvi.gen.handlers import RecordSites
 from genvi.gen.language import GenFn
-from genvi.inference.enum_lanes import NotSummable, evaluate, joint_values, lane_sums
+from genvi.inference.enum_factors import MAX_JOINT, sum_over_sites
+from genvi.inference.enum_lanes import joint_values
 from genvi.inference.enum_scan import forward_sums
 from genvi.inference.importance import Marginal
+from genvi.inference.sum_product import NotSummable
 
-MAX_JOINT = 1 << 16  # joint values of scalar sites summed by brute force
 
 
 @dataclass(frozen=True)
@@ -69,7 +73,8 @@ class Enumeration:
 
 def enumeration() -> Enumeration:
     """The exact algorithm for `gv.marginal`: discrete auxiliary sites are summed over
-    their supports (lane by lane in plates, by the forward algorithm in scans).
+    their supports (by variable elimination over plates, by the forward algorithm in
+    scans).
 
     Returns:
         an `Enumeration`, the `algorithm` of `gv.marginal`.
@@ -111,6 +116,7 @@ class EnumeratedMarginal(Marginal):
         self.name = f"marginal({g.name}, enumeration)"
         self._aux_cache: dict = {}
         self._log_joints: dict = {}  # traced log densities, per argument shapes
+        self.plans: dict = {}  # the contraction's steps, per argument shapes (`explain`)
 
     # -- which sites are summed ---------------------------------------------------------
     def aux_sites(self, *args: Any) -> list[AuxSite]:
@@ -121,21 +127,41 @@ class EnumeratedMarginal(Marginal):
         dyn, static, treedef, mask = split_args(args)
         handler = RecordSites()
 
-        def run(k, dyn):
+        def run(k, dyn, handler=handler):
             return self.g.interpret(handler, *merge_args(dyn, static, treedef, mask),
                                     key=k).choices.flat()
         shapes = jax.eval_shape(run, jax.random.key(0), dyn)
+        fixed = None  # the sites' parameters with those fixed at tracing as values
         sites = []
         for addr, sd in shapes.items():
             if self._is_kept(addr):
                 continue
-            dist, params, scale, masked = handler.found[addr]   # params: shapes only
+            dist, params, scale, masked = handler.found[addr]
             if masked:
                 raise ValueError(f"gv.enumeration: site {addr_name(addr)!r} (gv.{dist.name}) "
                                  "is sampled in a branch of a cond that differs by lane; "
                                  "enumeration does not sum such sites: keep it and give it "
                                  "a guide")
-            sites.append(_aux_site(self, addr, sd, dist, params, scale))
+            try:
+                site = _aux_site(self, addr, sd, dist, params, scale)
+            except _NotStatic:
+                if fixed is None:
+                    # again, the program already traced: what is computed from constants
+                    # only (a binomial's n broadcast over a plate) is computed as a value
+                    fixed = RecordSites()
+
+                    def again(k, dyn):
+                        with jax.ensure_compile_time_eval():
+                            return run(k, dyn, fixed)
+                    jax.eval_shape(again, jax.random.key(0), dyn)
+                try:
+                    site = _aux_site(self, addr, sd, dist, fixed.found[addr].params, scale)
+                except _NotStatic as err:
+                    raise ValueError(
+                        f"gv.enumeration: site {addr_name(addr)!r} (gv.{dist.name}) of "
+                        f"{self.g.name} has no static finite support here, so it cannot be "
+                        f"summed: {err.__cause__}") from None
+            sites.append(site)
         if not sites:
             raise ValueError(f"gv.enumeration: {self.g.name} has no site outside keep="
                              f"{[addr_name(k) for k in self.keep]} to sum out; use the model "
@@ -161,6 +187,10 @@ class EnumeratedMarginal(Marginal):
         return self.log_density(choices, *args)
 
 
+class _NotStatic(Exception):
+    """A site's support depends on values known only when the program runs."""
+
+
 def _aux_site(m: EnumeratedMarginal, addr: tuple, sd: Any, dist: Any, params: tuple,
               scale: float) -> AuxSite:
     name = addr_name(addr)
@@ -170,9 +200,15 @@ def _aux_site(m: EnumeratedMarginal, addr: tuple, sd: Any, dist: Any, params: tu
             "no finite support to sum over (gv.flip, gv.bernoulli and gv.categorical do). "
             f"Keep it (keep=[..., {name!r}]) and give it a guide, or marginalize it with "
             "gv.importance instead.")
-    with jax.ensure_compile_time_eval():  # a constant, also inside a traced objective
-        zeros = [jnp.zeros(jnp.shape(p), jnp.result_type(p)) for p in params]
-        support = np.asarray(dist.support(*zeros))
+    zeros = [jnp.zeros(jnp.shape(p), jnp.result_type(p)) for p in params]
+    try:
+        with jax.ensure_compile_time_eval():  # a constant, also inside a traced objective
+            # the parameters as the site saw them: those fixed when the program is traced
+            # are values (a binomial's n), the others stand for their shapes only
+            support = np.asarray(dist.support(*params))
+    except (TypeError, jax.errors.TracerArrayConversionError,
+            jax.errors.ConcretizationTypeError, jax.errors.UnexpectedTracerError) as err:
+        raise _NotStatic() from err
     draw = jax.eval_shape(lambda *p: dist.sample(jax.random.key(0), *p), *zeros)
     if support.ndim != 1 or dist.value_event_ndim != 0:
         raise ValueError(f"gv.enumeration: site {name!r} (gv.{dist.name}) has values that are "
@@ -184,26 +220,24 @@ def exact_log_density(m: "EnumeratedMarginal", sites: list[AuxSite], kept: Choic
                       args: tuple) -> jax.Array:
     """log Σ over the sites' values of `m.g`'s density at (kept, values). The density is
     traced once per argument shapes (`m`'s cache), with the sites' values as inputs."""
-    g = m.g
-
-    def log_joint(aux_values, kept, *args):
-        return g.log_density(kept | ChoiceMap({s.addr: v for s, v in zip(sites, aux_values)}),
-                             *args)
-
-    placeholders = [jnp.zeros(s.shape, s.dtype) for s in sites]
-    # validation off: the traced values are placeholders for every value of the supports
-    traced, dyn = trace_cached(m._log_joints, log_joint, (placeholders, kept) + tuple(args),
-                               lambda: validation.validation(False))
-    closed, flat_in = traced.closed, list(dyn[len(sites):])
+    closed, flat_in = _traced(m, sites, kept, args)
+    dtype = closed.out_avals[0].dtype
+    if all(s.shape == s.draw_shape for s in sites):  # no site in a scan: the factors
+        try:
+            total, plan = sum_over_sites(closed, sites, flat_in)
+        except NotSummable as why:
+            raise _refusal(m.g, sites, why) from None
+        m.plans[shapes_key(args)] = plan
+        return jnp.asarray(total, dtype)
     scalars = [s for s in sites if s.shape == ()]
     try:
         rest = _summation(sites, scalars)
     except NotSummable as why:
-        raise _refusal(g, sites, why) from None
+        raise _refusal(m.g, sites, why) from None
     count = math.prod(len(s.support) for s in scalars)
     if count > MAX_JOINT:
         raise ValueError(f"gv.enumeration: the scalar discrete sites "
-                         f"{[s.name for s in scalars]} of {g.name} have {count:,} joint "
+                         f"{[s.name for s in scalars]} of {m.g.name} have {count:,} joint "
                          f"values (more than {MAX_JOINT:,}): put repeated sites in a gv.plate "
                          "or gv.scan, where they are summed lane by lane or step by step")
 
@@ -212,41 +246,77 @@ def exact_log_density(m: "EnumeratedMarginal", sites: list[AuxSite], kept: Choic
     try:
         per_combo = jax.vmap(at, axis_size=count)(joint_values(scalars))
     except NotSummable as why:
-        raise _refusal(g, sites, why) from None
+        raise _refusal(m.g, sites, why) from None
     return logsumexp(per_combo)
 
 
+def _traced(m: "EnumeratedMarginal", sites: list[AuxSite], kept: ChoiceMap,
+            args: tuple) -> tuple[Any, list]:
+    """`m.g`'s log density traced with the sites' values as its first inputs: the
+    closed jaxpr and its other inputs (kept choices and arguments, flat)."""
+    g = m.g
+
+    def log_joint(aux_values, kept, *args):
+        return g.log_density(kept | ChoiceMap({s.addr: v for s, v in zip(sites, aux_values)}),
+                             *args)
+
+    placeholders = [jnp.zeros(s.shape, s.dtype) for s in sites]
+    # validation off: the traced values are placeholders for every value of the supports
+    try:
+        traced, dyn = trace_cached(m._log_joints, log_joint,
+                                   (placeholders, kept) + tuple(args),
+                                   lambda: validation.validation(False))
+    except _STATIC_USES as err:
+        _refuse_static_use(m, sites, kept, args, err)
+        raise
+    return traced.closed, list(dyn[len(sites):])
+
+
+#: what JAX raises where a traced value is used as a Python value (a shape, an index
+#: of a slice, a branch of Python's `if`)
+_STATIC_USES = (IndexError, jax.errors.ConcretizationTypeError,
+                jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError)
+
+
+def _refuse_static_use(m: "EnumeratedMarginal", sites: list[AuxSite], kept: ChoiceMap,
+                       args: tuple, err: Exception) -> None:
+    """Name the site whose value the program uses as a Python value (raises), found by
+    tracing the density with that site's value alone traced."""
+    for s in sites:
+        def one(v, s=s):
+            values = {t.addr: v if t is s else jnp.asarray(t.support[0], t.dtype)
+                      * jnp.ones(t.shape, t.dtype) for t in sites}
+            with validation.validation(False):
+                return m.g.log_density(kept | ChoiceMap(values), *args)
+        try:
+            jax.eval_shape(one, jnp.zeros(s.shape, s.dtype))
+        except _STATIC_USES as why:
+            raise ValueError(
+                f"gv.enumeration: the value of site {s.name!r} (gv.{s.dist.name}) of "
+                f"{m.g.name} sets a shape or steers Python control flow "
+                f"({type(why).__name__}: {str(why).splitlines()[0]}), so the sum cannot "
+                "evaluate the model at all of its values at once. Make it an array "
+                "computation (select with jnp.where, or mask with jnp.arange(N) <= value "
+                "instead of slicing by it), or keep the site and give it a guide") from err
+
+
 def _summation(sites: list[AuxSite], scalars: list[AuxSite]):
-    """How the sites other than the scalar ones are summed: `(closed, sites, fixed,
-    flat_in) -> log density`, with the scalar sites' values in `fixed`."""
+    """How the sites in a scan are summed (the forward algorithm), with the scalar
+    sites' values in `fixed`: `(closed, sites, fixed, flat_in) -> log density`."""
     scanned = [s for s in sites if s.shape != s.draw_shape]
     batched = [s for s in sites if s not in scanned and s not in scalars]
-    if scanned:
-        if batched:
-            raise NotSummable(f"sites {[s.name for s in scanned]} are inside a gv.scan and "
-                              f"{[s.name for s in batched]} in a plate")
-        return forward_sums
     if batched:
-        if len({s.shape for s in batched}) > 1:
-            raise NotSummable(
-                "the batched discrete sites have different shapes "
-                f"({', '.join(f'{s.name}: {s.shape}' for s in batched)}); enumeration "
-                "sums lanes of one plate together")
-        return lane_sums
-    return _evaluated
-
-
-def _evaluated(closed: Any, sites: list[AuxSite], fixed: dict, flat_in: list) -> jax.Array:
-    """The log density with every site's value given (scalar sites only)."""
-    return evaluate(closed, [fixed[s.addr] for s in sites] + flat_in)[0]
+        raise NotSummable(f"sites {[s.name for s in scanned]} are inside a gv.scan and "
+                          f"{[s.name for s in batched]} in a plate")
+    return forward_sums
 
 
 def _refusal(g: GenFn, sites: list[AuxSite], why: Exception) -> ValueError:
     names = ", ".join(repr(s.name) for s in sites)
     return ValueError(
         f"gv.enumeration cannot sum the discrete sites {names} of {g.name} exactly: {why}. "
-        "It sums lane by lane in a gv.plate/gv.vmap whose lanes are conditionally "
-        "independent given the kept choices (a mixture), and step by step in a gv.scan "
-        "whose steps depend on the previous step's discrete value only (a hidden Markov "
-        "model). Keep such a site and give it a guide (grad=gv.ENUM), or use "
-        "gv.importance.")
+        "It sums a log density that is a sum of terms, each depending lane by lane on the "
+        "sites of nested gv.plate/gv.vmap lanes (plates of any sizes, side by side or "
+        "nested), and step by step in a gv.scan whose steps depend on the previous step's "
+        "discrete value only (a hidden Markov model). Keep such a site and give it a guide "
+        "(grad=gv.ENUM), or use gv.importance.")

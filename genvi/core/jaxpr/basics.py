@@ -132,3 +132,25 @@ def jvp_eqn(eqn: Any, primals: Sequence[Any], tangents: Sequence[Any]) -> tuple[
     outs, touts = jax.jvp(f, [primals[i] for i in idx], [tangents[i] for i in idx])
     touts = [t if is_float(o) else None for o, t in zip(outs, touts)]
     return outs, touts
+
+
+def output_dependence(jaxpr: Any) -> list[set]:
+    """For each output of `jaxpr`, the positions of the inputs it depends on
+    (conservatively: an equation's outputs depend on all of its inputs).
+
+    Example:
+        >>> import jax
+        >>> closed = jax.make_jaxpr(lambda x, y: (x * 2.0, x + y, 1.0))(1.0, 2.0)
+        >>> output_dependence(closed)
+        [{0}, {0, 1}, set()]
+    """
+    jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+    deps: dict = {v: {i} for i, v in enumerate(jaxpr.invars)}
+
+    def of(v: Any) -> set:
+        return set() if isinstance(v, Literal) else deps.get(v, set())
+    for eqn in jaxpr.eqns:
+        found = set().union(set(), *[of(v) for v in eqn.invars])
+        for out in eqn.outvars:
+            deps[out] = found
+    return [of(v) for v in jaxpr.outvars]

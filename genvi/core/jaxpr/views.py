@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 import jax
 
-from genvi.core.jaxpr.basics import ClosedJaxpr, Literal
+from genvi.core.jaxpr.basics import ClosedJaxpr, Literal, output_dependence
 
 
 # Recognisers for the higher-order primitives genvi interprets structurally.
@@ -236,16 +236,7 @@ class ScanEqn:
             >>> ScanEqn.of(eqn).dependence()
             [{0}, {1}]
         """
-        jaxpr = self.body.jaxpr
-        deps: dict = {v: {i} for i, v in enumerate(jaxpr.invars)}
-
-        def of(v: Any) -> set:
-            return set() if isinstance(v, Literal) else deps.get(v, set())
-        for eqn in jaxpr.eqns:
-            found = set().union(set(), *[of(v) for v in eqn.invars])
-            for out in eqn.outvars:
-                deps[out] = found
-        return [of(v) for v in jaxpr.outvars]
+        return output_dependence(self.body.jaxpr)
 
     def passes_through(self, carry: int) -> bool:
         """Whether the body returns carry `carry` unchanged."""

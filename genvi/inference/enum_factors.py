@@ -1,0 +1,348 @@
+"""The factors of a log density for `gv.enumeration`: the density as a sum of terms,
+each a tensor over the summed sites it depends on and the plates it lies in.
+
+A model's log density, traced with the summed sites' values as inputs, is a sum:
+each site's and observation's log density is the sum of one array (`reduce_sum`),
+and the interpreter adds them up, times plate factors. `split_terms` evaluates the
+traced density keeping that sum apart: a `Terms` holds the arrays (its leaves) and
+their constant coefficients instead of adding them. Two passes then find the factors:
+
+1. **What each term depends on** (`term_lanes`): the density is evaluated once per
+   summed site with that site tracked (every lane at one value, a `Same` of
+   `genvi.inference.enum_same_rules`; the other sites at fixed values), abstractly:
+   nothing of it is left in the program. A term comes out depending on the site
+   lane by lane, the site's lanes at known axes of the term, or not depending on
+   it; a term that mixes the site's lanes raises `NotSummable`, naming the
+   primitive. Axes of terms and sites that meet are one plate (`_Plates`: a site's
+   lanes and the observations made per lane of it, also in another `gv.vmap`).
+2. **The terms' values** (`factors`): the terms that depend on one set of sites are
+   evaluated at every joint value of those sites (every lane at the value) under
+   `vmap`: a tensor [each site's support, the term's axes], whose axes that are no
+   plate of a site are summed at once.
+
+`sum_over_sites` contracts them (`genvi.inference.sum_product.contract`).
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> closed = jax.make_jaxpr(lambda x: jnp.sum(x * 2.0) + 1.0)(jnp.ones(3))
+    >>> (out,) = split_terms(closed, [jnp.ones(3)])
+    >>> [(jnp.shape(leaf), float(c)) for leaf, c in out.leaves]
+    [((3,), 1.0), ((), 1.0)]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from genvi.core import jaxpr as jx
+from genvi.core.rules import REDUCE_SUM, primitives
+from genvi.core.walk import env_of, walk
+from genvi.inference.enum_lanes import evaluate_eqn, is_tracked, joint_values
+from genvi.inference.enum_same_rules import Same
+from genvi.inference.sum_product import Factor, NotSummable, Plan, contract
+from genvi.replays.engine import Local
+
+#: joint values of the sites one term depends on, at most (per lane)
+MAX_JOINT = 1 << 16
+
+
+@dataclass
+class Terms:
+    """A scalar kept as a sum: Σ_i `coeff_i` · Σ(entries of `leaf_i`)."""
+
+    leaves: tuple   # (leaf, coeff) pairs
+    dtype: Any
+    enum_marker = True
+
+    def total(self, where: str) -> Any:
+        """The sum itself (used other than additively at `where`)."""
+        parts = []
+        for leaf, coeff in self.leaves:
+            if isinstance(leaf, Same) and leaf.plain:
+                leaf = leaf.materialized()
+            if is_tracked(leaf):
+                raise NotSummable(f"a sum over their lanes is used by {where}, so the log "
+                                  "density is not a sum of per-lane terms; score each lane "
+                                  "inside the gv.vmap/gv.plate body (gv.observe, gv.factor) "
+                                  "instead of using their sum")
+            parts.append(jnp.sum(leaf) * coeff)
+        return jnp.asarray(sum(parts), self.dtype)
+
+
+_ADD, _SUB, _NEG, _MUL, _DIV = (primitives(n) for n in (
+    ["add", "add_any"], ["sub"], ["neg"], ["mul"], ["div"]))
+_UNARY = primitives(["convert_element_type", "copy", "copy_p", "reduce_sum", "reshape",
+                     "broadcast_in_dim", "squeeze"])
+
+
+def _scalar_leaves(x: Any) -> tuple | None:
+    if isinstance(x, Terms):
+        return x.leaves
+    shape = x.shape if isinstance(x, Same) else jnp.shape(x.base if isinstance(x, Local) else x)
+    return ((x, 1.0),) if shape == () else None
+
+
+def _plain_scalar(x: Any) -> bool:
+    return not is_tracked(x) and jnp.ndim(x) == 0
+
+
+def _terms_rule(eqn: Any, ins: list) -> Terms | None:
+    """Adding, negating, scaling by a constant and converting keep a `Terms` a sum."""
+    aval = eqn.outvars[0].aval
+    if aval.shape != ():
+        return None
+    prim = eqn.primitive
+    if prim in _ADD or prim in _SUB:
+        a, b = (_scalar_leaves(x) for x in ins)
+        if a is None or b is None:
+            return None
+        if prim in _SUB:
+            b = tuple((leaf, -c) for leaf, c in b)
+        return Terms(a + b, aval.dtype)
+    if prim in _NEG:
+        return Terms(tuple((leaf, -c) for leaf, c in ins[0].leaves), aval.dtype)
+    if prim in _MUL or prim in _DIV:
+        a, b = ins
+        if prim in _MUL and not isinstance(a, Terms):
+            a, b = b, a
+        if not isinstance(a, Terms) or not _plain_scalar(b):
+            return None
+        return Terms(tuple((leaf, c * b if prim in _MUL else c / b) for leaf, c in a.leaves),
+                     aval.dtype)
+    if prim in _UNARY and len(ins) == 1:
+        return Terms(ins[0].leaves, aval.dtype)
+    return None
+
+
+def split_terms(closed: Any, inputs: list) -> list:
+    """Evaluate `closed` on `inputs` (arrays or lane-tracked values), its sums of whole
+    arrays kept apart as `Terms` where they are added up (see the module)."""
+    return walk(closed.jaxpr, env_of(closed, inputs), _split_eqn)
+
+
+def _split_eqn(i: int, eqn: Any, ins: list) -> list:
+    if any(isinstance(x, Terms) for x in ins):
+        out = _terms_rule(eqn, ins)
+        if out is not None:
+            return [out]
+        where = f"`{jx.name_of(eqn)}` ({jx.source_line(eqn)})"
+        ins = [x.total(where) if isinstance(x, Terms) else x for x in ins]
+    view = jx.view(eqn)
+    if (isinstance(view, jx.CallEqn) and not isinstance(view, jx.CustomEqn)
+            and len(view.body.jaxpr.invars) == len(ins)):
+        with jx.emitted_as(eqn):
+            return walk(view.body.jaxpr, env_of(view.body, ins), _split_eqn)
+    aval = eqn.outvars[0].aval if eqn.outvars else None
+    if eqn.primitive is REDUCE_SUM and aval.shape == () and jx.is_float_aval(aval):
+        return [Terms(((ins[0], 1.0),), aval.dtype)]
+    outs = evaluate_eqn(eqn, ins, None)
+    if any(is_tracked(x) and not isinstance(x, (Local, Same)) for x in outs):
+        raise NotSummable(f"their lanes are summed at `{jx.name_of(eqn)}` "
+                          f"({jx.source_line(eqn)}) and the sum is used other than added to "
+                          "the log density: score each lane inside the gv.vmap/gv.plate body "
+                          "(gv.observe, gv.factor) instead of using their sum")
+    return outs
+
+
+def _leaves(out: Any) -> tuple:
+    leaves = _scalar_leaves(out)
+    if leaves is None:
+        raise NotSummable("the log density keeps their lanes apart")
+    return leaves
+
+
+def _placeholder(s: Any) -> Any:
+    """A site's value where the terms evaluated do not depend on it: its first value in
+    every lane, held once (what reads it alone is computed once, then dropped)."""
+    if s.shape == ():
+        return jnp.asarray(s.support[0], s.dtype)
+    one = jnp.full((1,) * len(s.shape), s.support[0], s.dtype)
+    return Same(one, tuple(range(len(s.shape))), tuple(s.shape), plain=True)
+
+
+def _tracked(s: Any) -> Same:
+    one = jnp.full((1,) * len(s.shape), s.support[0], s.dtype)
+    return Same(one, tuple(range(len(s.shape))), tuple(s.shape))
+
+
+def term_lanes(closed: Any, sites: list, flat_in: list) -> list[dict]:
+    """Per term of the density: {site index: the term's axes of the site's lanes} for
+    the sites it depends on (pass 1 of the module, evaluated abstractly). A site of
+    one value (no lanes) is followed through the traced terms' dependence instead."""
+    found: list = []
+    batched = [i for i, s in enumerate(sites) if s.shape != ()]
+    scalars = [i for i, s in enumerate(sites) if s.shape == ()]
+
+    def run(flat_in: list) -> Any:
+        for i in batched:
+            s = sites[i]
+            inputs = [_tracked(t) if j == i else _placeholder(t) for j, t in enumerate(sites)]
+            try:
+                (out,) = split_terms(closed, inputs + list(flat_in))
+            except NotSummable as why:
+                raise NotSummable(f"{why} (site {s.name!r})") from None
+            found.append((i, [_lanes_of(leaf, s) for leaf, _ in _leaves(out)]))
+        return jnp.zeros(())
+    jax.eval_shape(run, flat_in)
+    if scalars:
+        def values(scalar_values: list, flat_in: list) -> list:
+            given = dict(zip(scalars, scalar_values))
+            inputs = [given[i] if i in given else _placeholder(s) for i, s in enumerate(sites)]
+            (out,) = split_terms(closed, inputs + list(flat_in))
+            return [_materialized(leaf) * c for leaf, c in _leaves(out)]
+        traced = jax.make_jaxpr(values)([_placeholder(sites[i]) for i in scalars], flat_in)
+        deps = jx.output_dependence(traced)
+        found += [(i, [() if n in d else None for d in deps]) for n, i in enumerate(scalars)]
+    counts = {len(f) for _, f in found}
+    if len(counts) != 1:
+        raise NotSummable("the density's terms differ by which site is tracked")
+    return [{i: f[k] for i, f in sorted(found) if f[k] is not None}
+            for k in range(counts.pop())]
+
+
+def _lanes_of(leaf: Any, s: Any) -> tuple | None:
+    if isinstance(leaf, Same):
+        return None if leaf.plain else tuple(leaf.axes)
+    if isinstance(leaf, Local):
+        return tuple(leaf.axes)
+    if is_tracked(leaf):
+        raise NotSummable(f"their lanes couple in a term of site {s.name!r}")
+    return None
+
+
+class _Plates:
+    """Plates as classes of (site, lane axis): a term's axis joins the lanes of every
+    site it holds there (union-find)."""
+
+    def __init__(self, sites: list):
+        self.parent: dict = {}
+        self.sites = sites
+
+    def find(self, node: tuple) -> tuple:
+        self.parent.setdefault(node, node)
+        while self.parent[node] != node:
+            node = self.parent[node]
+        return node
+
+    def union(self, a: tuple, b: tuple) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+    def name(self, label: tuple) -> str:
+        s = self.sites[label[0]]
+        return f"{s.name}[{label[1]}]:{s.shape[label[1]]}" if len(s.shape) > 1 \
+            else f"{s.name}:{s.shape[0]}"
+
+
+def sum_over_sites(closed: Any, sites: list, flat_in: list) -> tuple[Any, Plan]:
+    """log Σ over every site's values (lane by lane) of the density `closed` computes
+    from (site values, *flat_in), and the contraction's plan."""
+    lanes = term_lanes(closed, sites, flat_in)
+    plates = _Plates(sites)
+    for per_site in lanes:
+        by_axis: dict = {}
+        for i, axes in per_site.items():
+            for j, a in enumerate(axes):
+                by_axis.setdefault(a, []).append((i, j))
+        for nodes in by_axis.values():
+            for node in nodes[1:]:
+                plates.union(nodes[0], node)
+    site_plates = {i: frozenset(plates.find((i, j)) for j in range(len(s.shape)))
+                   for i, s in enumerate(sites)}
+    for i, s in enumerate(sites):
+        if len(site_plates[i]) != len(s.shape):
+            raise NotSummable(f"two lane axes of site {s.name!r} are one plate")
+    scales = _plate_scales(sites, site_plates)
+    groups: dict = {}
+    for k, per_site in enumerate(lanes):
+        groups.setdefault(tuple(sorted(per_site)), []).append(k)
+    factors = []
+    for deps, ks in groups.items():
+        values = _term_values(closed, sites, flat_in, deps, ks)
+        for k, v in zip(ks, values):
+            factors.append(_factor(v, deps, lanes[k], sites, plates, scales))
+    names = {i: repr(s.name) for i, s in enumerate(sites)}
+    names.update({label: plates.name(label) for label in scales})
+    return contract(factors, site_plates, scales, names)
+
+
+def _plate_scales(sites: list, site_plates: dict) -> dict:
+    """Each plate's scale (a subsampled gv.plate's size / lanes), from the sites'
+    scales (the product of their plates'): the outer plates' first."""
+    scales: dict = {}
+    for i in sorted(site_plates, key=lambda i: len(site_plates[i])):
+        known = math.prod(scales[p] for p in site_plates[i] if p in scales)
+        new = sorted(p for p in site_plates[i] if p not in scales)
+        if new:
+            scales.update({p: 1.0 for p in new})
+            scales[new[0]] = sites[i].scale / known
+        elif not math.isclose(known, sites[i].scale):
+            raise NotSummable(f"site {sites[i].name!r} lies in gv.plates of other scales than "
+                              "the sites that share its plates")
+    return scales
+
+
+def _term_values(closed: Any, sites: list, flat_in: list, deps: tuple, ks: list) -> list:
+    """The terms `ks` (which depend on the sites `deps`) at every joint value of those
+    sites, every lane at the value: each [support of each site in deps, *term shape]."""
+    on = [sites[i] for i in deps]
+    count = math.prod(len(s.support) for s in on)
+    if count > MAX_JOINT:
+        raise NotSummable(f"the sites {[s.name for s in on]} meet in one term with "
+                          f"{count:,} joint values (more than {MAX_JOINT:,}): put repeated "
+                          "sites in a gv.plate or gv.scan, where they are summed lane by lane "
+                          "or step by step")
+
+    # sites of one set of lanes go in as one value for every lane (`Same`), so what
+    # depends on the value alone (a component's mean) is computed once per value
+    same = len({s.shape for s in on if s.shape != ()}) == 1
+
+    def value(s: Any, v: Any) -> Any:
+        if same and s.shape != ():
+            return Same(jnp.full((1,) * len(s.shape), v, s.dtype), tuple(range(len(s.shape))),
+                        tuple(s.shape))
+        return jnp.full(s.shape, v, s.dtype)
+
+    def at(values: list) -> list:
+        given = dict(zip(deps, values))
+        inputs = [value(s, given[i]) if i in given else _placeholder(s)
+                  for i, s in enumerate(sites)]
+        (out,) = split_terms(closed, inputs + list(flat_in))
+        leaves = _leaves(out)
+        return [_materialized(leaves[k][0]) * leaves[k][1] for k in ks]
+    if not deps:
+        return at([])
+    values = jax.vmap(at)(joint_values(on))
+    shape = tuple(len(s.support) for s in on)
+    return [jnp.reshape(v, shape + jnp.shape(v)[1:]) for v in values]
+
+
+def _materialized(x: Any) -> Any:
+    if isinstance(x, Same):
+        return x.materialized() if x.plain else x.local().base
+    return x.base if isinstance(x, Local) else x
+
+
+def _factor(values: Any, deps: tuple, per_site: dict, sites: list, plates: _Plates,
+            scales: dict) -> Factor:
+    """A term's values as a `Factor`: its axes that are no site's lanes summed, the
+    others labelled by plate, unscaled (`contract` scales each plate's product)."""
+    n = len(deps)
+    label_of = {}
+    for i, axes in per_site.items():
+        for j, a in enumerate(axes):
+            label_of[a] = plates.find((i, j))
+    ndim = jnp.ndim(values) - n
+    free = tuple(n + a for a in range(ndim) if a not in label_of)
+    if free:
+        values = jnp.sum(values, axis=free)
+    kept = [a for a in range(ndim) if a in label_of]
+    labels = tuple(label_of[a] for a in kept)
+    if len(set(labels)) != len(labels):
+        raise NotSummable("a term holds one plate along two axes")
+    scale = math.prod(scales[p] for p in labels)
+    return Factor(values / scale if scale != 1.0 else values, deps, labels)
