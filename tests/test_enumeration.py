@@ -226,7 +226,7 @@ def test_a_scan_whose_state_remembers_more_is_refused():
     def model(ys):
         gv.normal(0.0, 1.0) @ "mu"
         gv.scan(counting)(0.0, ys) @ "steps"
-    refused(model, ["mu"], jnp.zeros(4), match="remembers more than the previous step")
+    refused(model, ["mu"], jnp.zeros(4), match="remembers more than the last steps' discrete values")
 
 
 def test_scan_results_used_after_the_scan_are_refused():

@@ -3,16 +3,19 @@
 The model's log density, traced with the site's stacked values [T] as an input, holds
 one `scan` that reads them as its per-step input. Its body is analysed once, by
 dependence: the log-density carry (`logw_out = logw_in + term`) is the accumulator;
-the carries whose new value depends on the step's discrete value z_t are its state,
-and each must be a function of z_t alone (not of the previous state: a hidden Markov
-model, where the step's term depends on z_{t−1} through that state and on z_t). Then
+the carries whose new value depends on the step's discrete value z_t are its state.
+Each must be a function of z_t alone (depth 0), or the value a carry of depth d held
+at the step's start (depth d + 1: a register of earlier values), so the state is a
+function of the last k = 1 + (largest depth) values: a hidden Markov model of order
+k. With h the history of the last k joint values (`genvi.inference.chain_algebra`),
 
-    α_0(v) = term_0(v),   α_t(v) = logsumexp_u [α_{t−1}(u) + term_t(state(u), v)],
+    α_0(v) = term_0(v),   α_t(v, h_1..h_{k−1}) = logsumexp_{h_k} [α_{t−1}(h) + term_t(h, v)],
 
-and the scan's log density is logsumexp_v α_{T−1}(v): O(T × support²) evaluations of
-the step, as one `lax.scan` whose step evaluates the body on every (u, v) pair under
-`vmap`. Results of the scan that depend on the discrete values may not be used after
-it (they would need the path); anything else raises `NotSummable` by name.
+and the scan's log density is logsumexp_h α_{T−1}(h): O(T × support^(k+1))
+evaluations of the step, as one `lax.scan` whose step evaluates the body on every
+(history, value) pair under `vmap`. Results of the scan that depend on the discrete
+values may not be used after it (they would need the path); anything else raises
+`NotSummable` by name.
 
 Example:
     >>> from genvi.inference.enum_scan import Steps
@@ -33,7 +36,9 @@ from jax.scipy.special import logsumexp
 from genvi.core import jaxpr as jx
 from genvi.core.rules import primitives
 from genvi.inference.enum_lanes import Additive, NotSummable, evaluate, is_tracked, joint_values
+from genvi.inference.chain_algebra import History, blocked_chain, remat
 from genvi.inference.enum_same_rules import Same
+from genvi.inference.enum_factors import MAX_JOINT
 from genvi.replays.engine import Local
 
 # reorderings of the stacked values on their way into the scan (vmap of a scan moves
@@ -88,13 +93,7 @@ def _forward(eqn: Any, ins: list) -> list | None:
                     or any(scan.carry_input(s) in deps[j] for s in state)):
                 state.add(j)
                 changed = True
-    for j in state:
-        if any(scan.carry_input(s) in deps[j] for s in state):
-            raise NotSummable(f"the carry of the scan at {where} remembers more "
-                              "than the previous step's discrete values (a step's state must be "
-                              "a function of that step's values alone): carry only the step's "
-                              "discrete values, or values computed from them alone, to the next "
-                              "step")
+    depth = _depths(scan, state, deps, where)
     shapes = {tuple(scan.body_in_aval(p).shape) for p in zpos}
     if len(shapes) > 1:
         raise NotSummable(f"the discrete sites of the scan at {where} have different shapes "
@@ -102,8 +101,14 @@ def _forward(eqn: Any, ins: list) -> list | None:
                           "summed jointly only where each step holds one value of each per "
                           "sequence")
     steps = _StepValues(scan, ins, zpos, sites, first_init)
+    history = History(steps.count, 1 + max(depth.values(), default=0))
+    if history.size * history.count > MAX_JOINT:
+        raise NotSummable(f"the chain of the scan at {where} remembers {history.k} steps of "
+                          f"{history.count} joint values: {history.size * history.count:,} "
+                          f"joint values per step (more than {MAX_JOINT:,})")
+    echo = _echoes(scan, state, steps, depth)
     if shapes.pop():  # a batch of sequences: every lane's chain summed at once
-        return _forward_lanes(steps, a, state, deps, where)
+        return _forward_lanes(steps, history, echo, a, state, deps, where)
     body = scan.body
 
     def run(carry, x_t, c):
@@ -111,43 +116,42 @@ def _forward(eqn: Any, ins: list) -> list | None:
         carry[a] = jnp.zeros_like(carry[a])
         return evaluate(body, list(steps.consts) + carry + steps.inputs(x_t, c))
 
-    n = steps.count
+    n, histories = steps.count, jnp.arange(history.size)
     outs0 = jax.vmap(lambda c: run(steps.first_init, steps.first, c))(jnp.arange(n))  # [C, ...]
-    alpha = outs0[a]
-    carry0 = [o if j in state else o[0] for j, o in enumerate(scan.split_outs(outs0)[0])]
+    alpha = history.first(outs0[a])
+    carry0 = [history.carried(o) if j in state else o[0]
+              for j, o in enumerate(scan.split_outs(outs0)[0])]
 
-    echo = _echoes(scan, state, steps)
+    def state_at(j, h, carry):  # a site's own value is built here from h, not carried
+        return (steps.value(echo[j][0], history.value_at(h, echo[j][1])) if j in echo
+                else carry[j][h])
 
     def step(c, x_t):
         alpha, carry = c
 
-        def state_at(j, u):  # the site's own value is built here from u, not carried
-            return steps.value(echo[j], u) if j in echo else carry[j][u]
-
-        def pair(u, v):
-            cin = [state_at(j, u) if j in state else carry[j] for j in range(ncar)]
+        def pair(h, v):
+            cin = [state_at(j, h, carry) if j in state else carry[j] for j in range(ncar)]
             return run(cin, x_t, v)
-        outs = jax.vmap(lambda u: jax.vmap(lambda v: pair(u, v))(jnp.arange(n)))(jnp.arange(n))
-        alpha = logsumexp(alpha[:, None] + outs[a], axis=0)
-        new = [outs[j][0] if j in state else outs[j][0, 0] for j in range(ncar)]
+        outs = jax.vmap(lambda h: jax.vmap(lambda v: pair(h, v))(jnp.arange(n)))(histories)
+        alpha = history.advance(alpha, outs[a])
+        new = [history.shift(outs[j]) if j in state else outs[j][0, 0] for j in range(ncar)]
         return (alpha, new), None
 
     if length > 1 and set(echo) == state and _invariant(scan, a, state):
         # a step's factors depend on its input alone: every step's at once, then α
         def factors(x_t):
-            def pair(u, v):
-                cin = [steps.value(echo[j], u) if j in state else steps.init[j]
+            def pair(h, v):
+                cin = [state_at(j, h, None) if j in state else steps.init[j]
                        for j in range(ncar)]
                 return run(cin, x_t, v)[a]
-            return jax.vmap(lambda u: jax.vmap(lambda v: pair(u, v))(jnp.arange(n)))(
-                jnp.arange(n))
-        alpha, _ = _blocked_chain(
-            alpha[None], lambda x_t: (jnp.zeros((), alpha.dtype), factors(x_t)[..., None]),
-            steps.rest)
-        alpha = alpha[0]
+            return jax.vmap(lambda h: jax.vmap(lambda v: pair(h, v))(jnp.arange(n)))(histories)
+        alpha, _ = blocked_chain(
+            history, alpha[:, None],
+            lambda x_t: (jnp.zeros((), alpha.dtype), factors(x_t)[..., None]), steps.rest)
+        alpha = alpha[:, 0]
         carry0 = [steps.init[j] if j not in state else carry0[j] for j in range(ncar)]
     elif length > 1:
-        (alpha, carry0), _ = jax.lax.scan(_remat(step), (alpha, carry0), steps.rest)
+        (alpha, carry0), _ = jax.lax.scan(remat(step), (alpha, carry0), steps.rest)
     results = [steps.init[a] + logsumexp(alpha) if j == a else AfterScan(where) if j in state
                else carry0[j] for j in range(ncar)]
     return results + _after_scan_outputs(scan, zpos, a, state, deps, where)
@@ -190,79 +194,50 @@ class _StepValues:
         return x_t
 
 
+def _depths(scan: Any, state: set, deps: list, where: str) -> dict:
+    """Each state carry's depth: 0 where its new value is computed from the step's
+    discrete values (and no state carry), d + 1 where it is the value a carry of depth
+    d held at the step's start (a register of the chain's earlier values); the chain
+    then remembers the last 1 + (largest depth) steps. Anything else is refused."""
+    depth = {j: 0 for j in state if not any(scan.carry_input(s) in deps[j] for s in state)}
+    changed = True
+    while changed:
+        changed = False
+        for j in sorted(state - depth.keys()):
+            source = next((s for s in sorted(depth) if scan.shifts(j, s)), None)
+            if source is not None:
+                depth[j] = depth[source] + 1
+                changed = True
+    if state - depth.keys():
+        raise NotSummable(f"the carry of the scan at {where} remembers more than the last "
+                          "steps' discrete values (a step's state must be a function of the "
+                          "last k steps' values): carry the step's discrete values, or values "
+                          "computed from them alone, and pass earlier ones on unchanged (a "
+                          "k-th order chain carries its last k values)")
+    return depth
+
+
+def _echoes(scan: Any, state: set, steps: "_StepValues", depth: dict) -> dict:
+    """The state carries that hold a site's value itself, d steps back (an HMM's
+    z_{t−1}, a second-order chain's z_{t−2}): {carry: (site position, d)}. The step
+    builds their value from the history index (a constant in every lane) instead of
+    reading the carried array, so XLA folds what depends on it only (the transition
+    row of the history) instead of computing it lane by lane from an array."""
+    echo = {j: (i, 0) for j in state for i, k in enumerate(steps.where)
+            if scan.carries_input(j, k)}
+    for j in sorted(state, key=depth.get):
+        if j not in echo:
+            source = next((s for s in echo if scan.shifts(j, s)), None)
+            if source is not None:
+                echo[j] = (echo[source][0], echo[source][1] + 1)
+    return echo
+
+
 def _invariant(scan: Any, a: int, state: set) -> bool:
     """Whether every carry other than the state and the log density passes through the
     step unchanged (a hidden Markov model's parameters)."""
     return all(scan.passes_through(j) for j in range(scan.carry_count)
                if j != a and j not in state)
-
-
-def _echoes(scan: Any, state: set, steps: "_StepValues") -> dict:
-    """The state carries that are a site's value itself (an HMM's z_{t−1}), each with
-    its site's position: the step builds their value at u from u (a constant in every
-    lane), instead of reading the carried array, so XLA folds what depends on it only
-    (the transition row of u) instead of computing it lane by lane from an array."""
-    return {j: i for j in state for i, k in enumerate(steps.where) if scan.carries_input(j, k)}
-
-
-#: steps whose factors are computed together where all of them would not fit in
-#: `FACTORS_BUDGET` numbers (`_blocked_chain`)
-BLOCK = 16
-FACTORS_BUDGET = 1 << 22
-
-
-def _blocked_chain(alpha: jax.Array, factors: Any, rest: list) -> tuple[jax.Array, Any]:
-    """α [lanes, C] carried through steps 1 … T − 1, whose factors (a lane-free part and
-    m_t [C(u), C(v), lanes]) depend on each step's input alone: `factors(x_t)`. The
-    steps go in blocks of `BLOCK`: a block's factors are computed at once under
-    `vmap`, then α runs through them; the blocks are a scan whose body is
-    rematerialized (`_remat`), so the backward pass keeps α at each block's start,
-    O(T / BLOCK × C) per lane, and recomputes a block's factors, O(BLOCK × C²),
-    instead of keeping every step's, O(T × C²). Where every step's factors fit in
-    `FACTORS_BUDGET` numbers they are computed at once and kept (one block, no
-    recomputation: about 30% faster for small chains)."""
-    length = jax.tree_util.tree_leaves(rest)[0].shape[0]
-    count = alpha.shape[1]
-    fits = length * count * count * alpha.shape[0] <= FACTORS_BUDGET
-    block = length if fits else min(BLOCK, length)
-    blocks = -(-length // block)
-    pad = blocks * block - length
-
-    def padded(x):  # past the end: the last step again, its factors replaced below
-        x = jnp.concatenate([x, jnp.repeat(x[-1:], pad, axis=0)]) if pad else x
-        return x.reshape((blocks, block) + x.shape[1:])
-    inputs = (jax.tree_util.tree_map(padded, rest),
-              (jnp.arange(blocks * block) < length).reshape(blocks, block))
-    identity = jnp.where(jnp.eye(count, dtype=bool), 0.0, -jnp.inf).astype(alpha.dtype)
-
-    def forward(al, m_t):
-        return logsumexp(al.T[:, None, :] + m_t, axis=0).T, None
-
-    def run_block(c, inp):
-        al, free_total = c
-        xb, valid = inp
-        free, m = jax.vmap(factors)(xb)                      # [block], [block, C, C, lanes]
-        m = jnp.where(valid[:, None, None, None], m, identity[None, :, :, None])
-        al, _ = jax.lax.scan(forward, al, m)
-        return (al, free_total + jnp.sum(jnp.where(valid, free, 0.0))), None
-
-    start = (alpha, jnp.zeros((), alpha.dtype))
-    if blocks == 1:
-        (alpha, free_total), _ = run_block(start, jax.tree_util.tree_map(lambda x: x[0], inputs))
-        return alpha, free_total
-    (alpha, free_total), _ = jax.lax.scan(_remat(run_block), start, inputs)
-    return alpha, free_total
-
-
-#: whether a step is recomputed in the backward pass (see `_remat`)
-REMAT = True
-
-
-def _remat(step: Any) -> Any:
-    """The forward algorithm's step, rematerialized for reverse mode: the backward pass
-    keeps each step's α and carried state, O(T × values) (× lanes), and recomputes the
-    step's pair evaluations, instead of storing them all, O(T × values²)."""
-    return jax.checkpoint(step, prevent_cse=False) if REMAT else step
 
 
 def _after_scan_outputs(scan: Any, zpos: list, a: int, state: set,
@@ -279,15 +254,16 @@ def _after_scan_outputs(scan: Any, zpos: list, a: int, state: set,
     return outs
 
 
-def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: str) -> list:
+def _forward_lanes(steps: _StepValues, history: History, echo: dict, a: int, state: set,
+                   deps: list, where: str) -> list:
     """The forward algorithm for a batch of chains: the scan's per-step site values
     have lanes (the sequences of a `gv.vmap`/`gv.plate` around a `gv.scan`), each lane
-    its own chain. The body is evaluated once per pair (u, v) of joint values with
-    every lane at v (and its state at u), lane-tracked, so the log density's step term
-    comes out as a lane-free part plus one term per lane (`Additive`); the lanes' α
-    recursions then run side by side: α_t[l, v] = logsumexp_u α_{t−1}[l, u] +
-    term_t[l](u, v), O(T × lanes × values²). In a subsampled plate a lane's terms
-    arrive scaled: its chain is summed unscaled, then scaled."""
+    its own chain. The body is evaluated once per (history h, value v) with every lane
+    at v (and its state at h), lane-tracked, so the log density's step term comes out
+    as a lane-free part plus one term per lane (`Additive`); the lanes' α recursions
+    then run side by side (`History.advance` with a lanes axis), O(T × lanes ×
+    values^(k+1)). In a subsampled plate a lane's terms arrive scaled: its chain is
+    summed unscaled, then scaled."""
     scan = steps.scan
     body, ncar = scan.body, scan.carry_count
     scales = {s.scale for s in steps.sites}
@@ -332,47 +308,45 @@ def _forward_lanes(steps: _StepValues, a: int, state: set, deps: list, where: st
 
     free0, alpha, carry0 = jax.vmap(lambda c: run(steps.first_init, steps.first, c))(
         jnp.arange(n))
-    alpha = alpha.T                                         # [lanes, C]
-    carry0 = [c if j in state else c[0] for j, c in enumerate(carry0)]
+    alpha = history.first(alpha)                            # [C^k, lanes]
+    carry0 = [history.carried(c) if j in state else c[0] for j, c in enumerate(carry0)]
     free_total = free0[0]
+    histories = jnp.arange(history.size)
 
-    echo = _echoes(scan, state, steps)
-
-    def echoed(j: int, u: Any) -> Local:  # the site's own value: every lane at u, built here
-        return steps.value(echo[j], u, tracked=True)
+    def state_at(j: int, h: Any, carry: list | None) -> Any:
+        if j in echo:  # the site's own value: every lane at it, built here
+            return steps.value(echo[j][0], history.value_at(h, echo[j][1]), tracked=True)
+        return tracked(carry[j][h], j)
 
     def step(c: tuple, x_t: list) -> tuple:
         alpha, carry, free_total = c
 
-        def state_at(j, u):
-            return echoed(j, u) if j in echo else tracked(carry[j][u], j)
-
-        def pair(u, v):
-            cin = [state_at(j, u) if j in state else carry[j] for j in range(ncar)]
+        def pair(h, v):
+            cin = [state_at(j, h, carry) if j in state else carry[j] for j in range(ncar)]
             return run(cin, x_t, v)
-        free, terms, new = jax.vmap(lambda u: jax.vmap(lambda v: pair(u, v))(jnp.arange(n)))(
-            jnp.arange(n))                                  # terms: [C(u), C(v), lanes]
-        alpha = logsumexp(alpha.T[:, None, :] + terms, axis=0).T
-        new = [c[0] if j in state else c[0, 0] for j, c in enumerate(new)]
+        free, terms, new = jax.vmap(lambda h: jax.vmap(lambda v: pair(h, v))(jnp.arange(n)))(
+            histories)                                      # terms: [C^k, C, lanes]
+        alpha = history.advance(alpha, terms)
+        new = [history.shift(c) if j in state else c[0, 0] for j, c in enumerate(new)]
         return (alpha, new, free_total + free[0, 0]), None
 
     if scan.length > 1 and set(echo) == state and _invariant(scan, a, state):
         # a step's factors depend on its input alone: every step's at once, then α
         def factors(x_t):
-            def pair(u, v):
-                cin = [echoed(j, u) if j in state else steps.init[j] for j in range(ncar)]
+            def pair(h, v):
+                cin = [state_at(j, h, None) if j in state else steps.init[j]
+                       for j in range(ncar)]
                 free, per_lane, _ = run(cin, x_t, v)
                 return free, per_lane
-            return jax.vmap(lambda u: jax.vmap(lambda v: pair(u, v))(jnp.arange(n)))(
-                jnp.arange(n))
-        alpha, free_rest = _blocked_chain(
-            alpha, lambda x_t: (lambda f, m: (f[0, 0], m))(*factors(x_t)), steps.rest)
+            return jax.vmap(lambda h: jax.vmap(lambda v: pair(h, v))(jnp.arange(n)))(histories)
+        alpha, free_rest = blocked_chain(
+            history, alpha, lambda x_t: (lambda f, m: (f[0, 0], m))(*factors(x_t)), steps.rest)
         free_total = free_total + free_rest
         carry0 = [steps.init[j] if j not in state else carry0[j] for j in range(ncar)]
     elif scan.length > 1:
         (alpha, carry0, free_total), _ = jax.lax.scan(
-            _remat(step), (alpha, carry0, free_total), steps.rest)
-    total = free_total + scale * jnp.sum(logsumexp(alpha, axis=1))
+            remat(step), (alpha, carry0, free_total), steps.rest)
+    total = free_total + scale * jnp.sum(logsumexp(alpha, axis=0))
     results = [steps.init[a] + total if j == a else AfterScan(where) if j in state
                else carry0[j] for j in range(ncar)]
     zpos = [scan.scanned_input(k) for k in steps.where]

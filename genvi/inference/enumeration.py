@@ -10,9 +10,9 @@ exact, as Pyro's `TraceEnum_ELBO` does for sites enumerated in the model:
   (`genvi.inference.enum_factors`), contracted by variable elimination in log space:
   a site summed per lane of its plates, a plate multiplied over its lanes, in an order
   that keeps the largest intermediate small (`genvi.inference.sum_product`);
-* a site inside `gv.scan` whose steps depend on the previous step's value only (a
-  hidden Markov model, also a batch of them in a plate): the forward algorithm,
-  O(steps × support²), in `genvi.inference.enum_scan`.
+* a site inside `gv.scan` whose steps depend on the last k steps' values (a hidden
+  Markov model of order k, also a batch of them in a plate): the forward algorithm
+  over the last k values, O(steps × support^(k+1)), in `genvi.inference.enum_scan`.
 
 Elsewhere (lanes that couple, plates that cross, a scan whose carry remembers more,
 a site without a static finite support) it refuses, naming the site and why.
@@ -317,6 +317,6 @@ def _refusal(g: GenFn, sites: list[AuxSite], why: Exception) -> ValueError:
         f"gv.enumeration cannot sum the discrete sites {names} of {g.name} exactly: {why}. "
         "It sums a log density that is a sum of terms, each depending lane by lane on the "
         "sites of nested gv.plate/gv.vmap lanes (plates of any sizes, side by side or "
-        "nested), and step by step in a gv.scan whose steps depend on the previous step's "
-        "discrete value only (a hidden Markov model). Keep such a site and give it a guide "
+        "nested), and step by step in a gv.scan whose steps depend on the last k steps' "
+        "discrete values (a hidden Markov model of order k). Keep such a site and give it a guide "
         "(grad=gv.ENUM), or use gv.importance.")

@@ -1,6 +1,6 @@
 """Memory and time of an enumerated batch of sequences' gradient step: genvi's
 forward algorithm with every step's factors computed at once and kept (what it does
-where they fit in `genvi.inference.enum_scan.FACTORS_BUDGET` numbers), and in blocks
+where they fit in `genvi.inference.chain_algebra.FACTORS_BUDGET` numbers), and in blocks
 of `BLOCK` steps recomputed in the backward pass (what it does for longer chains:
 O(T / BLOCK × states) kept per sequence), beside NumPyro's on the same model
 (`genvi_experiments.bench.enumeration`'s rows: `TraceEnum_ELBO` of the `scan`, of a
@@ -21,7 +21,7 @@ import argparse
 import jax
 
 import genvi as gv
-from genvi.inference import enum_scan
+from genvi.inference import chain_algebra
 from genvi_experiments.bench.enumeration import (numpyro_methods, sequences_data,
                                                  sequences_model)
 from genvi_experiments.common.timing import describe_machine, interleaved_medians
@@ -30,8 +30,8 @@ from genvi_experiments.common.timing import describe_machine, interleaved_median
 def genvi_step(data: jax.Array, states: int, blocked: bool):
     """A jitted gradient step of the enumerated model's ELBO, its chain in blocks
     (`blocked`) or all at once."""
-    budget = enum_scan.FACTORS_BUDGET
-    enum_scan.FACTORS_BUDGET = 0 if blocked else budget
+    budget = chain_algebra.FACTORS_BUDGET
+    chain_algebra.FACTORS_BUDGET = 0 if blocked else budget
     try:
         summed = gv.marginal(sequences_model(states), keep=["trans", "means"],
                              algorithm=gv.enumeration())
@@ -42,7 +42,7 @@ def genvi_step(data: jax.Array, states: int, blocked: bool):
         compiled = step.lower(params, jax.random.key(1)).compile()
         jax.block_until_ready(compiled(params, jax.random.key(1)))
     finally:
-        enum_scan.FACTORS_BUDGET = budget
+        chain_algebra.FACTORS_BUDGET = budget
     return (lambda: compiled(params, jax.random.key(1))), compiled
 
 

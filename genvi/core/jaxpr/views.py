@@ -248,6 +248,20 @@ class ScanEqn:
         jaxpr = self.body.jaxpr
         return jaxpr.outvars[carry] is jaxpr.invars[self.scanned_input(scanned)]
 
+    def shifts(self, carry: int, other: int) -> bool:
+        """Whether carry `carry`'s new value is carry `other`'s value at the step's start
+        (a register of a chain's earlier values).
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> f = lambda c, xs: jax.lax.scan(lambda c, x: ((x, c[0]), None), c, xs)
+            >>> (eqn,) = jax.make_jaxpr(f)((0.0, 0.0), jnp.arange(3.0)).jaxpr.eqns
+            >>> ScanEqn.of(eqn).shifts(1, 0), ScanEqn.of(eqn).shifts(0, 1)
+            (True, False)
+        """
+        jaxpr = self.body.jaxpr
+        return jaxpr.outvars[carry] is jaxpr.invars[self.carry_input(other)]
+
     def accumulators(self, subtract: bool = True, sole_use: bool = True) -> frozenset:
         """The carries `j` whose new value is `c_j + term` (or, with `subtract`,
         `c_j - term`), `c_j` used nowhere else in the body, and (with `sole_use`) the

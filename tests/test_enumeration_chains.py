@@ -1,0 +1,164 @@
+"""`gv.enumeration()` on chains of order k: a `gv.scan` whose carry holds the last k
+discrete values (Pyro's `markov(history=k)`). Log densities against numpy brute force
+over every path and a numpy forward algorithm on pair states (float64); a batch of
+padded sequences; a third-order chain; gradients against float64 central
+differences; a fit that recovers a second-order transition table."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from scipy.special import logsumexp
+from scipy.stats import norm
+
+import genvi as gv
+
+K, SD = 2, 0.6
+# p(z_t | z_{t-1}, z_{t-2}): a chain that alternates where the last two agree
+TRANS2 = np.array([[[0.3, 0.7], [0.8, 0.2]],
+                   [[0.6, 0.4], [0.1, 0.9]]], np.float32)      # [z_{t-2}, z_{t-1}, z_t]
+MEANS = np.array([-1.0, 1.2], np.float32)
+YS = np.random.default_rng(2).normal(size=(3, 7)).astype(np.float32)
+
+
+@gv.gen
+def step2(carry, inputs):
+    prev, prev2, trans, means = carry
+    y, valid = inputs
+    z = gv.categorical(jnp.log(trans[prev2, prev])) @ "z"
+    gv.factor(jnp.where(valid, gv.normal.log_prob(y, means[z], SD), 0.0))
+    return (z, prev, trans, means), None
+
+
+@gv.gen
+def sequence2(trans, means, ys, valid):
+    gv.scan(step2)((0, 0, trans, means), (ys, valid)) @ "steps"
+
+
+@gv.gen
+def one_chain(ys, valid):
+    means = gv.normal(jnp.zeros(K), 2.0) @ "means"
+    sequence2(jnp.asarray(TRANS2), means, ys, valid) @ "chain"
+
+
+@gv.gen
+def many_chains(ys, valid):
+    means = gv.normal(jnp.zeros(K), 2.0) @ "means"
+    gv.vmap(sequence2, in_axes=(None, None, 0, 0))(jnp.asarray(TRANS2), means, ys,
+                                                    valid) @ "seqs"
+
+
+def brute_force(trans, means, y, valid):
+    """log Σ over every path of the chain (z_{-1} = z_{-2} = 0)."""
+    total = []
+    for path in itertools.product(range(K), repeat=len(y)):
+        prev, prev2, lp = 0, 0, 0.0
+        for z, yt, ok in zip(path, y, valid):
+            lp += np.log(trans[prev2, prev, z]) + (norm.logpdf(yt, means[z], SD) if ok else 0.0)
+            prev, prev2 = z, prev
+        total.append(lp)
+    return logsumexp(total)
+
+
+def pair_forward(trans, means, y, valid):
+    """The forward algorithm on pair states (z_{t-1}, z_t), float64."""
+    emit = lambda t: norm.logpdf(y[t], means, SD) if valid[t] else np.zeros(K)  # noqa: E731
+    alpha = np.full((K, K), -np.inf)
+    alpha[0] = np.log(trans[0, 0]) + emit(0)            # (z_{-1} = 0, z_0)
+    for t in range(1, len(y)):
+        new = np.full((K, K), -np.inf)
+        for a, b, c in itertools.product(range(K), repeat=3):
+            new[b, c] = np.logaddexp(new[b, c], alpha[a, b] + np.log(trans[a, b, c]) + emit(t)[c])
+        alpha = new
+    return logsumexp(alpha)
+
+
+def log_density(model, means, ys, valid):
+    m = gv.marginal(model, keep=["means"], algorithm=gv.enumeration())
+    return m.log_density(gv.choices({"means": means}), jnp.asarray(ys), jnp.asarray(valid))
+
+
+def test_a_second_order_chain_is_summed_exactly():
+    valid = np.ones(7, bool)
+    got = log_density(one_chain, MEANS, YS[0], valid)
+    prior = norm.logpdf(MEANS, 0.0, 2.0).sum()
+    truth = brute_force(TRANS2, MEANS, YS[0], valid)
+    assert pair_forward(TRANS2, MEANS, YS[0], valid) == pytest.approx(truth, abs=1e-9)
+    assert float(got) == pytest.approx(prior + truth, abs=1e-4)
+
+
+def test_a_batch_of_padded_second_order_sequences():
+    valid = np.array([[True] * 7, [True] * 4 + [False] * 3, [True] * 6 + [False]])
+    got = log_density(many_chains, MEANS, YS, valid)
+    want = norm.logpdf(MEANS, 0.0, 2.0).sum() + sum(
+        pair_forward(TRANS2, MEANS, y, v) for y, v in zip(YS, valid))
+    assert float(got) == pytest.approx(want, abs=1e-4)
+
+
+def test_the_gradient_of_a_second_order_chain_matches_central_differences():
+    valid = np.array([[True] * 7, [True] * 4 + [False] * 3, [True] * 6 + [False]])
+    g = jax.grad(lambda m: log_density(many_chains, m, YS, valid))(jnp.asarray(MEANS))
+
+    def exact(m):
+        return norm.logpdf(m, 0.0, 2.0).sum() + sum(
+            pair_forward(TRANS2, m, y, v) for y, v in zip(YS, valid))
+    eps, m64 = 1e-5, MEANS.astype(np.float64)
+    fd = [(exact(m64 + eps * np.eye(K)[i]) - exact(m64 - eps * np.eye(K)[i])) / (2 * eps)
+          for i in range(K)]
+    np.testing.assert_allclose(np.asarray(g), fd, atol=2e-3)
+
+
+def test_a_third_order_chain_is_summed_exactly():
+    trans3 = np.random.default_rng(4).dirichlet(np.ones(K), size=(K, K, K)).astype(np.float32)
+
+    @gv.gen
+    def step3(carry, y):
+        p1, p2, p3 = carry
+        z = gv.categorical(jnp.log(jnp.asarray(trans3))[p3, p2, p1]) @ "z"
+        gv.observe(gv.normal(jnp.asarray(MEANS)[z], SD), y)
+        return (z, p1, p2), None
+
+    @gv.gen
+    def model(ys):
+        gv.normal(0.0, 1.0) @ "mu"
+        gv.scan(step3)((0, 0, 0), ys) @ "steps"
+    y = YS[1, :6]
+    m = gv.marginal(model, keep=["mu"], algorithm=gv.enumeration())
+    got = m.log_density(gv.choices({"mu": 0.0}), jnp.asarray(y))
+    paths = []
+    for path in itertools.product(range(K), repeat=len(y)):
+        hist, lp = [0, 0, 0], 0.0
+        for z, yt in zip(path, y):
+            lp += np.log(trans3[hist[2], hist[1], hist[0], z]) + norm.logpdf(yt, MEANS[z], SD)
+            hist = [z] + hist[:2]
+        paths.append(lp)
+    assert float(got) == pytest.approx(norm.logpdf(0.0, 0, 1) + logsumexp(paths), abs=1e-4)
+
+
+def test_a_fit_recovers_a_second_order_transition_table():
+    rng = np.random.default_rng(7)
+    true = np.array([[[0.1, 0.9], [0.9, 0.1]], [[0.5, 0.5], [0.2, 0.8]]])
+    ys = np.zeros((40, 30), np.float32)
+    for s in range(40):
+        prev, prev2 = 0, 0
+        for t in range(30):
+            z = rng.choice(K, p=true[prev2, prev])
+            ys[s, t] = MEANS[z] + SD * rng.normal()
+            prev, prev2 = z, prev
+
+    @gv.gen
+    def model(ys, valid):
+        trans = gv.dirichlet(jnp.ones((K, K, K))) @ "trans"
+        gv.vmap(sequence2, in_axes=(None, None, 0, 0))(trans, jnp.asarray(MEANS), ys,
+                                                        valid) @ "seqs"
+    m = gv.marginal(model, keep=["trans"], algorithm=gv.enumeration())
+    auto = gv.auto_normal(m)
+    valid = jnp.ones(ys.shape, bool)
+    params = {"guide": auto.init(jax.random.key(0), jnp.asarray(ys), valid)}
+    res = gv.fit(gv.elbo(m, auto), params, jnp.asarray(ys), valid, optimizer=optax.adam(0.05),
+                 steps=600, key=jax.random.key(1), progress=False)
+    fitted = np.asarray(auto.mean(res.params)["trans"])
+    assert np.allclose(fitted, true, atol=0.12), fitted
