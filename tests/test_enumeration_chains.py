@@ -162,3 +162,11 @@ def test_a_fit_recovers_a_second_order_transition_table():
                  steps=600, key=jax.random.key(1), progress=False)
     fitted = np.asarray(auto.mean(res.params)["trans"])
     assert np.allclose(fitted, true, atol=0.12), fitted
+
+
+def test_the_plan_names_the_chain_and_its_order():
+    m = gv.marginal(many_chains, keep=["means"], algorithm=gv.enumeration())
+    m.log_density(gv.choices({"means": MEANS}), jnp.asarray(YS), jnp.ones(YS.shape, bool))
+    (plan,) = m.plans.values()
+    assert "forward algorithm over 'seqs/steps/z'" in str(plan)
+    assert "order 2, 4 histories × 2 values per step, 7 steps, 3 sequences at once" in str(plan)

@@ -292,3 +292,15 @@ def test_a_summed_value_that_sets_a_shape_is_refused_by_name():
     with pytest.raises(TypeError, match=r"uses the latent 'n' as a Python value: it sets a "
                                         r"shape.*y\[: n \+ 1\]"):
         m.log_density(gv.choices({"mu": 0.5}), jnp.zeros(3))
+
+
+def test_explain_prints_the_contraction():
+    m = summed(nested_of(), ["mu"])
+
+    @gv.gen
+    def guide(params, y):
+        gv.normal(params["loc"], 0.5, grad=gv.REPARAM) @ "mu"
+    report = str(gv.elbo(m, guide).explain({"loc": jnp.zeros(3)}, jnp.asarray(YN)))
+    assert "exact sum of marginal(nested, enumeration)'s discrete sites" in report
+    assert "sum out 'groups/members/c' per lane of {groups/a:2, groups/members/c[1]:3}" in report
+    assert "largest intermediate: 36 entries" in report

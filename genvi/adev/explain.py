@@ -40,6 +40,7 @@ class SiteLog(RunObserver):
     def __init__(self) -> None:
         self.log: dict = {}
         self.untuned: list = []   # placeholder (gv.AUTO) sites left at their defaults
+        self.contractions: dict = {}  # exact marginals' sums: program -> its steps
 
     def defaulted(self, sites):
         self.untuned.extend(s for s in sites if all(s.addr != u.addr for u in self.untuned))
@@ -58,6 +59,9 @@ class SiteLog(RunObserver):
 
     def enumeration(self, eqn, values):
         note_enumeration(self.log, eqn, values)
+
+    def contraction(self, program, plan):
+        self.contractions[program] = f"exact sum of {program}'s discrete sites:\n{plan}"
 
 
 def note_site(log: dict | None, eqn: Any, dist: Any, strategy: Any, value: Any,
@@ -234,6 +238,7 @@ def explain(objective: Any, key: Any, args: tuple, argnums: tuple) -> Explanatio
                               work(gradient_jaxpr), compiled_work(value.as_text()),
                               compiled_work(gradient.as_text()))
     _mark_untuned(explanation, notes.untuned)
+    explanation.notes.extend(notes.contractions.values())
     return explanation
 
 

@@ -44,7 +44,9 @@ class RunObserver:
       a site's replays (its `Total`);
     * `enumeration(eqn, values)`: the rest of the program run at `values` values;
     * `defaulted(sites)`: sites with a placeholder strategy (`gv.AUTO`) that took
-      their default, as the placeholder's `default_strategies` resolved them.
+      their default, as the placeholder's `default_strategies` resolved them;
+    * `contraction(program, plan)`: how an exact marginal (`gv.enumeration`) sums its
+      discrete sites: the steps of its contraction, in order (printable).
 
     Example:
         >>> class Count(RunObserver):
@@ -77,6 +79,9 @@ class RunObserver:
         return None
 
     def defaulted(self, sites: list) -> None:
+        return None
+
+    def contraction(self, program: str, plan: Any) -> None:
         return None
 
 

@@ -233,9 +233,11 @@ class _Plates:
         self.parent[self.find(a)] = self.find(b)
 
     def name(self, label: tuple) -> str:
-        s = self.sites[label[0]]
-        return f"{s.name}[{label[1]}]:{s.shape[label[1]]}" if len(s.shape) > 1 \
-            else f"{s.name}:{s.shape[0]}"
+        """The plate as its own site's lanes (the site of fewest plates in it) and size."""
+        i, j = min((node for node in self.parent if self.find(node) == label),
+                   key=lambda node: (len(self.sites[node[0]].shape), node))
+        s = self.sites[i]
+        return f"{s.name}[{j}]:{s.shape[j]}" if len(s.shape) > 1 else f"{s.name}:{s.shape[0]}"
 
 
 def sum_over_sites(closed: Any, sites: list, flat_in: list) -> tuple[Any, Plan]:
@@ -262,12 +264,13 @@ def sum_over_sites(closed: Any, sites: list, flat_in: list) -> tuple[Any, Plan]:
         groups.setdefault(tuple(sorted(per_site)), []).append(k)
     factors = []
     for deps, ks in groups.items():
-        values = _term_values(closed, sites, flat_in, deps, ks)
-        for k, v in zip(ks, values):
-            factors.append(_factor(v, deps, lanes[k], sites, plates, scales))
+        values, shapes = _term_values(closed, sites, flat_in, deps, ks)
+        for k, v, shape in zip(ks, values, shapes):
+            factors.append(_factor(v, shape, deps, lanes[k], plates, scales))
     names = {i: repr(s.name) for i, s in enumerate(sites)}
     names.update({label: plates.name(label) for label in scales})
-    return contract(factors, site_plates, scales, names)
+    sizes = {label: sites[label[0]].shape[label[1]] for label in scales}
+    return contract(factors, site_plates, scales, names, sizes)
 
 
 def _plate_scales(sites: list, site_plates: dict) -> dict:
@@ -297,28 +300,32 @@ def _term_values(closed: Any, sites: list, flat_in: list, deps: tuple, ks: list)
                           "sites in a gv.plate or gv.scan, where they are summed lane by lane "
                           "or step by step")
 
-    # sites of one set of lanes go in as one value for every lane (`Same`), so what
-    # depends on the value alone (a component's mean) is computed once per value
-    same = len({s.shape for s in on if s.shape != ()}) == 1
-
+    # every lane at the value, held once (a plain `Same`: pass 1 checked the lanes, so
+    # none is tracked here): what depends on the value alone (a component's mean, a
+    # class's row of a table) is computed once per value, as NumPyro's enumeration
+    # broadcasts a value of shape (K, 1) against its plate
     def value(s: Any, v: Any) -> Any:
-        if same and s.shape != ():
-            return Same(jnp.full((1,) * len(s.shape), v, s.dtype), tuple(range(len(s.shape))),
-                        tuple(s.shape))
-        return jnp.full(s.shape, v, s.dtype)
+        if s.shape == ():
+            return jnp.asarray(v, s.dtype)
+        return Same(jnp.full((1,) * len(s.shape), v, s.dtype), tuple(range(len(s.shape))),
+                    tuple(s.shape), plain=True)
+
+    shapes: list = []  # each term's whole shape (its values may hold axes of size 1)
 
     def at(values: list) -> list:
         given = dict(zip(deps, values))
         inputs = [value(s, given[i]) if i in given else _placeholder(s)
                   for i, s in enumerate(sites)]
         (out,) = split_terms(closed, inputs + list(flat_in))
-        leaves = _leaves(out)
-        return [_materialized(leaves[k][0]) * leaves[k][1] for k in ks]
+        leaves = [_leaves(out)[k] for k in ks]
+        shapes[:] = [x.shape if isinstance(x, Same) else jnp.shape(_materialized(x))
+                     for x, _ in leaves]
+        return [_held(x) * c for x, c in leaves]
     if not deps:
-        return at([])
+        return at([]), shapes
     values = jax.vmap(at)(joint_values(on))
     shape = tuple(len(s.support) for s in on)
-    return [jnp.reshape(v, shape + jnp.shape(v)[1:]) for v in values]
+    return [jnp.reshape(v, shape + jnp.shape(v)[1:]) for v in values], shapes
 
 
 def _materialized(x: Any) -> Any:
@@ -327,19 +334,27 @@ def _materialized(x: Any) -> Any:
     return x.base if isinstance(x, Local) else x
 
 
-def _factor(values: Any, deps: tuple, per_site: dict, sites: list, plates: _Plates,
+def _held(x: Any) -> Any:
+    """A term's values as held: one value along the axes where a plain `Same` repeats
+    it (size 1 there), so a factor that does not vary by lane stays small."""
+    return x.value if isinstance(x, Same) and x.plain else _materialized(x)
+
+
+def _factor(values: Any, shape: tuple, deps: tuple, per_site: dict, plates: _Plates,
             scales: dict) -> Factor:
-    """A term's values as a `Factor`: its axes that are no site's lanes summed, the
-    others labelled by plate, unscaled (`contract` scales each plate's product)."""
+    """A term's values (whole `shape`, perhaps held at size 1 along some axes) as a
+    `Factor`: its axes that are no site's lanes summed, the others labelled by plate,
+    unscaled (`contract` scales each plate's product)."""
     n = len(deps)
     label_of = {}
     for i, axes in per_site.items():
         for j, a in enumerate(axes):
             label_of[a] = plates.find((i, j))
     ndim = jnp.ndim(values) - n
-    free = tuple(n + a for a in range(ndim) if a not in label_of)
-    if free:
-        values = jnp.sum(values, axis=free)
+    free = tuple(a for a in range(ndim) if a not in label_of)
+    if free:  # an axis held at size 1 stands for all of its entries
+        repeats = math.prod(shape[a] // jnp.shape(values)[n + a] for a in free)
+        values = jnp.sum(values, axis=tuple(n + a for a in free)) * repeats
     kept = [a for a in range(ndim) if a in label_of]
     labels = tuple(label_of[a] for a in kept)
     if len(set(labels)) != len(labels):

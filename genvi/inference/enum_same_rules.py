@@ -102,6 +102,8 @@ def same_rule(eqn: Any, ins: list) -> list | None:
     data or reshapes the lanes). Where the lanes go is the registry's
     (`genvi.core.axis_rules.lane_axes`, the axis rules the lane rules read too)."""
     structure = structure_of(eqn)
+    if structure is Structure.BROADCAST and len(ins) == 1 and ins[0].plain:
+        return _widened(eqn, ins[0])
     if structure not in SAME_STRUCTURES or not _holds_one_value(eqn, ins, structure):
         return None
     first = next(x for x in ins if isinstance(x, Same))
@@ -117,6 +119,19 @@ def same_rule(eqn: Any, ins: list) -> list | None:
     outs = jx.eval_eqn(eqn, vals) if params is None else jx.eval_eqn_with(eqn, vals, params)
     plain = all(x.plain for x in ins if isinstance(x, Same))
     return [Same(o, axes, first.lanes, plain) for o in outs]
+
+
+def _widened(eqn: Any, x: Same) -> list | None:
+    """A broadcast of a value that does not depend on the sites, held once along its
+    axes and along those the broadcast repeats it (so it stays one value where it
+    meets values of more plates)."""
+    mapped = lane_axes(eqn, [Operand(x.shape, x.axes)])
+    if mapped is None:
+        return None
+    axes = tuple(sorted(set(mapped) | set(repeated_axes(eqn, x.shape))))
+    shape = eqn.outvars[0].aval.shape
+    (value,) = jx.eval_eqn_with(eqn, [x.value], with_lanes_of_size_one(eqn, axes))
+    return [Same(value, axes, tuple(shape[d] for d in axes), plain=True)]
 
 
 def lazy_broadcast(eqn: Any, ins: list) -> list | None:

@@ -39,6 +39,7 @@ from genvi.inference.enum_lanes import Additive, NotSummable, evaluate, is_track
 from genvi.inference.chain_algebra import History, blocked_chain, remat
 from genvi.inference.enum_same_rules import Same
 from genvi.inference.enum_factors import MAX_JOINT
+from genvi.inference.sum_product import Plan
 from genvi.replays.engine import Local
 
 # reorderings of the stacked values on their way into the scan (vmap of a scan moves
@@ -62,7 +63,7 @@ class AfterScan:
     enum_marker = True
 
 
-def _forward(eqn: Any, ins: list) -> list | None:
+def _forward(eqn: Any, ins: list, plan: Plan | None = None) -> list | None:
     scan = jx.view(eqn)
     if not isinstance(scan, jx.ScanEqn):
         return None
@@ -107,6 +108,13 @@ def _forward(eqn: Any, ins: list) -> list | None:
                           f"{history.count} joint values: {history.size * history.count:,} "
                           f"joint values per step (more than {MAX_JOINT:,})")
     echo = _echoes(scan, state, steps, depth)
+    if plan is not None:
+        lanes = math.prod(steps.lanes)
+        plan.note(f"forward algorithm over {', '.join(repr(x.name) for x in sites)} (the "
+                  f"scan at {where}): order {history.k}, {history.size:,} histories × "
+                  f"{history.count} values per step, {length} steps"
+                  + (f", {lanes:,} sequences at once" if steps.lanes else ""),
+                  history.size * history.count * lanes)
     if shapes.pop():  # a batch of sequences: every lane's chain summed at once
         return _forward_lanes(steps, history, echo, a, state, deps, where)
     body = scan.body
@@ -353,9 +361,11 @@ def _forward_lanes(steps: _StepValues, history: History, echo: dict, a: int, sta
     return results + _after_scan_outputs(scan, zpos, a, state, deps, where)
 
 
-def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list) -> jax.Array:
+def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list,
+                 plan: Plan | None = None) -> jax.Array:
     """log Σ over the scanned site's values (forward algorithm) of the density
-    `closed` computes from (site values, *flat_in); scalar sites' values in `fixed`."""
+    `closed` computes from (site values, *flat_in); scalar sites' values in `fixed`;
+    each scan's recursion noted in `plan`."""
     inputs = [fixed[s.addr] if s.addr in fixed else Steps(s) for s in sites]
 
     def other(eqn, ins):
@@ -367,7 +377,7 @@ def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list) -> jax.Ar
             raise NotSummable(f"results of a scan that depend on the discrete values are used "
                               f"at {jx.source_line(eqn)}: use them inside the scan (a step sees "
                               "the previous step's values), or keep the site")
-        out = _forward(eqn, ins)
+        out = _forward(eqn, ins, plan)
         if out is None:
             raise NotSummable(f"`{jx.name_of(eqn)}` at {jx.source_line(eqn)} uses the "
                               "discrete values outside the scan")

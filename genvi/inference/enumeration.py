@@ -38,6 +38,7 @@ Example (a two-component mixture, its assignments summed out):
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -48,6 +49,7 @@ import numpy as np
 from jax.scipy.special import logsumexp
 
 from genvi.core.choices import ChoiceMap, choices as to_choices
+from genvi.core.context import current
 from genvi.core.mistakes import addr_name
 from genvi.core.strategy import supports
 from genvi.core.tracing import merge_args, shapes_key, split_args, trace_cached
@@ -59,7 +61,7 @@ from genvi.inference.enum_factors import MAX_JOINT, sum_over_sites
 from genvi.inference.enum_lanes import joint_values
 from genvi.inference.enum_scan import forward_sums
 from genvi.inference.importance import Marginal
-from genvi.inference.sum_product import NotSummable
+from genvi.inference.sum_product import NotSummable, Plan
 
 
 
@@ -227,11 +229,15 @@ def exact_log_density(m: "EnumeratedMarginal", sites: list[AuxSite], kept: Choic
             total, plan = sum_over_sites(closed, sites, flat_in)
         except NotSummable as why:
             raise _refusal(m.g, sites, why) from None
-        m.plans[shapes_key(args)] = plan
+        _record(m, args, plan)
         return jnp.asarray(total, dtype)
     scalars = [s for s in sites if s.shape == ()]
+    plan = Plan()
+    if scalars:
+        plan.note(f"sum out {', '.join(repr(s.name) for s in scalars)} globally: every "
+                  f"joint value, {math.prod(len(s.support) for s in scalars):,} of them", 0)
     try:
-        rest = _summation(sites, scalars)
+        rest = _summation(sites, scalars, plan)
     except NotSummable as why:
         raise _refusal(m.g, sites, why) from None
     count = math.prod(len(s.support) for s in scalars)
@@ -247,7 +253,14 @@ def exact_log_density(m: "EnumeratedMarginal", sites: list[AuxSite], kept: Choic
         per_combo = jax.vmap(at, axis_size=count)(joint_values(scalars))
     except NotSummable as why:
         raise _refusal(m.g, sites, why) from None
+    _record(m, args, plan)
     return logsumexp(per_combo)
+
+
+def _record(m: "EnumeratedMarginal", args: tuple, plan: Plan) -> None:
+    """Keep the contraction's plan (`m.plans`) and tell the run's observer (`explain`)."""
+    m.plans[shapes_key(args)] = plan
+    current().observer.contraction(m.name, plan)
 
 
 def _traced(m: "EnumeratedMarginal", sites: list[AuxSite], kept: ChoiceMap,
@@ -300,15 +313,16 @@ def _refuse_static_use(m: "EnumeratedMarginal", sites: list[AuxSite], kept: Choi
                 "instead of slicing by it), or keep the site and give it a guide") from err
 
 
-def _summation(sites: list[AuxSite], scalars: list[AuxSite]):
-    """How the sites in a scan are summed (the forward algorithm), with the scalar
-    sites' values in `fixed`: `(closed, sites, fixed, flat_in) -> log density`."""
+def _summation(sites: list[AuxSite], scalars: list[AuxSite], plan: Plan):
+    """How the sites in a scan are summed (the forward algorithm, noted in `plan`), with
+    the scalar sites' values in `fixed`: `(closed, sites, fixed, flat_in) -> log
+    density`."""
     scanned = [s for s in sites if s.shape != s.draw_shape]
     batched = [s for s in sites if s not in scanned and s not in scalars]
     if batched:
         raise NotSummable(f"sites {[s.name for s in scanned]} are inside a gv.scan and "
                           f"{[s.name for s in batched]} in a plate")
-    return forward_sums
+    return functools.partial(forward_sums, plan=plan)
 
 
 def _refusal(g: GenFn, sites: list[AuxSite], why: Exception) -> ValueError:

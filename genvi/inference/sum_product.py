@@ -99,20 +99,23 @@ def _sum_out(f: Factor, site: Any) -> Factor:
     return Factor(logsumexp(f.values, axis=axis), f.sites[:axis] + f.sites[axis + 1:], f.plates)
 
 
-def _multiply_over(f: Factor, plates: list, scales: dict) -> Factor:
-    """The product over the lanes of `plates` (a sum of logs, scaled per plate)."""
+def _multiply_over(f: Factor, plates: list, scales: dict, sizes: dict) -> Factor:
+    """The product over the lanes of `plates` (a sum of logs, scaled per plate); an axis
+    of size 1 holds one value for every lane of its plate."""
     values = f.values
     for p in plates:
         axis = len(f.sites) + f.plates.index(p)
-        values = jnp.sum(values, axis=axis, keepdims=True) * scales.get(p, 1.0)
+        held = jnp.shape(values)[axis]
+        values = jnp.sum(values, axis=axis, keepdims=True) * (
+            scales.get(p, 1.0) * sizes.get(p, held) / held)
     keep = [i for i, p in enumerate(f.plates) if p not in plates]
     shape = jnp.shape(values)[:len(f.sites)] + tuple(jnp.shape(values)[len(f.sites) + i]
                                                      for i in keep)
     return Factor(jnp.reshape(values, shape), f.sites, tuple(f.plates[i] for i in keep))
 
 
-def contract(factors: list, site_plates: dict, scales: dict,
-             names: dict | None = None) -> tuple[Any, Plan]:
+def contract(factors: list, site_plates: dict, scales: dict, names: dict | None = None,
+             sizes: dict | None = None) -> tuple[Any, Plan]:
     """log of the product of `factors` summed over every site (see the module).
 
     Args:
@@ -120,6 +123,8 @@ def contract(factors: list, site_plates: dict, scales: dict,
         site_plates: each site's plates (a frozenset of plate labels).
         scales: each plate's scale (missing: 1), by which its lanes' logs are summed.
         names: how `Plan` names sites and plates (default: `str`).
+        sizes: each plate's lanes, where a factor holds one value for all of them (an
+            axis of size 1); missing: the axis's size.
 
     Returns:
         The scalar log of the contracted product, and the `Plan` of its steps.
@@ -162,7 +167,7 @@ def contract(factors: list, site_plates: dict, scales: dict,
                     "keep one of them")
             drop = [p for p in f.plates if p not in target]
             if drop:
-                f = _multiply_over(f, drop, scales)
+                f = _multiply_over(f, drop, scales, sizes or {})
                 plan.note(f"multiply over {{{', '.join(str(name(p, p)) for p in drop)}}}",
                           f.size)
             if f.plates or f.sites:
