@@ -339,6 +339,14 @@ def test_enumeration_bench_tiny():
             assert abs(rows[name][2]) < 1e-3 * 8, (name, rows[name][2])
 
 
+def test_nested_plates_bench_tiny():
+    from genvi_experiments.bench import enumeration_plates
+    out = enumeration_plates.main(["--groups", "4", "--members", "3", "--rounds", "1"])
+    assert set(out["times"]) == {"genvi enumeration", "NumPyro TraceEnum_ELBO"}
+    # both methods' log densities at the true means are the exact one (numpy)
+    assert all(abs(off) < 1e-3 for off in out["offsets"].values()), out["offsets"]
+
+
 def test_air_compile_reads_xla_phases_from_the_profiler(tmp_path):
     """`air_compile --phases` reads XLA:CPU's compile phases from the profiler's trace
     events; their names belong to the pinned jaxlib, so a version that renames them

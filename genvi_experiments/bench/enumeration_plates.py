@@ -84,7 +84,6 @@ def exact(y: jax.Array) -> float:
 
 def steps(y: jax.Array, lr: float = 0.05) -> tuple[dict, dict]:
     """({method: one warm step}, {method: log density at the true means − exact})."""
-    import numpyro  # noqa: PLC0415
     from numpyro import handlers  # noqa: PLC0415
     from numpyro.contrib.funsor import config_enumerate, enum  # noqa: PLC0415
     from numpyro.contrib.funsor import log_density as enum_log_density  # noqa: PLC0415
