@@ -10,6 +10,7 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from scipy.special import gammaln, logsumexp
 from scipy.stats import norm
@@ -304,3 +305,15 @@ def test_explain_prints_the_contraction():
     assert "exact sum of marginal(nested, enumeration)'s discrete sites" in report
     assert "sum out 'groups/members/c' per lane of {groups/a:2, groups/members/c[1]:3}" in report
     assert "largest intermediate: 36 entries" in report
+
+
+def test_a_fit_recovers_the_means_of_a_nested_plate_mixture():
+    from genvi_experiments.bench.enumeration_plates import MEANS, data, nested
+    y = data(60, 10, seed=1)
+    m = summed(nested, ["mu"])
+    auto = gv.auto_normal(m)
+    params = {"guide": auto.init(jax.random.key(0), {}, y)}
+    res = gv.fit(gv.elbo(m, auto), params, y, optimizer=optax.adam(0.05), steps=800,
+                 key=jax.random.key(1), progress=False)
+    fitted = np.sort(np.asarray(auto.mean(res.params)["mu"]))
+    assert np.allclose(fitted, MEANS, atol=0.15), fitted
