@@ -317,3 +317,24 @@ def test_a_fit_recovers_the_means_of_a_nested_plate_mixture():
                  key=jax.random.key(1), progress=False)
     fitted = np.sort(np.asarray(auto.mean(res.params)["mu"]))
     assert np.allclose(fitted, MEANS, atol=0.15), fitted
+
+
+def test_a_tfp_categorical_declares_its_finite_support():
+    from tensorflow_probability.substrates import jax as tfp
+    tfp_categorical = gv.from_tfp(tfp.distributions.Categorical)
+
+    @gv.gen
+    def point(mu, y):
+        z = tfp_categorical(logits=jnp.log(jnp.array([0.2, 0.3, 0.5]))) @ "z"
+        gv.observe(gv.normal(mu[z], 1.0), y)
+
+    @gv.gen
+    def model(y):
+        mu = gv.normal(jnp.zeros(3), 2.0) @ "mu"
+        gv.vmap(point, in_axes=(None, 0))(mu, y) @ "data"
+    mu = np.array([-1.0, 0.5, 2.0])
+    y = np.array([0.1, 1.9, -1.4], np.float32)
+    got = summed(model, ["mu"]).log_density(gv.choices({"mu": mu}), jnp.asarray(y))
+    exact = norm.logpdf(mu, 0, 2).sum() + sum(
+        logsumexp(np.log([0.2, 0.3, 0.5]) + lognorm(yi, mu)) for yi in y)
+    assert float(got) == pytest.approx(exact, abs=1e-4)

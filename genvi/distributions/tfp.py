@@ -10,7 +10,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from genvi.distributions.base import DistCall, Distribution
 
@@ -23,7 +25,9 @@ def _tfp():
 
 class TFPDistribution(Distribution):
     """A TFP JAX distribution class as a genvi distribution (REINFORCE always;
-    REPARAM when TFP reparameterizes it)."""
+    REPARAM when TFP reparameterizes it; ENUM, and summing by `gv.enumeration`, for
+    the classes of finite support: Bernoulli, Categorical, Binomial with a static
+    total_count)."""
 
     def __init__(self, cls: Any, names: tuple[str, ...], static: tuple = (),
                  reparameterized: bool = False):
@@ -31,6 +35,8 @@ class TFPDistribution(Distribution):
         self.domain = "tfp"  # its own default event-space bijector (automatic guides)
         self.name = f"tfp.{cls.__name__}"
         self.reparameterized = reparameterized
+        if cls.__name__ in _FINITE:  # ENUM and gv.enumeration sum it over its support
+            self.support = self._finite_support
 
     def instance(self, *params: Any) -> Any:
         """The TFP distribution object with these parameters (automatic guides read
@@ -43,6 +49,11 @@ class TFPDistribution(Distribution):
     def lane_log_prob(self, value, *params):
         return self.instance(*params).log_prob(value)
 
+    def _finite_support(self, *params: Any) -> Any:
+        """One lane's support, from the parameters' shapes or static values."""
+        given = dict(zip(self.param_names, params), **dict(self.static))
+        return _FINITE[self.cls.__name__](given)
+
     def __eq__(self, other):
         return (isinstance(other, TFPDistribution) and other.cls is self.cls
                 and other.param_names == self.param_names and other.static == self.static
@@ -50,6 +61,28 @@ class TFPDistribution(Distribution):
 
     def __hash__(self):
         return hash((self.cls, self.param_names, self.static, self.reparameterized))
+
+
+def _classes(given: dict) -> Any:
+    table = given.get("logits", given.get("probs"))
+    return jnp.arange(jnp.shape(table)[-1], dtype=jnp.int32)
+
+
+def _counts(given: dict) -> Any:
+    try:  # total_count static (a Python number or a numpy array): 0..its largest value
+        top = int(np.max(np.asarray(given["total_count"])))
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError,
+            jax.errors.UnexpectedTracerError) as err:
+        raise TypeError("tfp.Binomial has the finite support 0..total_count only where "
+                        "total_count is static (a Python number or a numpy array, or "
+                        "passed to gv.from_tfp(tfd.Binomial, total_count=n))") from err
+    return jnp.arange(top + 1, dtype=jnp.float32)
+
+
+#: TFP classes with a finite support known when the program is traced: one lane's
+#: support from the parameters (by name)
+_FINITE = {"Bernoulli": lambda given: jnp.array([0, 1], jnp.int32),
+           "Categorical": _classes, "Binomial": _counts}
 
 
 def from_tfp(cls: Any, **static: Any):
