@@ -170,3 +170,44 @@ def test_the_plan_names_the_chain_and_its_order():
     (plan,) = m.plans.values()
     assert "forward algorithm over 'seqs/steps/z'" in str(plan)
     assert "order 2, 4 histories × 2 values per step, 7 steps, 3 sequences at once" in str(plan)
+
+
+@gv.gen
+def cell(z, y):          # a plate inside each step: one discrete site per cell
+    x = gv.flip(jnp.where(z, 0.8, 0.3)) @ "x"
+    gv.observe(gv.normal(jnp.where(x, 1.0, -1.0), 0.7), y)
+
+
+@gv.gen
+def step_with_cells(prev, ys):
+    z = gv.flip(jnp.where(prev, 0.9, 0.2)) @ "z"
+    gv.vmap(cell, in_axes=(None, 0))(z, ys) @ "cells"
+    return z, None
+
+
+@gv.gen
+def chain_of_plates(grid):
+    gv.normal(0.0, 1.0) @ "mu"
+    gv.scan(step_with_cells)(False, grid) @ "steps"
+
+
+def test_a_plate_inside_a_scan_step_is_summed_within_each_step():
+    grid = np.random.default_rng(8).normal(size=(3, 2)).astype(np.float32)
+    m = gv.marginal(chain_of_plates, keep=["mu"], algorithm=gv.enumeration())
+    got = m.log_density(gv.choices({"mu": 0.0}), jnp.asarray(grid))
+    p_z = lambda prev, z: (0.9 if prev else 0.2) if z else (0.1 if prev else 0.8)  # noqa: E731
+    p_x = lambda z, x: (0.8 if z else 0.3) if x else (0.2 if z else 0.7)  # noqa: E731
+    paths = []
+    for zs in itertools.product((0, 1), repeat=3):
+        for xs in itertools.product((0, 1), repeat=6):
+            lp, prev = 0.0, 0
+            for t, z in enumerate(zs):
+                lp += np.log(p_z(prev, z))
+                for j in range(2):
+                    x = xs[2 * t + j]
+                    lp += np.log(p_x(z, x)) + norm.logpdf(grid[t, j], 1.0 if x else -1.0, 0.7)
+                prev = z
+            paths.append(lp)
+    assert float(got) == pytest.approx(norm.logpdf(0.0, 0, 1) + logsumexp(paths), abs=1e-4)
+    (plan,) = m.plans.values()
+    assert "sum out 'steps/cells/x' within each step" in str(plan)

@@ -39,6 +39,7 @@ from genvi.inference.enum_lanes import Additive, NotSummable, evaluate, is_track
 from genvi.inference.chain_algebra import History, blocked_chain, remat
 from genvi.inference.enum_same_rules import Same
 from genvi.inference.enum_factors import MAX_JOINT
+from genvi.inference.step_sums import StepSum, local_positions
 from genvi.inference.sum_product import Plan
 from genvi.replays.engine import Local
 
@@ -84,24 +85,33 @@ def _forward(eqn: Any, ins: list, plan: Plan | None = None) -> list | None:
         else None
     if a is None:
         raise NotSummable(f"the scan at {where} is not a gv.scan of the model")
+    # sites whose values reach no carry but the log density's: summed within each step
+    local = local_positions(zpos, deps, a, ncar)
+    chain = [p for p in zpos if p not in local]
     state: set = set()
     changed = True
     while changed:  # carries whose value depends on the discrete values
         changed = False
         for j in range(ncar):
             if j != a and j not in state and (
-                    any(p in deps[j] for p in zpos)
+                    any(p in deps[j] for p in chain)
                     or any(scan.carry_input(s) in deps[j] for s in state)):
                 state.add(j)
                 changed = True
     depth = _depths(scan, state, deps, where)
-    shapes = {tuple(scan.body_in_aval(p).shape) for p in zpos}
+    shapes = {tuple(scan.body_in_aval(p).shape) for p in chain}
     if len(shapes) > 1:
         raise NotSummable(f"the discrete sites of the scan at {where} have different shapes "
                           f"per step ({', '.join(f'{x.name}' for x in sites)}): they are "
                           "summed jointly only where each step holds one value of each per "
                           "sequence")
-    steps = _StepValues(scan, ins, zpos, sites, first_init)
+    steps = _StepValues(scan, ins, chain, [ins[p].site for p in chain], first_init, local)
+    step_sum = StepSum(scan, a, local, [ins[p].site for p in local]) if local else None
+    if step_sum is not None and steps.lanes:
+        raise NotSummable(f"the scan at {where} has sites local to its steps "
+                          f"({', '.join(repr(x.name) for x in step_sum.sites)}) in a batch of "
+                          "sequences: they are summed within the steps of one chain; keep "
+                          "them, or carry them as the chain's values")
     history = History(steps.count, 1 + max(depth.values(), default=0))
     if history.size * history.count > MAX_JOINT:
         raise NotSummable(f"the chain of the scan at {where} remembers {history.k} steps of "
@@ -110,7 +120,10 @@ def _forward(eqn: Any, ins: list, plan: Plan | None = None) -> list | None:
     echo = _echoes(scan, state, steps, depth)
     if plan is not None:
         lanes = math.prod(steps.lanes)
-        plan.note(f"forward algorithm over {', '.join(repr(x.name) for x in sites)} (the "
+        if step_sum is not None:
+            plan.note(f"sum out {', '.join(repr(x.name) for x in step_sum.sites)} within "
+                      "each step, per history and value of the chain", 0)
+        plan.note(f"forward algorithm over {', '.join(repr(x.name) for x in steps.sites)} (the "
                   f"scan at {where}): order {history.k}, {history.size:,} histories × "
                   f"{history.count} values per step, {length} steps"
                   + (f", {lanes:,} sequences at once" if steps.lanes else ""),
@@ -122,7 +135,11 @@ def _forward(eqn: Any, ins: list, plan: Plan | None = None) -> list | None:
     def run(carry, x_t, c):
         carry = list(carry)
         carry[a] = jnp.zeros_like(carry[a])
-        return evaluate(body, list(steps.consts) + carry + steps.inputs(x_t, c))
+        inputs = list(steps.consts) + carry + steps.inputs(x_t, c)
+        outs = evaluate(body, inputs)
+        if step_sum is not None:  # the step's term summed over its local sites
+            outs[a] = step_sum.term(inputs)
+        return outs
 
     n, histories = steps.count, jnp.arange(history.size)
     outs0 = jax.vmap(lambda c: run(steps.first_init, steps.first, c))(jnp.arange(n))  # [C, ...]
@@ -172,13 +189,18 @@ class _StepValues:
     their places by `inputs(x_t, c)` (`lanes`: as lane-tracked values, every lane
     at combination c)."""
 
-    def __init__(self, scan: Any, ins: list, zpos: list, sites: list, first_init: list):
+    def __init__(self, scan: Any, ins: list, zpos: list, sites: list, first_init: list,
+                 local: list = ()):
         self.scan, self.sites = scan, sites
         self.consts, self.init, xs = scan.split(ins)
         self.first_init = list(first_init)  # what the first step reads
         xs = [jnp.flip(x, 0) if scan.reverse and not isinstance(x, Steps) else x for x in xs]
         self.where = [scan.scanned_index(p) for p in zpos]
-        others = [x for i, x in enumerate(xs) if i not in self.where]
+        # sites summed within a step (`StepSum`): a placeholder in their places
+        self.held = {scan.scanned_index(p): jnp.zeros(scan.body_in_aval(p).shape,
+                                                      scan.body_in_aval(p).dtype)
+                     for p in local}
+        others = [x for i, x in enumerate(xs) if i not in self.where and i not in self.held]
         self.first, self.rest = [x[0] for x in others], [x[1:] for x in others]
         self.table = joint_values(sites)
         self.count = int(self.table[0].shape[0])
@@ -197,8 +219,9 @@ class _StepValues:
     def inputs(self, x_t: list, c: Any, tracked: bool = False) -> list:
         """The step's inputs with the sites' values in combination c in their places."""
         x_t = list(x_t)
-        for i, k in enumerate(self.where):
-            x_t.insert(k, self.value(i, c, tracked))
+        placed = {k: self.value(i, c, tracked) for i, k in enumerate(self.where)}
+        for k in sorted({**placed, **self.held}):
+            x_t.insert(k, placed[k] if k in placed else self.held[k])
         return x_t
 
 
