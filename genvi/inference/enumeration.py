@@ -12,7 +12,9 @@ exact, as Pyro's `TraceEnum_ELBO` does for sites enumerated in the model:
   that keeps the largest intermediate small (`genvi.inference.sum_product`);
 * a site inside `gv.scan` whose steps depend on the last k steps' values (a hidden
   Markov model of order k, also a batch of them in a plate): the forward algorithm
-  over the last k values, O(steps × support^(k+1)), in `genvi.inference.enum_scan`.
+  over the last k values, O(steps × support^(k+1)), in `genvi.inference.enum_scan`;
+  sites of a step that reach no carry (a plate inside the step) are summed within
+  the step by the factor engine (`genvi.inference.step_sums`).
 
 Elsewhere (lanes that couple, plates that cross, a scan whose carry remembers more,
 a site without a static finite support) it refuses, naming the site and why.
