@@ -39,7 +39,7 @@ EXPECTED = {  # what each built-in distribution supported when it listed names b
     "categorical": ("ENUM", "REINFORCE", "MVD", "SD"),
     "geometric": ("REINFORCE", "MVD", "SD"),
     "poisson": ("REINFORCE", "MVD", "SD"),
-    "binomial": ("REINFORCE", "MVD", "SD"),
+    "binomial": ("ENUM", "REINFORCE", "MVD", "SD"),   # 0..n, n static
 }
 
 

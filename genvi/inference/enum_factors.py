@@ -156,18 +156,18 @@ def _leaves(out: Any) -> tuple:
     return leaves
 
 
-def _placeholder(s: Any) -> Any:
-    """A site's value where the terms evaluated do not depend on it: its first value in
-    every lane, held once (what reads it alone is computed once, then dropped)."""
+def _every_lane(s: Any, value: Any, plain: bool = True) -> Any:
+    """Site `s` at `value` in every lane, held once (a `Same`; `plain`: not tracked, so
+    what reads it alone is computed once and no lanes are followed)."""
     if s.shape == ():
-        return jnp.asarray(s.support[0], s.dtype)
-    one = jnp.full((1,) * len(s.shape), s.support[0], s.dtype)
-    return Same(one, tuple(range(len(s.shape))), tuple(s.shape), plain=True)
+        return jnp.asarray(value, s.dtype)
+    one = jnp.full((1,) * len(s.shape), value, s.dtype)
+    return Same(one, tuple(range(len(s.shape))), tuple(s.shape), plain=plain)
 
 
-def _tracked(s: Any) -> Same:
-    one = jnp.full((1,) * len(s.shape), s.support[0], s.dtype)
-    return Same(one, tuple(range(len(s.shape))), tuple(s.shape))
+def _placeholder(s: Any) -> Any:
+    """A site's value where the terms evaluated do not depend on it: its first value."""
+    return _every_lane(s, s.support[0])
 
 
 def term_lanes(closed: Any, sites: list, flat_in: list) -> list[dict]:
@@ -181,7 +181,8 @@ def term_lanes(closed: Any, sites: list, flat_in: list) -> list[dict]:
     def run(flat_in: list) -> Any:
         for i in batched:
             s = sites[i]
-            inputs = [_tracked(t) if j == i else _placeholder(t) for j, t in enumerate(sites)]
+            inputs = [_every_lane(t, t.support[0], plain=False) if j == i else _placeholder(t)
+                      for j, t in enumerate(sites)]
             try:
                 (out,) = split_terms(closed, inputs + list(flat_in))
             except NotSummable as why:
@@ -300,21 +301,15 @@ def _term_values(closed: Any, sites: list, flat_in: list, deps: tuple, ks: list)
                           "sites in a gv.plate or gv.scan, where they are summed lane by lane "
                           "or step by step")
 
-    # every lane at the value, held once (a plain `Same`: pass 1 checked the lanes, so
-    # none is tracked here): what depends on the value alone (a component's mean, a
-    # class's row of a table) is computed once per value, as NumPyro's enumeration
-    # broadcasts a value of shape (K, 1) against its plate
-    def value(s: Any, v: Any) -> Any:
-        if s.shape == ():
-            return jnp.asarray(v, s.dtype)
-        return Same(jnp.full((1,) * len(s.shape), v, s.dtype), tuple(range(len(s.shape))),
-                    tuple(s.shape), plain=True)
-
     shapes: list = []  # each term's whole shape (its values may hold axes of size 1)
 
     def at(values: list) -> list:
         given = dict(zip(deps, values))
-        inputs = [value(s, given[i]) if i in given else _placeholder(s)
+        # every lane at the value, held once and not tracked (pass 1 checked the
+        # lanes): what depends on the value alone (a component's mean, a class's row of
+        # a table) is computed once per value, as NumPyro's enumeration broadcasts a
+        # value of shape (K, 1) against its plate
+        inputs = [_every_lane(s, given[i]) if i in given else _placeholder(s)
                   for i, s in enumerate(sites)]
         (out,) = split_terms(closed, inputs + list(flat_in))
         leaves = [_leaves(out)[k] for k in ks]

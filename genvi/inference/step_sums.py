@@ -10,7 +10,8 @@ such sites; `StepSum` holds the step's term as a density of them.
 
 Example:
     >>> from genvi.inference.step_sums import local_positions
-    >>> local_positions([3, 4], [{3}, {4}, set()], a=2, carries=3)   # 4 reaches carry 1
+    >>> # site 3 reaches only the log density's carry (2), site 4 reaches carry 0
+    >>> local_positions([3, 4], [{4}, set(), {3}], a=2, carries=3)
     [3]
 """
 
