@@ -39,12 +39,30 @@ from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from genvi.core.addressing import sample_site
 from genvi.core.mistakes import not_a_value
 from genvi.core.scopes import density_scope
 from genvi.core.strategy import supported_kinds
 from genvi.core.tracing import note_dist_call
+
+
+def static_max(value: Any) -> int | None:
+    """The largest entry of `value` where it is known when the program is traced (a
+    Python number, a numpy array, a constant), else None: what bounds a finite support
+    such as a binomial's 0..n.
+
+    Example:
+        >>> import numpy as np
+        >>> static_max(np.array([3, 5])), static_max(4)
+        (5, 4)
+    """
+    try:
+        return int(np.max(np.asarray(value)))
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError,
+            jax.errors.UnexpectedTracerError):
+        return None
 
 
 class Distribution:

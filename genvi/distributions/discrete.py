@@ -21,10 +21,9 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.scipy import special
 
-from genvi.distributions.base import Distribution
+from genvi.distributions.base import Distribution, static_max
 
 
 def _bcast(t, shape):
@@ -272,10 +271,7 @@ class Binomial(Distribution):
         return hash((type(self), self.most))
 
     def __call__(self, *params: Any, grad: Any = None) -> Any:
-        try:  # n static: its largest value bounds the support
-            most = int(np.max(np.asarray(params[0]))) if params else None
-        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-            most = None
+        most = static_max(params[0]) if params else None   # n static: bounds the support
         return Distribution.__call__(Binomial(most), *params, grad=grad)
 
     def sample(self, key, n, p):
@@ -297,17 +293,13 @@ class Binomial(Distribution):
     def support(self, n, p):
         """0..n (the largest n of a batch), where n is static: a Python int or a numpy
         array, not a traced value."""
-        if self.most is not None:
-            return jnp.arange(self.most + 1, dtype=jnp.int32)
-        try:
-            top = int(np.max(np.asarray(n)))
-        except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError,
-                jax.errors.UnexpectedTracerError) as err:
+        top = self.most if self.most is not None else static_max(n)
+        if top is None:
             raise TypeError(
                 "gv.binomial(n, p) has the finite support 0..n only where n is static (a "
                 "Python int or a numpy array, fixed when the program is traced); here n is "
                 "a traced value, computed from the program's inputs. Pass n as a constant, or "
-                "keep the site and give it a guide") from err
+                "keep the site and give it a guide")
         return jnp.arange(top + 1, dtype=jnp.int32)
 
     def check_params(self, n, p):

@@ -10,11 +10,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 
-from genvi.distributions.base import DistCall, Distribution
+from genvi.distributions.base import DistCall, Distribution, static_max
 
 
 @functools.lru_cache(maxsize=None)
@@ -69,13 +67,11 @@ def _classes(given: dict) -> Any:
 
 
 def _counts(given: dict) -> Any:
-    try:  # total_count static (a Python number or a numpy array): 0..its largest value
-        top = int(np.max(np.asarray(given["total_count"])))
-    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError,
-            jax.errors.UnexpectedTracerError) as err:
+    top = static_max(given["total_count"])   # 0..the largest total_count
+    if top is None:
         raise TypeError("tfp.Binomial has the finite support 0..total_count only where "
                         "total_count is static (a Python number or a numpy array, or "
-                        "passed to gv.from_tfp(tfd.Binomial, total_count=n))") from err
+                        "passed to gv.from_tfp(tfd.Binomial, total_count=n))")
     return jnp.arange(top + 1, dtype=jnp.float32)
 
 
