@@ -29,7 +29,6 @@ from typing import Any, Iterable
 
 import jax
 
-
 from genvi.core.jaxpr import JAX_DIR
 from genvi.core.mistakes import addr_name
 

@@ -40,9 +40,10 @@ import jax
 import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
-from genvi.core.rules import REDUCE_SUM, primitives
+from genvi.core.rules import REDUCE_SUM
 from genvi.core.walk import env_of, walk
-from genvi.inference.enum_lanes import evaluate_eqn, is_tracked, joint_values
+from genvi.inference.enum_lanes import (ADD, DIV, NEG, SCALE, SUB, TO_SCALAR, evaluate_eqn,
+                                        is_tracked, joint_values, sum_used)
 from genvi.inference.enum_same_rules import Same
 from genvi.inference.sum_product import Factor, NotSummable, Plan, contract
 from genvi.replays.engine import Local
@@ -66,18 +67,9 @@ class Terms:
             if isinstance(leaf, Same) and leaf.plain:
                 leaf = leaf.materialized()
             if is_tracked(leaf):
-                raise NotSummable(f"a sum over their lanes is used by {where}, so the log "
-                                  "density is not a sum of per-lane terms; score each lane "
-                                  "inside the gv.vmap/gv.plate body (gv.observe, gv.factor) "
-                                  "instead of using their sum")
+                raise sum_used(where)
             parts.append(jnp.sum(leaf) * coeff)
         return jnp.asarray(sum(parts), self.dtype)
-
-
-_ADD, _SUB, _NEG, _MUL, _DIV = (primitives(n) for n in (
-    ["add", "add_any"], ["sub"], ["neg"], ["mul"], ["div"]))
-_UNARY = primitives(["convert_element_type", "copy", "copy_p", "reduce_sum", "reshape",
-                     "broadcast_in_dim", "squeeze"])
 
 
 def _scalar_leaves(x: Any) -> tuple | None:
@@ -97,24 +89,24 @@ def _terms_rule(eqn: Any, ins: list) -> Terms | None:
     if aval.shape != ():
         return None
     prim = eqn.primitive
-    if prim in _ADD or prim in _SUB:
+    if prim in ADD or prim in SUB:
         a, b = (_scalar_leaves(x) for x in ins)
         if a is None or b is None:
             return None
-        if prim in _SUB:
+        if prim in SUB:
             b = tuple((leaf, -c) for leaf, c in b)
         return Terms(a + b, aval.dtype)
-    if prim in _NEG:
+    if prim in NEG:
         return Terms(tuple((leaf, -c) for leaf, c in ins[0].leaves), aval.dtype)
-    if prim in _MUL or prim in _DIV:
+    if prim in SCALE:  # a product or a quotient by a constant
         a, b = ins
-        if prim in _MUL and not isinstance(a, Terms):
+        if prim not in DIV and not isinstance(a, Terms):
             a, b = b, a
         if not isinstance(a, Terms) or not _plain_scalar(b):
             return None
-        return Terms(tuple((leaf, c * b if prim in _MUL else c / b) for leaf, c in a.leaves),
+        return Terms(tuple((leaf, c / b if prim in DIV else c * b) for leaf, c in a.leaves),
                      aval.dtype)
-    if prim in _UNARY and len(ins) == 1:
+    if prim in TO_SCALAR and len(ins) == 1:
         return Terms(ins[0].leaves, aval.dtype)
     return None
 
@@ -312,7 +304,8 @@ def _term_values(closed: Any, sites: list, flat_in: list, deps: tuple, ks: list)
         inputs = [_every_lane(s, given[i]) if i in given else _placeholder(s)
                   for i, s in enumerate(sites)]
         (out,) = split_terms(closed, inputs + list(flat_in))
-        leaves = [_leaves(out)[k] for k in ks]
+        every = _leaves(out)
+        leaves = [every[k] for k in ks]
         shapes[:] = [x.shape if isinstance(x, Same) else jnp.shape(_materialized(x))
                      for x, _ in leaves]
         return [_held(x) * c for x, c in leaves]

@@ -108,14 +108,19 @@ def evaluate_eqn(eqn: Any, ins: list, other: Any) -> list:
     return outs
 
 
+def sum_used(where: str) -> NotSummable:
+    """The refusal of a sum over a site's lanes used at `where` other than added up."""
+    return NotSummable(f"a sum over lanes is used by {where}, so the log density is not a "
+                       "sum of per-lane terms; score each lane inside the gv.vmap/gv.plate "
+                       "body (gv.observe, gv.factor) instead of using their sum")
+
+
 def _tracked(eqn: Any, ins: list) -> list:
     where = f"`{jx.name_of(eqn)}` ({jx.source_line(eqn)})"
     if any(isinstance(x, Additive) for x in ins):
         out = _additive(eqn, ins)
         if out is None:
-            raise NotSummable(f"a sum over lanes is used by {where}, so the log density is not "
-                              "a sum of per-lane terms; score each lane inside the gv.vmap/"
-                              "gv.plate body (gv.observe, gv.factor) instead of using their sum")
+            raise sum_used(where)
         return [out]
     if jx.view(eqn) is not None:
         raise NotSummable(f"a {jx.name_of(eqn)} at {jx.source_line(eqn)} depends on them; a "
@@ -149,11 +154,14 @@ def _sum_over_lanes(eqn: Any, ins: list) -> Additive | None:
     return Additive(jnp.zeros((), dtype), per_lane.reshape(-1).astype(dtype))
 
 
-_ADD, _SUB, _NEG, _MUL = (primitives(names) for names in (["add", "add_any"], ["sub"],
-                                                           ["neg"], ["mul", "div"]))
-_DIV = primitives(["div"])
-_TO_SCALAR = primitives(["convert_element_type", "copy", "copy_p", "reduce_sum", "reshape",
-                         "broadcast_in_dim", "squeeze"])
+#: the primitives that keep a sum a sum (`Additive` here, `enum_factors.Terms`): adding,
+#: subtracting, negating, scaling by a constant (a product or a quotient), and those
+#: that pass a scalar on
+ADD, SUB, NEG, SCALE = (primitives(names) for names in (["add", "add_any"], ["sub"],
+                                                        ["neg"], ["mul", "div"]))
+DIV = primitives(["div"])
+TO_SCALAR = primitives(["convert_element_type", "copy", "copy_p", "reduce_sum", "reshape",
+                        "broadcast_in_dim", "squeeze"])
 
 
 def _additive(eqn: Any, ins: list) -> Additive | None:
@@ -164,21 +172,21 @@ def _additive(eqn: Any, ins: list) -> Additive | None:
            for x in ins):
         return None
     prim = eqn.primitive
-    if prim in _ADD or prim in _SUB:
+    if prim in ADD or prim in SUB:
         (fa, la), (fb, lb) = parts(ins[0]), parts(ins[1])
-        sign = -1.0 if prim in _SUB else 1.0
+        sign = -1.0 if prim in SUB else 1.0
         return Additive(fa + sign * fb, la + sign * lb)
-    if prim in _NEG:
+    if prim in NEG:
         return Additive(-ins[0].free, -ins[0].lanes)
-    if prim in _MUL:   # a product or a quotient
+    if prim in SCALE:   # a product or a quotient
         a, b = ins
-        if isinstance(b, Additive) and prim not in _DIV:
+        if isinstance(b, Additive) and prim not in DIV:
             a, b = b, a
         if isinstance(b, Additive):
             return None
-        op = jnp.divide if prim in _DIV else jnp.multiply
+        op = jnp.divide if prim in DIV else jnp.multiply
         return Additive(op(a.free, b), op(a.lanes, b))
-    if prim in _TO_SCALAR and eqn.outvars[0].aval.shape == ():
+    if prim in TO_SCALAR and eqn.outvars[0].aval.shape == ():
         dtype = eqn.outvars[0].aval.dtype
         return Additive(ins[0].free.astype(dtype), ins[0].lanes.astype(dtype))
     return None

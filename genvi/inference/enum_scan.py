@@ -157,7 +157,7 @@ def _forward(eqn: Any, ins: list, plan: Plan | None = None) -> list | None:
         def pair(h, v):
             cin = [state_at(j, h, carry) if j in state else carry[j] for j in range(ncar)]
             return run(cin, x_t, v)
-        outs = jax.vmap(lambda h: jax.vmap(lambda v: pair(h, v))(jnp.arange(n)))(histories)
+        outs = _every_pair(pair, histories, n)
         alpha = history.advance(alpha, outs[a])
         new = [history.shift(outs[j]) if j in state else outs[j][0, 0] for j in range(ncar)]
         return (alpha, new), None
@@ -169,7 +169,7 @@ def _forward(eqn: Any, ins: list, plan: Plan | None = None) -> list | None:
                 cin = [state_at(j, h, None) if j in state else steps.init[j]
                        for j in range(ncar)]
                 return run(cin, x_t, v)[a]
-            return jax.vmap(lambda h: jax.vmap(lambda v: pair(h, v))(jnp.arange(n)))(histories)
+            return _every_pair(pair, histories, n)
         alpha, _ = blocked_chain(
             history, alpha[:, None],
             lambda x_t: (jnp.zeros((), alpha.dtype), factors(x_t)[..., None]), steps.rest)
@@ -223,6 +223,12 @@ class _StepValues:
         for k in sorted({**placed, **self.held}):
             x_t.insert(k, placed[k] if k in placed else self.held[k])
         return x_t
+
+
+def _every_pair(pair: Any, histories: Any, n: int) -> Any:
+    """`pair(h, v)` for every history h and every one of the step's `n` joint values v,
+    stacked [histories, n, ...] (under `vmap`)."""
+    return jax.vmap(lambda h: jax.vmap(lambda v: pair(h, v))(jnp.arange(n)))(histories)
 
 
 def _depths(scan: Any, state: set, deps: list, where: str) -> dict:
@@ -355,8 +361,7 @@ def _forward_lanes(steps: _StepValues, history: History, echo: dict, a: int, sta
         def pair(h, v):
             cin = [state_at(j, h, carry) if j in state else carry[j] for j in range(ncar)]
             return run(cin, x_t, v)
-        free, terms, new = jax.vmap(lambda h: jax.vmap(lambda v: pair(h, v))(jnp.arange(n)))(
-            histories)                                      # terms: [C^k, C, lanes]
+        free, terms, new = _every_pair(pair, histories, n)   # terms: [C^k, C, lanes]
         alpha = history.advance(alpha, terms)
         new = [history.shift(c) if j in state else c[0, 0] for j, c in enumerate(new)]
         return (alpha, new, free_total + free[0, 0]), None
@@ -369,7 +374,7 @@ def _forward_lanes(steps: _StepValues, history: History, echo: dict, a: int, sta
                        for j in range(ncar)]
                 free, per_lane, _ = run(cin, x_t, v)
                 return free, per_lane
-            return jax.vmap(lambda h: jax.vmap(lambda v: pair(h, v))(jnp.arange(n)))(histories)
+            return _every_pair(pair, histories, n)
         alpha, free_rest = blocked_chain(
             history, alpha, lambda x_t: (lambda f, m: (f[0, 0], m))(*factors(x_t)), steps.rest)
         free_total = free_total + free_rest

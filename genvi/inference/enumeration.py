@@ -277,42 +277,11 @@ def _traced(m: "EnumeratedMarginal", sites: list[AuxSite], kept: ChoiceMap,
 
     placeholders = [jnp.zeros(s.shape, s.dtype) for s in sites]
     # validation off: the traced values are placeholders for every value of the supports
-    try:
-        traced, dyn = trace_cached(m._log_joints, log_joint,
-                                   (placeholders, kept) + tuple(args),
-                                   lambda: validation.validation(False))
-    except _STATIC_USES as err:
-        _refuse_static_use(m, sites, kept, args, err)
-        raise
+    # (a latent used as a shape was refused already, naming it, when the program itself
+    # was traced to find the sites: `genvi.core.program_mistakes.static_use_error`)
+    traced, dyn = trace_cached(m._log_joints, log_joint, (placeholders, kept) + tuple(args),
+                               lambda: validation.validation(False))
     return traced.closed, list(dyn[len(sites):])
-
-
-#: what JAX raises where a traced value is used as a Python value (a shape, an index
-#: of a slice, a branch of Python's `if`)
-_STATIC_USES = (IndexError, jax.errors.ConcretizationTypeError,
-                jax.errors.TracerIntegerConversionError, jax.errors.TracerBoolConversionError)
-
-
-def _refuse_static_use(m: "EnumeratedMarginal", sites: list[AuxSite], kept: ChoiceMap,
-                       args: tuple, err: Exception) -> None:
-    """Name the site whose value the program uses as a Python value (raises), found by
-    tracing the density with that site's value alone traced."""
-    for s in sites:
-        def one(v, s=s):
-            values = {t.addr: v if t is s else jnp.asarray(t.support[0], t.dtype)
-                      * jnp.ones(t.shape, t.dtype) for t in sites}
-            with validation.validation(False):
-                return m.g.log_density(kept | ChoiceMap(values), *args)
-        try:
-            jax.eval_shape(one, jnp.zeros(s.shape, s.dtype))
-        except _STATIC_USES as why:
-            raise ValueError(
-                f"gv.enumeration: the value of site {s.name!r} (gv.{s.dist.name}) of "
-                f"{m.g.name} sets a shape or steers Python control flow "
-                f"({type(why).__name__}: {str(why).splitlines()[0]}), so the sum cannot "
-                "evaluate the model at all of its values at once. Make it an array "
-                "computation (select with jnp.where, or mask with jnp.arange(N) <= value "
-                "instead of slicing by it), or keep the site and give it a guide") from err
 
 
 def _summation(sites: list[AuxSite], scalars: list[AuxSite], plan: Plan):

@@ -102,4 +102,3 @@ def live_equations(jaxpr: Any, kept: frozenset = frozenset()) -> list[bool]:
             live[i] = True
             needed.update(v for v in eqn.invars if not isinstance(v, jcore.Literal))
     return live
-
