@@ -62,6 +62,7 @@ from genvi.objectives.control_variates import dreg, vimco
 from genvi.objectives.elbo import elbo, iwelbo, renyi
 from genvi.objectives.smc import fivo, smc
 from genvi.inference.enumeration import enumeration
+from genvi.interop import from_numpyro
 from genvi.inference.importance import importance, marginal, normalize
 from genvi.inference.arviz_export import to_arviz
 from genvi.inference.diagnose import Diagnosis, diagnose
@@ -182,6 +183,7 @@ __all__ = [
     "fivo",
     "flip",
     "forward_kl_sir",
+    "from_numpyro",
     "from_tfp",
     "gamma",
     "gen",

@@ -80,7 +80,7 @@ def note_site(log: dict | None, eqn: Any, dist: Any, strategy: Any, value: Any,
     addr = SiteEqn.of(eqn).addr
     repeat = math.prod(view.length for view in views if isinstance(view, jx.ScanEqn))
     log[id(eqn)] = dict(addr=Address(addr).shown(),
-                        dist=f"gv.{getattr(dist, 'name', '?')}", strategy=repr(strategy),
+                        dist=getattr(dist, "label", "?"), strategy=repr(strategy),
                         shape=tuple(getattr(value, "shape", ())), within=within,
                         replays="none", repeat=repeat, runs=0)
 

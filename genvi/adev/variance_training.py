@@ -148,7 +148,7 @@ def _refuse(site: SiteEqn, parameters: list) -> None:
     where = repr(str(Address(site.addr))) if site.addr else "an unnamed gv.sample"
     shown = ", ".join(parameters)
     raise VarianceTrainingError(
-        f"{site.strategy!r} at {where} (gv.{site.dist.name}) trains {shown} for its variance, "
+        f"{site.strategy!r} at {where} ({site.dist.label}) trains {shown} for its variance, "
         f"and the objective depends on {'it' if len(parameters) == 1 else 'them'} too\n"
         "The strategy adds the gradient of its estimator's variance to the tangents of what "
         "its operands read, so a parameter the objective also reads would be trained on the "

@@ -121,7 +121,7 @@ def default_choices(sites: list[PlaceholderSite],
             refused.append((candidate, message))
         else:
             raise ValueError(
-                f"grad=gv.AUTO at {site.name!r} (gv.{site.dist.name}): the objective refuses "
+                f"grad=gv.AUTO at {site.name!r} ({site.dist.label}): the objective refuses "
                 f"every candidate: " + "; ".join(f"{c!r}: {m}" for c, m in refused))
         resolved.append(dataclasses.replace(site, default=chosen[site.addr],
                                             refused=tuple(refused)))

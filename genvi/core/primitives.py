@@ -245,7 +245,7 @@ class Masked:
     #: declared with `register_masked_hook` by their declaration, and any other method
     #: is refused
     MASK_FREE = frozenset({"sample", "support", "check_params", "check_value", "value_shape",
-                           "supports", "instance"})
+                           "supports", "instance", "event_bijector", "how_to_set_grad"})
 
     def __init__(self, base: Any, mask: Any, path: tuple = ()):
         self.base, self.mask, self.path = base, mask, path

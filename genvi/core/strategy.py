@@ -350,8 +350,11 @@ def missing_strategy_error(dist: Any, addr: Any) -> ValueError:
         >>> print(missing_strategy_error(gv.flip, ("b",)))  # doctest: +ELLIPSIS
         the sampling site 'b' (gv.flip) is sampled inside an objective but has no gradient strategy. ...
     """
+    kind = dist.strategies[0]
+    # a distribution from another front end says how its sites take a strategy there
+    how = getattr(dist, "how_to_set_grad", None)
+    example = how(addr, kind) if how else f"gv.{dist.name}(..., grad=gv.{kind})"
     return ValueError(
         f"the sampling site {'/'.join(map(str, addr)) if addr else '(gv.sample)'!r} "
-        f"(gv.{dist.name}) is sampled inside an objective but has no gradient strategy. "
-        f"Pass grad= with one of: {offered(dist)}, "
-        f"e.g. gv.{dist.name}(..., grad=gv.{dist.strategies[0]}).")
+        f"({getattr(dist, 'label', 'gv.' + dist.name)}) is sampled inside an objective but has no gradient strategy. "
+        f"Pass grad= with one of: {offered(dist)}, e.g. {example}.")

@@ -19,7 +19,7 @@ follow (`strategies`, for messages):
   (the lane-local replays of ENUM, MVD, RLOO, DisARM, SWOR and RELAX stay O(lanes)
   through such a draw).
 * `domain`: where a continuous value lies ("real", "positive", "unit_interval",
-  "interval", "simplex", "tfp"): automatic guides transform onto it
+  "interval", "simplex", "own"): automatic guides transform onto it
   (`genvi.guides.supports`). None: unknown (automatic guides refuse the site).
 
 Example: a new distribution in one small class (see docs/extending.md)::
@@ -88,6 +88,11 @@ class Distribution:
     # axis of size 1 where the others have one per lane: under `jax.vmap` these stay
     # one copy when unbatched (see `genvi.core.jaxpr.register_batching_by_broadcasting`)
     lane_shared_params: tuple[int, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """How messages name this distribution ("gv.normal"; a wrapped one says whose)."""
+        return f"gv.{self.name}"
 
     def sample(self, key: jax.Array, *params: Any) -> jax.Array:
         raise NotImplementedError

@@ -30,7 +30,7 @@ class TFPDistribution(Distribution):
     def __init__(self, cls: Any, names: tuple[str, ...], static: tuple = (),
                  reparameterized: bool = False):
         self.cls, self.param_names, self.static = cls, names, static
-        self.domain = "tfp"  # its own default event-space bijector (automatic guides)
+        self.domain = "own"  # its own default event-space bijector (automatic guides)
         self.name = f"tfp.{cls.__name__}"
         self.reparameterized = reparameterized
         if cls.__name__ in _FINITE:  # ENUM and gv.enumeration sum it over its support
@@ -40,6 +40,11 @@ class TFPDistribution(Distribution):
         """The TFP distribution object with these parameters (automatic guides read
         its event-space bijector)."""
         return self.cls(**dict(zip(self.param_names, params)), **dict(self.static))
+
+    def event_bijector(self, *params: Any) -> Any:
+        """TFP's default event-space bijector of the instance (automatic guides; None
+        where TFP has none)."""
+        return self.instance(*params).experimental_default_event_space_bijector()
 
     def sample(self, key, *params):
         return self.instance(*params).sample(seed=key)

@@ -211,7 +211,7 @@ class Handler:
         """The state after an observation (default: its log density is added)."""
         if site.missing:
             raise ValueError(
-                f"the observation {addr_name(site.addr)!r} (gv.{site.dist.name}) at "
+                f"the observation {addr_name(site.addr)!r} ({site.dist.label}) at "
                 f"{site.location} has no value (gv.observe(..., None, name=...)), so it cannot "
                 "be scored: pass the observed data, or draw it with gv.predictive")
         try:
@@ -391,11 +391,11 @@ class Assess(Handler):
         if addr not in state.reads:  # GenFn._run_traced adds a "did you mean"
             raise MissingChoice(
                 f"log_density: the choices have no value at address {addr_name(addr)!r} "
-                f"(gv.{dist.name}), which the program samples; add it to the choice map.", addr)
+                f"({dist.label}), which the program samples; add it to the choice map.", addr)
         value = state.reads[addr]
         if jnp.shape(value) != site.shape:
             raise ValueError(
-                f"log_density: the value at address {addr_name(addr)!r} (gv.{dist.name}) has "
+                f"log_density: the value at address {addr_name(addr)!r} ({dist.label}) has "
                 f"shape {jnp.shape(value)} but the site's parameters give shape {site.shape}")
         state.visited.add(addr)
         scored = self.score_only is None or addr in self.score_only

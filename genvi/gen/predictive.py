@@ -70,14 +70,14 @@ class Predict(Handler):
         if addr not in state.reads:
             raise MissingChoice(
                 f"gv.predictive: the guide proposes no value at address {name!r} "
-                f"(gv.{dist.name}), which the model samples. The guide must propose every "
+                f"({dist.label}), which the model samples. The guide must propose every "
                 "latent site of the model, as for gv.elbo; for draws from the prior pass "
                 "guide=None.", addr)
         value = state.reads[addr]
         if jnp.shape(value) != site.shape:
             raise ValueError(
                 f"gv.predictive: the guide's value at address {name!r} "
-                f"(gv.{dist.name}) has shape {jnp.shape(value)} but the model's site has shape "
+                f"({dist.label}) has shape {jnp.shape(value)} but the model's site has shape "
                 f"{site.shape}")
         state.visited.add(addr)
         return value, self.record(state, addr, value, 0.0, dist)

@@ -83,10 +83,10 @@ def check_site(eqn: Any, ins: list, offset: int = 0, value: bool = True,
     program = within()
     with density_scope():
         checks = [(ok, m, None) for ok, m in dist.check_params(*params)]
-        head = f"invalid parameters for gv.{dist.name} at {where}{program}"
+        head = f"invalid parameters for {dist.label} at {where}{program}"
         _emit(checks, gate, lambda bad: f"{head}: {'; '.join(bad)}. {_FIX_PARAMS}")
         if observed and value:
-            _check_value(dist, ins[0], params, gate, f"invalid observation for gv.{dist.name} "
+            _check_value(dist, ins[0], params, gate, f"invalid observation for {dist.label} "
                          f"at {line}{program}", _FIX_VALUE)
 
 
@@ -104,7 +104,7 @@ def check_read_value(eqn: Any, ins: list, value: Any, gate: Any = None) -> None:
     program = within()
     with density_scope():
         _check_value(dist, value, tuple(ins[:site.n_params]), gate,
-                     f"invalid value for gv.{dist.name} at {_address(eqn)}{program}", _FIX_READ)
+                     f"invalid value for {dist.label} at {_address(eqn)}{program}", _FIX_READ)
 
 
 def _address(eqn: Any) -> str:

@@ -206,7 +206,7 @@ class AutoGuide(language.GenFn):
             for site, other in zip(sites, sites_of(placeholders(1))):
                 if not all(np.array_equal(a, b) for a, b in zip(site.bounds, other.bounds)):
                     raise ValueError(
-                        f"{self.name}: the support of site {site.name!r} (gv.{site.dist.name}) "
+                        f"{self.name}: the support of site {site.name!r} ({site.dist.label}) "
                         "depends on the values of the model's arguments, so their shapes are "
                         "not enough to build the guide: call auto.init(key, *args) or "
                         "auto.discover(*args) with the data itself")

@@ -44,7 +44,7 @@ _DISCOVERIES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 class Site:
     """A latent site of the model: address, value shape and dtype, distribution,
     domain; `bounds` are the concrete support parameters ("interval": low, high;
-    "tfp": all parameters), `ushape` the unconstrained shape."""
+    "own": all parameters), `ushape` the unconstrained shape."""
 
     addr: tuple
     shape: tuple
@@ -82,7 +82,7 @@ def _site_errors(who: str, name: str, dist: Any, domain: Any, scale: float,
                  call_args: str = "") -> None:
     if scale != 1.0:
         raise ValueError(
-            f"gv.{who}: site {name!r} (gv.{dist.name}) is a local latent inside a "
+            f"gv.{who}: site {name!r} ({dist.label}) is a local latent inside a "
             f"subsampled gv.plate (each lane counts {scale:g} times): a global guide "
             "parameter per datapoint cannot follow the minibatch. Write an amortized "
             "guide for it by hand (e.g. a network of the datapoint) and combine it: "
@@ -90,7 +90,7 @@ def _site_errors(who: str, name: str, dist: Any, domain: Any, scale: float,
             "auto.inline(*args) inside your hand-written guide.")
     if domain == "discrete":
         raise ValueError(
-            f"gv.{who}: site {name!r} (gv.{dist.name}) is discrete; automatic guides "
+            f"gv.{who}: site {name!r} ({dist.label}) is discrete; automatic guides "
             "cover continuous latents only. Write that part of the guide by hand and "
             f"combine it: auto = gv.{who}(model{call_args}, exclude=[{name!r}]); in a "
             f"@gv.gen guide with the model's arguments, call auto.inline(*args) and sample "
@@ -100,7 +100,7 @@ def _site_errors(who: str, name: str, dist: Any, domain: Any, scale: float,
             "the kept sites only.")
     if domain is None:
         raise ValueError(
-            f"gv.{who}: site {name!r} (gv.{dist.name}) declares no support: set its "
+            f"gv.{who}: site {name!r} ({dist.label}) declares no support: set its "
             "class attribute `domain` ('real', 'positive', 'unit_interval', 'interval', "
             "'simplex'), wrap it with gv.from_tfp, or write its guide by hand "
             f"(exclude=[{name!r}]).")
@@ -114,8 +114,8 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
 
     `draws` runs of one jitted function (cached per model and argument shapes): the
     model's `Simulate` interpreter with a handler that records each site's
-    distribution and plate scale and returns the support parameters of interval /
-    TFP sites. Those must be the same in every draw (a support that moves with other
+    distribution and plate scale and returns the support parameters of interval
+    sites and of sites with their own bijector (TFP's, NumPyro's). Those must be the same in every draw (a support that moves with other
     latents is refused by name). `call_args` are the guide constructor's required
     arguments after the model (", rank=2"), quoted in the fixes the errors suggest."""
     # a marginal (gv.marginal) is discovered through its program, keeping its kept sites
@@ -136,7 +136,7 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
             bounds = {a: (r.params[:2] if getattr(r.dist, "domain", None) == "interval"
                           else r.params)
                       for a, r in handler.found.items()
-                      if getattr(r.dist, "domain", None) in ("interval", "tfp")}
+                      if getattr(r.dist, "domain", None) in ("interval", "own")}
             return values, bounds
         cached = (jax.jit(one), handler)   # unbatched: compiles faster than a vmap
     run, handler = cached
@@ -149,7 +149,7 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
             pass
     except jax.errors.UnexpectedTracerError:
         moving = [(a, r.dist) for a, r in handler.found.items()
-                  if getattr(r.dist, "domain", None) in ("interval", "tfp")]
+                  if getattr(r.dist, "domain", None) in ("interval", "own")]
         if not moving:
             raise
         raise ValueError(_MOVING.format(who=who, name=str(Address(moving[0][0])),
@@ -171,7 +171,7 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
         domain = supports.domain_of(dist, value)
         _site_errors(who, name, dist, domain, scale, call_args)
         bounds = ()
-        if domain in ("interval", "tfp"):
+        if domain in ("interval", "own"):
             stacked = tuple(np.asarray(b) for b in all_bounds[addr])
             if any(not np.all(b == b[:1]) for b in stacked):
                 raise ValueError(_MOVING.format(who=who, name=name, dist=dist.name,
@@ -182,14 +182,14 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
             bounds = tuple(np.broadcast_to(b, jnp.shape(value)) for b in bounds)
         probe = supports.site_bijector(domain, dist, bounds)
         if probe is None:
-            raise ValueError(f"gv.{who}: site {name!r} (gv.{dist.name}) has no default event-"
-                             f"space bijector in TFP; write its guide by hand "
+            raise ValueError(f"gv.{who}: site {name!r} ({dist.label}) has no default event-"
+                             f"space bijector; write its guide by hand "
                              f"(exclude=[{name!r}]).")
         ushape = supports.unconstrained_shape(probe, jnp.shape(value), jnp.result_type(value))
-        if domain == "tfp" and int(np.prod(ushape)) != int(np.prod(jnp.shape(value))):
+        if domain == "own" and int(np.prod(ushape)) != int(np.prod(jnp.shape(value))):
             raise ValueError(
-                f"gv.{who}: site {name!r} (gv.{dist.name}): its TFP event-space bijector "
-                f"changes the dimension ({ushape} -> {jnp.shape(value)}), where TFP's "
+                f"gv.{who}: site {name!r} ({dist.label}): its own event-space bijector "
+                f"changes the dimension ({ushape} -> {jnp.shape(value)}), where the library's "
                 "log-Jacobian convention may differ from the density's; use genvi's own "
                 "distribution (e.g. gv.dirichlet) or write its guide by hand "
                 f"(exclude=[{name!r}]).")

@@ -72,13 +72,13 @@ class _Gaussian(base.AutoGuide):
         len(qs)}.
 
         Exact for every site whose bijector acts elementwise (real, positive, interval
-        sites, and `gv.from_tfp` sites whose TFP event-space bijector has
+        sites, and TFP or NumPyro sites whose own event-space bijector has
         `forward_min_event_ndims == 0`, such as `Exp` or `Softplus`): each coordinate's
         marginal is normal in the unconstrained space and an elementwise bijector is
         monotone, so the quantile is the bijector of the normal quantile (of the
         mirrored level 1 − q where the bijector decreases). Monte Carlo (`num_samples`
-        draws with `key`, default key 0) for the rest: simplex sites and TFP sites
-        whose bijector mixes coordinates, where a coordinate's marginal is not a
+        draws with `key`, default key 0) for the rest: simplex sites and TFP or NumPyro
+        sites whose bijector mixes coordinates, where a coordinate's marginal is not a
         monotone map of one normal. `median` is the 0.5 quantile in both cases.
 
         Example:
@@ -134,7 +134,7 @@ def elementwise(site: Any) -> bool:
     coordinate (then it is monotone in it: a continuous bijection of the line)."""
     if site.domain == "simplex":
         return False
-    if site.domain != "tfp":
+    if site.domain != "own":
         return True
     ndims = site.bijector().forward_min_event_ndims
     return isinstance(ndims, int) and ndims == 0 and tuple(site.ushape) == tuple(site.shape)

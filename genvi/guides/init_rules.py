@@ -135,7 +135,7 @@ def init_to_value(values: Mapping[Any, Any], fallback: InitRule | None = None) -
             return other(site, draws, key)
         value = jnp.asarray(given[site.name], site.dtype)
         if value.shape != tuple(site.shape):
-            raise ValueError(f"gv.init_to_value: the value for {site.name!r} (gv.{site.dist.name}) "
+            raise ValueError(f"gv.init_to_value: the value for {site.name!r} ({site.dist.label}) "
                              f"has shape {value.shape}; the site has shape {tuple(site.shape)}")
         return unconstrained(site, value).reshape(site.ushape)
     rule.addresses = frozenset(given)  # checked against the model's sites by the guide
@@ -156,5 +156,5 @@ def check_values(rule: InitRule, sites: list[Site], z0: dict, who: str) -> None:
                          f"sites of the model (its sites: {sorted(names)})")
     for s in sites:
         if s.name in getattr(rule, "addresses", ()) and not bool(jnp.all(jnp.isfinite(z0[s.name]))):
-            raise ValueError(f"gv.{who}: the starting value for {s.name!r} (gv.{s.dist.name}) "
+            raise ValueError(f"gv.{who}: the starting value for {s.name!r} ({s.dist.label}) "
                              "is outside its support; give a value inside it")

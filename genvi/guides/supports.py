@@ -2,8 +2,8 @@
 
 Every genvi distribution declares its `domain` (a class attribute): "real",
 "positive", "unit_interval", "interval" (bounds = the first two parameters, as for
-`gv.uniform`), "simplex" (last axis), "tfp" (a wrapped TFP distribution: its own
-default event-space bijector) or None (unknown: automatic guides refuse it, naming
+`gv.uniform`), "simplex" (last axis), "own" (a wrapped TFP or NumPyro distribution: its own
+event-space bijector, `dist.event_bijector(*params)`) or None (unknown: automatic guides refuse it, naming
 the site). Discrete distributions are recognized by their integer or boolean values.
 
 `bijector(domain, bounds)` gives the TFP JAX bijector (imported lazily, as
@@ -71,9 +71,9 @@ def bijector(domain: str, bounds: tuple = ()) -> Any:
 
 def site_bijector(domain: str, dist: Any, support_params: tuple) -> Any:
     """The bijector onto the support of a site of `dist` with `domain`:
-    `support_params` are its bounds ("interval") or all its parameters ("tfp")."""
-    if domain == "tfp":
-        return tfp_event_bijector(dist, support_params)
+    `support_params` are its bounds ("interval") or all its parameters ("own")."""
+    if domain == "own":
+        return dist.event_bijector(*support_params)
     return bijector(domain, tuple(support_params))
 
 
@@ -112,11 +112,6 @@ def domain_of(dist: Any, value: Any) -> str:
     if not jnp.issubdtype(jnp.result_type(value), jnp.floating):
         return "discrete"
     return getattr(dist, "domain", None)
-
-
-def tfp_event_bijector(dist: Any, params: tuple) -> Any:
-    """A wrapped TFP distribution's own default event-space bijector (or None)."""
-    return dist.instance(*params).experimental_default_event_space_bijector()
 
 
 def forward_log_det(domain: str, bij: Any, u: jax.Array, shape: tuple,

@@ -142,7 +142,7 @@ class EnumeratedMarginal(Marginal):
                 continue
             dist, params, scale, masked = handler.found[addr]
             if masked:
-                raise ValueError(f"gv.enumeration: site {addr_name(addr)!r} (gv.{dist.name}) "
+                raise ValueError(f"gv.enumeration: site {addr_name(addr)!r} ({dist.label}) "
                                  "is sampled in a branch of a cond that differs by lane; "
                                  "enumeration does not sum such sites: keep it and give it "
                                  "a guide")
@@ -162,7 +162,7 @@ class EnumeratedMarginal(Marginal):
                     site = _aux_site(self, addr, sd, dist, fixed.found[addr].params, scale)
                 except _NotStatic as err:
                     raise ValueError(
-                        f"gv.enumeration: site {addr_name(addr)!r} (gv.{dist.name}) of "
+                        f"gv.enumeration: site {addr_name(addr)!r} ({dist.label}) of "
                         f"{self.g.name} has no static finite support here, so it cannot be "
                         f"summed: {err.__cause__}") from None
             sites.append(site)
@@ -200,7 +200,7 @@ def _aux_site(m: EnumeratedMarginal, addr: tuple, sd: Any, dist: Any, params: tu
     name = addr_name(addr)
     if not supports(dist, ENUM):
         raise ValueError(
-            f"gv.enumeration: site {name!r} (gv.{dist.name}) of {m.g.name} is not kept and has "
+            f"gv.enumeration: site {name!r} ({dist.label}) of {m.g.name} is not kept and has "
             "no finite support to sum over (gv.flip, gv.bernoulli and gv.categorical do). "
             f"Keep it (keep=[..., {name!r}]) and give it a guide, or marginalize it with "
             "gv.importance instead.")
@@ -215,7 +215,7 @@ def _aux_site(m: EnumeratedMarginal, addr: tuple, sd: Any, dist: Any, params: tu
         raise _NotStatic() from err
     draw = jax.eval_shape(lambda *p: dist.sample(jax.random.key(0), *p), *zeros)
     if support.ndim != 1 or dist.value_event_ndim != 0:
-        raise ValueError(f"gv.enumeration: site {name!r} (gv.{dist.name}) has values that are "
+        raise ValueError(f"gv.enumeration: site {name!r} ({dist.label}) has values that are "
                          "vectors; enumeration sums sites with one value per lane")
     return AuxSite(addr, tuple(sd.shape), tuple(draw.shape), sd.dtype, dist, support, scale)
 

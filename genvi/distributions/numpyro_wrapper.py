@@ -1,0 +1,304 @@
+"""NumPyro distributions as genvi distributions. The only module of this floor importing
+NumPyro, lazily (on first use): `import genvi` never loads it.
+
+`wrap(d)` turns a `numpyro.distributions.Distribution` instance into a genvi
+distribution and its parameters: the instance's pytree leaves are the site's operands
+and its pytree structure (class, batch and event shape, static fields) the static
+part, so the instance is sampled and scored by its own methods (`d.sample`,
+`d.log_prob`), whatever its class: a masked, expanded, independent or transformed
+distribution included. Its capabilities come from NumPyro's own declarations:
+
+* `has_rsample` → `reparameterized` (REPARAM);
+* `has_enumerate_support` with a support known when the program is traced (a
+  Binomial's `total_count` a Python number or numpy array) and scalar values → `support`
+  (ENUM, `gv.enumeration`); a Bernoulli is `binary` (DisARM);
+* `support`, a NumPyro constraint → `domain` for automatic guides and validation:
+  real, positive, unit interval and simplex as genvi's own; any other through NumPyro's
+  `biject_to` (`event_bijector`).
+
+Under `jax.vmap` (particles, `gv.vmap` around an adapted program) genvi's batching rule
+gives every operand the same leading lane axes; the first operand, a placeholder of
+the lanes' shape, says how many, and the instance is mapped over them, each lane with
+its own key.
+
+Example:
+    >>> import numpyro.distributions as nd, jax
+    >>> dist, params = wrap(nd.Normal(0.0, 2.0))
+    >>> dist.name, dist.reparameterized, round(float(dist.log_prob(1.0, *params)), 4)
+    ('numpyro.Normal', True, -1.7371)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from genvi.distributions.base import Distribution
+
+
+@functools.lru_cache(maxsize=None)
+def _numpyro() -> Any:
+    import numpyro.distributions as nd  # noqa: PLC0415 (optional dependency, loaded on use)
+    return nd
+
+
+#: NumPyro classes whose `sample` draws each lane from that lane's parameters alone
+#: (elementwise samplers): lane-local replays follow such draws in O(lanes)
+_LANEWISE = frozenset({
+    "Normal", "LogNormal", "HalfNormal", "Cauchy", "HalfCauchy", "Laplace", "Exponential",
+    "Uniform", "Gamma", "Beta", "StudentT", "Gumbel", "Logistic", "BernoulliProbs",
+    "BernoulliLogits", "CategoricalProbs", "CategoricalLogits", "Poisson", "Delta"})
+#: wrappers that sample through their base distribution unchanged per lane
+_THROUGH = frozenset({"Independent", "MaskedDistribution", "ExpandedDistribution"})
+
+
+def _base_of(d: Any) -> Any:
+    while type(d).__name__ in _THROUGH:
+        d = d.base_dist
+    return d
+
+
+def _constraint_domain(support: Any) -> str | None:
+    """genvi's domain for a NumPyro support constraint it names the same way, else None."""
+    c = _numpyro().constraints
+    while isinstance(support, c.independent):
+        support = support.base_constraint
+    if support is c.real:
+        return "real"
+    if support in (c.positive, c.softplus_positive):
+        return "positive"
+    if support is c.unit_interval:
+        return "unit_interval"
+    if support is c.simplex:
+        return "simplex"
+    return None
+
+
+def _static_support(d: Any) -> np.ndarray | None:
+    """One lane's finite support where NumPyro enumerates it from static values, else
+    None (no enumerable support, vector values, or a support that depends on traced
+    parameters, such as a Binomial whose total_count is traced)."""
+    if not d.has_enumerate_support or d.event_shape:
+        return None
+    try:
+        with jax.ensure_compile_time_eval():
+            values = d.enumerate_support(expand=False)
+        return np.asarray(values).reshape(-1)
+    except (NotImplementedError, TypeError, ValueError, jax.errors.ConcretizationTypeError,
+            jax.errors.TracerArrayConversionError):
+        return None
+
+
+class _NumPyroBijector:
+    """A NumPyro transform onto a support, read as genvi's automatic guides read a TFP
+    bijector (`forward`, `inverse`, `forward_log_det_jacobian`,
+    `forward_min_event_ndims`)."""
+
+    def __init__(self, transform: Any):
+        self.transform = transform
+        self.forward_min_event_ndims = transform.domain.event_dim
+
+    def forward(self, u: Any) -> Any:
+        return self.transform(u)
+
+    def inverse(self, y: Any) -> Any:
+        return self.transform.inv(y)
+
+    def forward_log_det_jacobian(self, u: Any, event_ndims: int) -> Any:
+        ladj = self.transform.log_abs_det_jacobian(u, self.transform(u))
+        extra = event_ndims - self.forward_min_event_ndims
+        return jnp.sum(ladj, axis=tuple(range(-extra, 0))) if extra > 0 else ladj
+
+
+class _Instance:
+    """What `event_bijector` builds on: the NumPyro instance's support as a bijector."""
+
+    def __init__(self, d: Any):
+        self.d = d
+
+    def experimental_default_event_space_bijector(self) -> Any:
+        return _NumPyroBijector(_numpyro().transforms.biject_to(self.d.support))
+
+
+class NumPyroDistribution(Distribution):
+    """A NumPyro distribution instance's structure as a genvi distribution; its operands
+    are a placeholder of the lanes' shape and the instance's pytree leaves (see the
+    module docstring). Made by `wrap`.
+
+    Example:
+        >>> import numpyro.distributions as nd
+        >>> dist, params = wrap(nd.Bernoulli(probs=0.3))
+        >>> dist.binary, [int(v) for v in dist.support(*params)]
+        (True, [0, 1])
+    """
+
+    def __init__(self, treedef: Any, leaf_ndims: tuple[int, ...], cls_name: str,
+                 reparameterized: bool, support: np.ndarray | None, domain: str | None,
+                 lanewise: bool, event_ndim: int):
+        self.treedef, self.leaf_ndims = treedef, leaf_ndims
+        self.name = f"numpyro.{cls_name}"
+        self.cls_name = cls_name
+        self.reparameterized = reparameterized
+        self.domain = domain
+        self.lanewise = lanewise
+        self.value_event_ndim = event_ndim
+        # every operand is whole per lane: genvi's batching adds lane axes in front only
+        self.param_event_ndims = (0,) + leaf_ndims
+        self._support = support
+        if support is not None:
+            self.support = self._finite_support
+            self.binary = bool(np.array_equal(np.sort(support), [0, 1]))
+
+    @property
+    def label(self) -> str:
+        return f"numpyro's {self.cls_name}"   # in messages, where genvi's say "gv.normal"
+
+    def instance(self, *params: Any) -> Any:
+        """The NumPyro instance at these operands (without lane axes)."""
+        return jax.tree_util.tree_unflatten(self.treedef, params[1:])
+
+    def _per_lane(self, method: Any, params: tuple, *per_lane: Any) -> Any:
+        """`method(instance, *per_lane)` mapped over the lane axes in front of every
+        operand (`params[0]`'s shape), with `per_lane` sliced the same way."""
+        lanes = jnp.shape(params[0])
+        if not lanes:
+            return method(self.instance(*params), *per_lane)
+        n = math.prod(lanes)
+        flat = [jnp.reshape(x, (n,) + jnp.shape(x)[len(lanes):]) for x in params + per_lane]
+        k = len(params)
+
+        def one(*xs):
+            return method(self.instance(*xs[:k]), *xs[k:])
+        out = jax.vmap(one)(*flat)
+        return jnp.reshape(out, lanes + jnp.shape(out)[1:])
+
+    def sample(self, key, *params):
+        lanes = jnp.shape(params[0])
+        if not lanes:
+            return self.instance(*params).sample(key)
+        keys = jnp.reshape(jax.random.split(key, math.prod(lanes)), lanes)
+        return self._per_lane(lambda d, k: d.sample(k), params, keys)
+
+    def lane_log_prob(self, value, *params):
+        return self._per_lane(lambda d, v: d.log_prob(v), params, jnp.asarray(value))
+
+    def how_to_set_grad(self, addr: tuple, kind: str) -> str:
+        """How a NumPyro site takes a strategy (the missing-strategy error's example)."""
+        name = "/".join(map(str, addr))
+        return (f"infer={{'grad': gv.{kind}}} in numpyro.sample({name!r}, ...), or "
+                f"gv.from_numpyro(fn, strategies={{{name!r}: gv.{kind}}})")
+
+    def _finite_support(self, *params: Any) -> Any:
+        return jnp.asarray(self._support)
+
+    def event_bijector(self, *params: Any) -> Any:
+        """The bijector onto this distribution's support (`domain == "own"`)."""
+        return _Instance(self.instance(*params)).experimental_default_event_space_bijector()
+
+    def check_value(self, value, *params):
+        ok = self._per_lane(lambda d, v: d.support(v), params, jnp.asarray(value))
+        return [(ok, f"must be in the support of {self.name} ({self.instance_support(params)})")]
+
+    def instance_support(self, params: tuple) -> str:
+        """The NumPyro support constraint, as NumPyro prints it."""
+        return type(self.instance(*params).support).__name__.lstrip("_")
+
+    def __eq__(self, other):
+        return (isinstance(other, NumPyroDistribution) and other.treedef == self.treedef
+                and other.leaf_ndims == self.leaf_ndims
+                and _same_support(other._support, self._support))
+
+    def __hash__(self):
+        return hash((self.treedef, self.leaf_ndims))
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+class Subsample(Distribution):
+    """`numpyro.plate(name, size, subsample_size=B)`'s draw of B of the `size` indices,
+    uniformly without replacement, as a site: its log density is 0 (NumPyro scores no
+    density for it) and it has no parameters but the lanes' placeholder, so every
+    strategy's gradient term at it is zero; the plate scales the densities inside it
+    by size / B.
+
+    Example:
+        >>> law = Subsample(10, 3)
+        >>> law.sample(jax.random.key(0), jnp.zeros((), jnp.int8)).shape
+        (3,)
+    """
+
+    value_event_ndim = 1
+    param_event_ndims = (0,)
+
+    def __init__(self, size: int, count: int):
+        self.size, self.count = int(size), int(count)
+        self.name = f"subsample({self.size}, {self.count})"
+
+    @property
+    def label(self) -> str:
+        return f"numpyro.plate's subsample of {self.count} of {self.size}"
+
+    def sample(self, key, lanes):
+        def one(k):
+            return jax.random.permutation(k, self.size)[: self.count].astype(jnp.int32)
+        shape = jnp.shape(lanes)
+        if not shape:
+            return one(key)
+        keys = jax.random.split(key, math.prod(shape))
+        return jnp.reshape(jax.vmap(one)(keys), shape + (self.count,))
+
+    def lane_log_prob(self, value, lanes):
+        return jnp.zeros(jnp.shape(value)[:-1], jnp.result_type(float))
+
+    def __eq__(self, other):
+        return isinstance(other, Subsample) and (other.size, other.count) == (self.size,
+                                                                              self.count)
+
+    def __hash__(self):
+        return hash(("subsample", self.size, self.count))
+
+
+def _same_support(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None
+                                         and np.array_equal(a, b))
+
+
+def is_numpyro_distribution(d: Any) -> bool:
+    """Whether `d` is a NumPyro distribution instance (without importing NumPyro when no
+    NumPyro module was loaded)."""
+    return type(d).__module__.startswith("numpyro.") and hasattr(d, "log_prob") \
+        and isinstance(d, _numpyro().Distribution)
+
+
+def wrap(d: Any) -> tuple[NumPyroDistribution, tuple]:
+    """A NumPyro distribution instance as a genvi distribution and its operands.
+
+    Args:
+        d: a `numpyro.distributions.Distribution` instance.
+
+    Returns:
+        `(dist, params)`: `dist(*params) @ "x"` samples it at a site, and
+        `gv.observe(dist(*params), y)` scores `y` under it.
+
+    Example:
+        >>> import numpyro.distributions as nd
+        >>> dist, params = wrap(nd.Categorical(logits=jnp.zeros(3)))
+        >>> dist.name, [int(v) for v in dist.support(*params)]
+        ('numpyro.CategoricalLogits', [0, 1, 2])
+    """
+    leaves, treedef = jax.tree_util.tree_flatten(d)
+    leaves = tuple(jnp.asarray(x) for x in leaves)
+    base = _base_of(d)
+    domain = _constraint_domain(d.support)
+    if domain is None and not d.support.is_discrete:
+        domain = "own"
+    dist = NumPyroDistribution(
+        treedef, tuple(jnp.ndim(x) for x in leaves), type(d).__name__, bool(d.has_rsample),
+        _static_support(d), domain, type(base).__name__ in _LANEWISE, len(d.event_shape))
+    return dist, (jnp.zeros((), jnp.int8),) + leaves
