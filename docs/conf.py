@@ -59,6 +59,7 @@ SECTIONS = {
     "inference": "Inference",
     "guides": "Automatic guides and constrained parameters",
     "training": "Training",
+    "interop": "NumPyro programs",
     "core": "Core: choice maps, errors and validation",
 }
 
