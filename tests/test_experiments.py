@@ -406,3 +406,11 @@ def test_binary_plate_forms_bench_tiny():
     for strategy in ("DisARM", "RELAX"):
         assert by_name[f"{strategy} (default)"]["replays"] == "1 × 8 lanes: lane-local"
         assert "1 × 16 lanes: lane-local" in by_name[f"{strategy}.per_lane()"]["replays"]
+
+
+def test_from_numpyro_bench_tiny():
+    from genvi_experiments.bench import from_numpyro
+    out = from_numpyro.main(["--examples", "eight_schools", "mixture", "--steps", "20",
+                             "--seeds", "1", "--rounds", "1", "--draws", "10"])
+    assert set(out) == {"eight_schools", "mixture"}
+    assert all(np.isfinite(v).all() for r in out.values() for v in r["elbo"].values())

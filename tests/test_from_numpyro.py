@@ -411,3 +411,24 @@ def test_without_numpyro_the_message_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "numpyro", None)
     with pytest.raises(ModuleNotFoundError, match=r"genvi\[numpyro\]"):
         gv.from_numpyro(lambda: None)
+
+
+def test_an_automatic_guide_over_numpyro_sites_is_numpyros_autonormal_family():
+    """A simplex site is reached by NumPyro's stick-breaking (`biject_to`), so the guide's
+    density at a value is the normal density of its unconstrained preimage less
+    NumPyro's log-Jacobian, in the measure of NumPyro's Dirichlet."""
+    from numpyro.distributions.transforms import biject_to
+
+    def model():
+        numpyro.sample("p", nd.Dirichlet(jnp.array([2.0, 3.0, 4.0])))
+
+    auto = gv.auto_normal(gv.from_numpyro(model))
+    params = {"guide": auto.init(jax.random.key(0), {})}
+    y = jnp.array([0.2, 0.3, 0.5])
+    t = biject_to(constraints.simplex)
+    u = t.inv(y)
+    loc = params["guide"]["loc"]["p"]
+    scale = params["guide"]["scale"]["p"].value
+    want = jnp.sum(nd.Normal(loc, scale).log_prob(u)) - t.log_abs_det_jacobian(u, y)
+    got = auto.log_density(gv.choices({"p": y}), params)
+    assert np.isclose(float(got), float(want), atol=1e-4)

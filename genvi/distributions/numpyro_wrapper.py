@@ -13,8 +13,9 @@ distribution included. Its capabilities come from NumPyro's own declarations:
   Binomial's `total_count` a Python number or numpy array) and scalar values → `support`
   (ENUM, `gv.enumeration`); a Bernoulli is `binary` (DisARM);
 * `support`, a NumPyro constraint → `domain` for automatic guides and validation:
-  real, positive, unit interval and simplex as genvi's own; any other through NumPyro's
-  `biject_to` (`event_bijector`).
+  real, positive and unit interval as genvi's own (the same bijectors), any other
+  through NumPyro's `biject_to` (`event_bijector`), so that `gv.auto_normal` over a
+  NumPyro model is NumPyro's `AutoNormal` family (a simplex by stick-breaking).
 
 Under `jax.vmap` (particles, `gv.vmap` around an adapted program) genvi's batching rule
 gives every operand the same leading lane axes; the first operand, a placeholder of
@@ -64,18 +65,17 @@ def _base_of(d: Any) -> Any:
 
 
 def _constraint_domain(support: Any) -> str | None:
-    """genvi's domain for a NumPyro support constraint it names the same way, else None."""
+    """genvi's domain for a NumPyro support whose genvi bijector is NumPyro's own
+    (`biject_to`: identity, exp, sigmoid), else None."""
     c = _numpyro().constraints
     while isinstance(support, c.independent):
         support = support.base_constraint
     if support is c.real:
         return "real"
-    if support in (c.positive, c.softplus_positive):
+    if support is c.positive:
         return "positive"
     if support is c.unit_interval:
         return "unit_interval"
-    if support is c.simplex:
-        return "simplex"
     return None
 
 
@@ -115,16 +115,6 @@ class _NumPyroBijector:
         return jnp.sum(ladj, axis=tuple(range(-extra, 0))) if extra > 0 else ladj
 
 
-class _Instance:
-    """What `event_bijector` builds on: the NumPyro instance's support as a bijector."""
-
-    def __init__(self, d: Any):
-        self.d = d
-
-    def experimental_default_event_space_bijector(self) -> Any:
-        return _NumPyroBijector(_numpyro().transforms.biject_to(self.d.support))
-
-
 class NumPyroDistribution(Distribution):
     """A NumPyro distribution instance's structure as a genvi distribution; its operands
     are a placeholder of the lanes' shape and the instance's pytree leaves (see the
@@ -137,9 +127,13 @@ class NumPyroDistribution(Distribution):
         (True, [0, 1])
     """
 
+    #: its bijector's log-Jacobian is in the measure of its own densities (NumPyro's
+    #: stick-breaking onto the simplex: the first K − 1 coordinates, as its Dirichlet)
+    bijector_matches_density = True
+
     def __init__(self, treedef: Any, leaf_ndims: tuple[int, ...], cls_name: str,
                  reparameterized: bool, support: np.ndarray | None, domain: str | None,
-                 lanewise: bool, event_ndim: int):
+                 lanewise: bool, event_ndim: int, fixed_support: Any = None):
         self.treedef, self.leaf_ndims = treedef, leaf_ndims
         self.name = f"numpyro.{cls_name}"
         self.cls_name = cls_name
@@ -150,6 +144,7 @@ class NumPyroDistribution(Distribution):
         # every operand is whole per lane: genvi's batching adds lane axes in front only
         self.param_event_ndims = (0,) + leaf_ndims
         self._support = support
+        self._fixed_support = fixed_support   # a support constraint without parameters
         if support is not None:
             self.support = self._finite_support
             self.binary = bool(np.array_equal(np.sort(support), [0, 1]))
@@ -196,9 +191,17 @@ class NumPyroDistribution(Distribution):
     def _finite_support(self, *params: Any) -> Any:
         return jnp.asarray(self._support)
 
+    def own_support_params(self, *params: Any) -> tuple:
+        """What `event_bijector` needs of the parameters: none where the support has
+        no parameters (a simplex), else all of them (an interval's bounds)."""
+        return () if self._fixed_support is not None else params
+
     def event_bijector(self, *params: Any) -> Any:
-        """The bijector onto this distribution's support (`domain == "own"`)."""
-        return _Instance(self.instance(*params)).experimental_default_event_space_bijector()
+        """NumPyro's `biject_to` onto this distribution's support (`domain == "own"`),
+        given `own_support_params`."""
+        support = (self._fixed_support if self._fixed_support is not None
+                   else self.instance(*params).support)
+        return _NumPyroBijector(_numpyro().transforms.biject_to(support))
 
     def check_value(self, value, *params):
         ok = self._per_lane(lambda d, v: d.support(v), params, jnp.asarray(value))
@@ -298,7 +301,9 @@ def wrap(d: Any) -> tuple[NumPyroDistribution, tuple]:
     domain = _constraint_domain(d.support)
     if domain is None and not d.support.is_discrete:
         domain = "own"
+    fixed = d.support if not jax.tree_util.tree_leaves(d.support) else None
     dist = NumPyroDistribution(
         treedef, tuple(jnp.ndim(x) for x in leaves), type(d).__name__, bool(d.has_rsample),
-        _static_support(d), domain, type(base).__name__ in _LANEWISE, len(d.event_shape))
+        _static_support(d), domain, type(base).__name__ in _LANEWISE, len(d.event_shape),
+        fixed)
     return dist, (jnp.zeros((), jnp.int8),) + leaves

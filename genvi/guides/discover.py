@@ -133,8 +133,7 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
         def one(k, dyn):
             a = merge_args(dyn, static, treedef, mask)
             values = program.interpret(handler, *a, key=k).choices.flat()
-            bounds = {a: (r.params[:2] if getattr(r.dist, "domain", None) == "interval"
-                          else r.params)
+            bounds = {a: supports.support_params(r.dist, r.params)
                       for a, r in handler.found.items()
                       if getattr(r.dist, "domain", None) in ("interval", "own")}
             return values, bounds
@@ -186,7 +185,8 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
                              f"space bijector; write its guide by hand "
                              f"(exclude=[{name!r}]).")
         ushape = supports.unconstrained_shape(probe, jnp.shape(value), jnp.result_type(value))
-        if domain == "own" and int(np.prod(ushape)) != int(np.prod(jnp.shape(value))):
+        if (domain == "own" and int(np.prod(ushape)) != int(np.prod(jnp.shape(value)))
+                and not getattr(dist, "bijector_matches_density", False)):
             raise ValueError(
                 f"gv.{who}: site {name!r} ({dist.label}): its own event-space bijector "
                 f"changes the dimension ({ushape} -> {jnp.shape(value)}), where the library's "

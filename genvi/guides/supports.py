@@ -77,6 +77,15 @@ def site_bijector(domain: str, dist: Any, support_params: tuple) -> Any:
     return bijector(domain, tuple(support_params))
 
 
+def support_params(dist: Any, params: tuple) -> tuple:
+    """The parameters a site's bijector depends on: an interval's bounds (the first two),
+    what a distribution with its own bijector says (`own_support_params`, default all)."""
+    if getattr(dist, "domain", None) == "interval":
+        return tuple(params[:2])
+    own = getattr(dist, "own_support_params", None)
+    return tuple(params) if own is None else tuple(own(*params))
+
+
 def unconstrained_shape(bij: Any, shape: tuple, dtype: Any = jnp.float32) -> tuple:
     """The shape of the unconstrained values that `bij` maps onto values of `shape`.
 
