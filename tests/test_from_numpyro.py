@@ -202,8 +202,8 @@ def normal_elbo(params):
     return jnp.sum(log_prior + log_lik + entropy)
 
 
-@pytest.mark.parametrize("strategy", [gv.REPARAM, gv.REINFORCE, gv.AUTO],
-                         ids=["REPARAM", "REINFORCE", "AUTO"])
+@pytest.mark.parametrize("strategy", [gv.REPARAM, gv.REINFORCE, gv.MVD, gv.AUTO],
+                         ids=["REPARAM", "REINFORCE", "MVD", "AUTO"])
 def test_continuous_strategies_in_a_plate_are_unbiased(strategy):
     guide = gv.from_numpyro(normal_guide, {"z": strategy})
     params = guide.init(jax.random.key(0), Y3)
@@ -236,8 +236,10 @@ def coin_elbo(params):
     return jnp.sum(total)
 
 
-@pytest.mark.parametrize("strategy", [gv.ENUM, gv.REINFORCE, gv.DisARM, gv.RLOO(2)],
-                         ids=["ENUM", "REINFORCE", "DisARM", "RLOO(2)"])
+@pytest.mark.parametrize("strategy", [gv.ENUM, gv.REINFORCE, gv.DisARM, gv.MVD, gv.SD,
+                                      gv.RLOO(2), gv.SWOR(2), gv.REINFORCE.with_baseline(-3.0)],
+                         ids=["ENUM", "REINFORCE", "DisARM", "MVD", "SD", "RLOO(2)", "SWOR(2)",
+                              "baseline"])
 def test_discrete_strategies_in_a_plate_are_unbiased(strategy):
     guide = gv.from_numpyro(coin_guide, {"z": strategy})
     params = guide.init(jax.random.key(0), Y3)
@@ -277,7 +279,8 @@ def chain_elbo(params):
     return total
 
 
-@pytest.mark.parametrize("strategy", [gv.ENUM, gv.REINFORCE], ids=["ENUM", "REINFORCE"])
+@pytest.mark.parametrize("strategy", [gv.ENUM, gv.REINFORCE, gv.MVD],
+                         ids=["ENUM", "REINFORCE", "MVD"])
 def test_strategies_in_a_scan_are_unbiased(strategy):
     guide = gv.from_numpyro(chain_guide, {"z": strategy})
     params = guide.init(jax.random.key(0), Y3)

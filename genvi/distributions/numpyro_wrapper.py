@@ -9,6 +9,8 @@ part, so the instance is sampled and scored by its own methods (`d.sample`,
 distribution included. Its capabilities come from NumPyro's own declarations:
 
 * `has_rsample` → `reparameterized` (REPARAM);
+* a Normal, Bernoulli, categorical (logits) or Poisson, alone, expanded or independent:
+  the measure-valued and stochastic derivative terms of genvi's own law (MVD, SD);
 * `has_enumerate_support` with a support known when the program is traced (a
   Binomial's `total_count` a Python number or numpy array) and scalar values → `support`
   (ENUM, `gv.enumeration`); a Bernoulli is `binary` (DisARM);
@@ -40,6 +42,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from genvi.distributions.base import Distribution
+from genvi.distributions.binary import Bernoulli, Flip
+from genvi.distributions.continuous import Normal
+from genvi.distributions.discrete import Categorical, Poisson
 
 
 @functools.lru_cache(maxsize=None)
@@ -56,6 +61,30 @@ _LANEWISE = frozenset({
     "BernoulliLogits", "CategoricalProbs", "CategoricalLogits", "Poisson", "Delta"})
 #: wrappers that sample through their base distribution unchanged per lane
 _THROUGH = frozenset({"Independent", "MaskedDistribution", "ExpandedDistribution"})
+
+
+#: NumPyro classes whose law is a genvi distribution's with the same parameters (by
+#: NumPyro's names, in genvi's order): MVD's and SD's terms come from genvi's formulas
+_TWINS = {"Normal": (Normal(), ("loc", "scale")), "BernoulliProbs": (Flip(), ("probs",)),
+          "BernoulliLogits": (Bernoulli(), ("logits",)),
+          "CategoricalLogits": (Categorical(), ("logits",)), "Poisson": (Poisson(), ("rate",))}
+#: wrappers that leave each element's law and its parameters as they are (a mask does not)
+_SAME_LAW = frozenset({"Independent", "ExpandedDistribution"})
+
+
+def _twin(treedef: Any, count: int) -> tuple[Any, tuple[int, ...]] | None:
+    """(genvi distribution, the operand index of each of its parameters) where the
+    instance is one of `_TWINS`, expanded or made independent at most."""
+    probe = jax.tree_util.tree_unflatten(treedef, list(range(count)))  # leaf i -> i
+    while type(probe).__name__ in _SAME_LAW:
+        probe = probe.base_dist
+    twin = _TWINS.get(type(probe).__name__)
+    if twin is None:
+        return None
+    where = [probe.__dict__.get(name) for name in twin[1]]
+    if not all(isinstance(i, int) for i in where):
+        return None
+    return twin[0], tuple(1 + i for i in where)   # operand 0 is the lanes' placeholder
 
 
 def _base_of(d: Any) -> Any:
@@ -145,6 +174,12 @@ class NumPyroDistribution(Distribution):
         self.param_event_ndims = (0,) + leaf_ndims
         self._support = support
         self._fixed_support = fixed_support   # a support constraint without parameters
+        self._twin = _twin(treedef, len(leaf_ndims))
+        twin = None if self._twin is None else self._twin[0]
+        if hasattr(twin, "mvd_terms"):   # the capabilities MVD and SD need, from the twin
+            self.mvd_terms = self._twin_mvd_terms
+        if hasattr(twin, "sd_terms"):
+            self.sd_terms = self._twin_sd_terms
         if support is not None:
             self.support = self._finite_support
             self.binary = bool(np.array_equal(np.sort(support), [0, 1]))
@@ -181,6 +216,18 @@ class NumPyroDistribution(Distribution):
 
     def lane_log_prob(self, value, *params):
         return self._per_lane(lambda d, v: d.log_prob(v), params, jnp.asarray(value))
+
+    def _twin_params(self, params: tuple, tangents: tuple) -> tuple[tuple, tuple]:
+        _, where = self._twin
+        return tuple(params[i] for i in where), tuple(tangents[i] for i in where)
+
+    def _twin_mvd_terms(self, key, x, params, tangents):
+        """The measure-valued derivative terms of genvi's twin law (`_TWINS`)."""
+        return self._twin[0].mvd_terms(key, x, *self._twin_params(params, tangents))
+
+    def _twin_sd_terms(self, x, params, tangents):
+        """The stochastic-derivative terms of genvi's twin law (`_TWINS`)."""
+        return self._twin[0].sd_terms(x, *self._twin_params(params, tangents))
 
     def how_to_set_grad(self, addr: tuple, kind: str) -> str:
         """How a NumPyro site takes a strategy (the missing-strategy error's example)."""
