@@ -435,3 +435,16 @@ def test_an_automatic_guide_over_numpyro_sites_is_numpyros_autonormal_family():
     want = jnp.sum(nd.Normal(loc, scale).log_prob(u)) - t.log_abs_det_jacobian(u, y)
     got = auto.log_density(gv.choices({"p": y}), params)
     assert np.isclose(float(got), float(want), atol=1e-4)
+
+
+def test_plates_and_scans_get_lane_local_and_markov_local_replays():
+    """A site in a NumPyro plate is a plate of lanes, one in a NumPyro scan a chain of
+    steps: ENUM's replays stay O(lanes) and O(steps), as on gv.plate and gv.scan."""
+    plate = gv.from_numpyro(coin_guide, {"z": gv.ENUM})
+    shown = str(gv.elbo(gv.from_numpyro(coin_model), plate).explain(
+        plate.init(jax.random.key(0), Y3), Y3))
+    assert "3 lanes: lane-local" in shown
+    chain = gv.from_numpyro(chain_guide, {"z": gv.ENUM})
+    shown = str(gv.elbo(gv.from_numpyro(chain_model), chain).explain(
+        chain.init(jax.random.key(0), Y3), Y3))
+    assert "3 steps × 1 lane: Markov-local" in shown
