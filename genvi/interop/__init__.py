@@ -16,8 +16,9 @@ def from_numpyro(fn: Callable, strategies: Any = None) -> Any:
 
     Args:
         fn: a NumPyro model or guide (a function, or one wrapped in NumPyro handlers).
-        strategies: a gradient strategy for every latent site, or a dict from NumPyro
-            site name to strategy.
+        strategies: a gradient strategy for every latent site without its own
+            `infer={"grad": ...}`, or a dict from NumPyro site name to strategy (whose
+            entries override a site's own).
 
     Returns:
         a genvi program taking `(params, *args)`; `program.init(key, *args)` gives the

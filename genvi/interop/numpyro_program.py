@@ -131,10 +131,10 @@ def from_numpyro(fn: Callable, strategies: Any = None) -> NumPyroProgram:
 
     Args:
         fn: a NumPyro model or guide (a function, or one wrapped in NumPyro handlers).
-        strategies: a gradient strategy for every latent site (e.g. `gv.AUTO`), or a
-            dict from NumPyro site name to strategy; it overrides a site's own
-            `infer={"grad": ...}`. A guide's latent sites need one where an objective
-            samples them.
+        strategies: a gradient strategy for every latent site without its own
+            `infer={"grad": ...}` (e.g. `gv.AUTO`), or a dict from NumPyro site name to
+            strategy, whose entries override a site's own. A guide's latent sites need
+            one where an objective samples them.
 
     Returns:
         a genvi program (`simulate`, `log_density`, a model or guide of any objective).
