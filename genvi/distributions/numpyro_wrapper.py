@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from genvi.core.address import Address
 from genvi.distributions.base import Distribution
 from genvi.distributions.binary import Bernoulli, Flip
 from genvi.distributions.continuous import Normal
@@ -231,7 +232,7 @@ class NumPyroDistribution(Distribution):
 
     def how_to_set_grad(self, addr: tuple, kind: str) -> str:
         """How a NumPyro site takes a strategy (the missing-strategy error's example)."""
-        name = "/".join(map(str, addr))
+        name = str(Address(addr))
         return (f"infer={{'grad': gv.{kind}}} in numpyro.sample({name!r}, ...), or "
                 f"gv.from_numpyro(fn, strategies={{{name!r}: gv.{kind}}})")
 

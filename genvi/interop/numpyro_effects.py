@@ -34,6 +34,7 @@ from numpyro.contrib.control_flow.scan import PytreeTrace, scan_wrapper
 from numpyro.primitives import Messenger, _PYRO_STACK
 
 from genvi.adev.strategies import REINFORCE
+from genvi.core.address import Address
 from genvi.core.addressing import current_prefix, nested, prefixed, sample_site
 from genvi.core.primitives import bind_plate
 from genvi.distributions.base import DistCall
@@ -50,7 +51,7 @@ class NumPyroError(ValueError):
 def _under(name: str) -> Iterator[str]:
     """The last part of a NumPyro name, traced under the others as address prefixes
     (`handlers.scope` names sites "outer/inner", genvi's nested address)."""
-    *outer, last = name.split("/")
+    *outer, last = Address.parse(name)
     if not outer:
         yield name
         return
