@@ -448,3 +448,15 @@ def test_plates_and_scans_get_lane_local_and_markov_local_replays():
     shown = str(gv.elbo(gv.from_numpyro(chain_model), chain).explain(
         chain.init(jax.random.key(0), Y3), Y3))
     assert "3 steps × 1 lane: Markov-local" in shown
+
+
+def test_validation_names_the_users_line_not_numpyros():
+    def counts():
+        rate = numpyro.sample("rate", nd.Gamma(2.0, 1.0))
+        numpyro.sample("y", nd.Poisson(rate), obs=-1.0)   # not a count
+
+    with gv.validation(), pytest.raises(gv.InvalidParameters) as caught:
+        gv.from_numpyro(counts).log_density(gv.choices({"rate": 1.0}), {})
+    message = str(caught.value)
+    assert "numpyro's Poisson" in message and "test_from_numpyro.py" in message
+    assert "primitives.py" not in message

@@ -253,7 +253,8 @@ class NumPyroDistribution(Distribution):
 
     def check_value(self, value, *params):
         ok = self._per_lane(lambda d, v: d.support(v), params, jnp.asarray(value))
-        return [(ok, f"must be in the support of {self.name} ({self.instance_support(params)})")]
+        return [(ok, f"must be in the support of {self.label} "
+                     f"({self.instance_support(params)})")]
 
     def instance_support(self, params: tuple) -> str:
         """The NumPyro support constraint, as NumPyro prints it."""

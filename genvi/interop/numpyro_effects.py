@@ -29,11 +29,13 @@ from typing import Any, Iterator
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro
 from numpyro import handlers as nh
 from numpyro.contrib.control_flow.scan import PytreeTrace, scan_wrapper
 from numpyro.primitives import Messenger, _PYRO_STACK
 
 from genvi.adev.strategies import REINFORCE
+from genvi.core import jaxpr as jx
 from genvi.core.address import Address
 from genvi.core.addressing import current_prefix, nested, prefixed, sample_site
 from genvi.core.primitives import bind_plate
@@ -41,6 +43,10 @@ from genvi.distributions.base import DistCall
 from genvi.distributions.numpyro_wrapper import Subsample, wrap
 from genvi.gen.observations import deterministic, factor, observe
 from genvi.guides.params import Constrained
+
+
+# a site's line in messages is the user's numpyro.sample, not NumPyro's handler stack
+jx.not_the_users(numpyro.__file__)
 
 
 class NumPyroError(ValueError):

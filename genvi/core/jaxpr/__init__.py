@@ -31,7 +31,7 @@ Example:
 from genvi.core.jaxpr.basics import (GENVI_DIR, JAX_DIR, ClosedJaxpr, Jaxpr, Literal,
                                      emitted_as, eval_eqn, eval_eqn_with, is_drop, is_float,
                                      is_float_aval, jvp_eqn, make_primitive, name_stack,
-                                     output_dependence,
+                                     not_the_users, output_dependence,
                                      quiet_callback_errors, read, source_line)
 from genvi.core.jaxpr.views import (CallEqn, CondEqn, CustomEqn, ScanEqn, WhileEqn, call_body,
                                     cond_branches, kind, name_of, reduced_axes, shaped,
@@ -46,7 +46,7 @@ __all__ = [
     "CustomEqn", "ScanEqn", "WhileEqn", "call_body", "cond_branches", "cond_token", "consumers", "contains",
     "emitted_as", "equations", "eval_eqn", "eval_eqn_with", "genvi_conds", "is_drop",
     "is_float", "is_float_aval", "jvp_eqn", "kind", "live_equations", "make_primitive", "name_of",
-    "name_stack", "nests", "output_dependence", "quiet_callback_errors", "read", "reduced_axes",
+    "name_stack", "nests", "not_the_users", "output_dependence", "quiet_callback_errors", "read", "reduced_axes",
     "register_batching_by_broadcasting", "register_fancy_batching", "set_cond_batching",
     "shaped", "sort_keys", "source_line", "sub_jaxprs", "trace", "view",
 ]

@@ -76,13 +76,26 @@ GENVI_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__))
 
 
+#: folders whose frames are not the user's line: genvi's, and a front end's library (the
+#: NumPyro that `gv.from_numpyro` runs: its handlers emit the sites a user's line wrote)
+LIBRARY_DIRS: list[str] = [GENVI_DIR]
+
+
+def not_the_users(folder: str) -> None:
+    """Name a library folder whose frames `source_line` passes over to the user's line."""
+    folder = os.path.dirname(os.path.abspath(folder)) if folder.endswith(".py") else folder
+    if folder not in LIBRARY_DIRS:
+        LIBRARY_DIRS.append(folder)
+
+
 def source_line(eqn: Any) -> str:
     """'file:line (function)' of the code that emitted `eqn`: the innermost frame
-    outside JAX and genvi (the user's line), else the innermost outside JAX."""
+    outside JAX, genvi and the libraries of `LIBRARY_DIRS` (the user's line), else the
+    innermost outside JAX."""
     frames = list(source_info_util.user_frames(eqn.source_info.traceback))
     if not frames:
         return "an unknown line"
-    outside = [f for f in frames if not f.file_name.startswith(GENVI_DIR)]
+    outside = [f for f in frames if not f.file_name.startswith(tuple(LIBRARY_DIRS))]
     f = (outside or frames)[0]
     return f"{f.file_name}:{f.start_line} ({f.function_name})"
 
