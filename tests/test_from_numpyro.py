@@ -237,9 +237,10 @@ def coin_elbo(params):
 
 
 @pytest.mark.parametrize("strategy", [gv.ENUM, gv.REINFORCE, gv.DisARM, gv.MVD, gv.SD,
-                                      gv.RLOO(2), gv.SWOR(2), gv.REINFORCE.with_baseline(-3.0)],
+                                      gv.RLOO(2), gv.SWOR(2), gv.REINFORCE.with_baseline(-3.0),
+                                      gv.RELAX(lambda phi, z: phi * jnp.sum(z), 0.5)],
                          ids=["ENUM", "REINFORCE", "DisARM", "MVD", "SD", "RLOO(2)", "SWOR(2)",
-                              "baseline"])
+                              "baseline", "RELAX"])
 def test_discrete_strategies_in_a_plate_are_unbiased(strategy):
     guide = gv.from_numpyro(coin_guide, {"z": strategy})
     params = guide.init(jax.random.key(0), Y3)
