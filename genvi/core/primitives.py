@@ -13,8 +13,9 @@ parameters gain a leading axis (a product of independent components).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 
@@ -45,7 +46,7 @@ def _observe_aval(*avals, **_):
 site_p = jx.make_primitive("genvi_site", _sample_aval)
 observe_p = jx.make_primitive("genvi_observe", _observe_aval, multiple_results=True)
 sample_p = jx.make_primitive("genvi_sample", _sample_aval)
-# `gv.plate` markers (see `bind_plate`): no operands, no results
+# `gv.plate` markers (see `scaled_by`): no operands, no results
 plate_p = jx.make_primitive("genvi_plate", _observe_aval, multiple_results=True)
 def _site_event_ndims(*, dist, n_params, strategy=None, **_):
     params = tuple(dist.param_event_ndims) + (0,) * (n_params - len(dist.param_event_ndims))
@@ -113,13 +114,29 @@ def bind_observe(dist: Any, value: Any, params: tuple, mask: Any = None,
                    n_params=len(params), masked=mask is not None, **named)
 
 
-def bind_plate(factor: float, enter: bool) -> None:
-    """Mark where a `gv.plate`'s body begins (`enter`) or ends in a program's jaxpr:
-    the interpreters multiply the log densities of the sites and observations in
-    between (nested bodies included) by `factor`. Markers, not a parameter of each
-    site, so that a function JAX traced once and reuses from its caches (a scan or
-    jit body) is scaled by the plate it runs in."""
-    plate_p.bind(factor=float(factor), enter=bool(enter))
+@contextlib.contextmanager
+def scaled_by(factor: float) -> Iterator[None]:
+    """Mark where a `gv.plate`'s body (or a NumPyro site under a plate's or `scale`'s
+    factor) begins and ends in a program's jaxpr: the interpreters multiply the log
+    densities of the sites and observations traced inside (nested bodies included) by
+    `factor`; a factor of 1 binds no markers. Markers, not a parameter of each site, so
+    that a function JAX traced once and reuses from its caches (a scan or jit body) is
+    scaled by the plate it runs in.
+
+    Example:
+        >>> import jax
+        >>> def body():
+        ...     with scaled_by(4.0):
+        ...         pass
+        >>> [plate_marker(e) for e in jax.make_jaxpr(body)().jaxpr.eqns]
+        [(True, 4.0), (False, 4.0)]
+    """
+    if factor == 1.0:
+        yield
+        return
+    plate_p.bind(factor=float(factor), enter=True)
+    yield
+    plate_p.bind(factor=float(factor), enter=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,7 +189,7 @@ class SiteEqn:
 
 
 def plate_marker(eqn: Any) -> tuple[bool, float]:
-    """(enters, factor) of a `gv.plate` marker equation (see `bind_plate`)."""
+    """(enters, factor) of a `gv.plate` marker equation (see `scaled_by`)."""
     return eqn.params["enter"], eqn.params["factor"]
 
 

@@ -2,7 +2,7 @@
 
 `gv.plate(g, size)` is `gv.vmap(g)` whose densities count each lane `size / lanes`
 times. The plate's body is bracketed by two marker equations carrying that factor
-(`genvi.core.primitives.bind_plate`); the interpreters keep a stack of the factors
+(`genvi.core.primitives.scaled_by`); the interpreters keep a stack of the factors
 of the plates they are inside (nested plates multiply), and every handler multiplies
 the log density of each site and observation it scores by the product:
 `simulate`'s trace, `log_density`, and `sim` / `generate` inside objectives.
@@ -22,7 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from genvi.core.primitives import bind_plate
+from genvi.core.primitives import scaled_by
 from genvi.gen.combinators import Vmap
 from genvi.gen.language import GenFn
 
@@ -78,13 +78,8 @@ class Plate(Vmap):
                 f"the number of datapoints in the whole dataset (each lane counts "
                 f"size / lanes times), so it must be at least the minibatch's {lanes}. Pass the "
                 "full dataset's size, e.g. size=len(y), also under gv.fit(..., batch_size=B).")
-        factor = self.size / lanes
-        if factor == 1.0:  # the whole dataset: gv.vmap, exactly
+        with scaled_by(self.size / lanes):   # the whole dataset (1): gv.vmap, exactly
             return super().body(*args)
-        bind_plate(factor, enter=True)
-        out = super().body(*args)
-        bind_plate(factor, enter=False)
-        return out
 
 
 def plate(g: GenFn, size: int, in_axes: Any = 0) -> GenFn:

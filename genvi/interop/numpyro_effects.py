@@ -38,7 +38,7 @@ from genvi.adev.strategies import REINFORCE
 from genvi.core import jaxpr as jx
 from genvi.core.address import Address
 from genvi.core.addressing import current_prefix, nested, prefixed, sample_site
-from genvi.core.primitives import bind_plate
+from genvi.core.primitives import scaled_by
 from genvi.distributions.base import DistCall
 from genvi.distributions.numpyro_wrapper import Subsample, wrap
 from genvi.gen.observations import deterministic, factor, observe
@@ -75,17 +75,6 @@ def _static_scale(scale: Any) -> float | None:
     except (ValueError, TypeError, jax.errors.ConcretizationTypeError,
             jax.errors.TracerArrayConversionError):
         return None
-
-
-@contextlib.contextmanager
-def _scaled(factor_: float) -> Iterator[None]:
-    """Densities inside scaled by `factor_`, with `gv.plate`'s markers."""
-    if factor_ == 1.0:
-        yield
-        return
-    bind_plate(factor_, enter=True)
-    yield
-    bind_plate(factor_, enter=False)
 
 
 def _leading_plate_axes(msg: dict, fn: Any) -> int:
@@ -182,14 +171,14 @@ class GenviEffects(Messenger):
                 "observations instead.")
         with _under(name) as leaf:
             if not observed:
-                with _scaled(scale):
+                with scaled_by(scale):
                     msg["value"] = self._latent(msg, leaf, fn, infer)
             elif scale is None:   # per-lane weights on an observation: its weighted density
                 factor(jnp.asarray(msg["scale"]) * fn.log_prob(msg["value"]))
             else:
                 dist, params = wrap(fn)
                 auxiliary = infer.get("is_auxiliary") or type(fn).__name__ == "Unit"
-                with _scaled(scale):   # numpyro.factor: an unnamed weight, no datum
+                with scaled_by(scale):   # numpyro.factor: an unnamed weight, no datum
                     observe(dist(*params), msg["value"], name=None if auxiliary else leaf)
 
     def _latent(self, msg: dict, leaf: str, fn: Any, infer: dict) -> Any:
