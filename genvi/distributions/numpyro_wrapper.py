@@ -60,10 +60,6 @@ _LANEWISE = frozenset({
     "Normal", "LogNormal", "HalfNormal", "Cauchy", "HalfCauchy", "Laplace", "Exponential",
     "Uniform", "Gamma", "Beta", "StudentT", "Gumbel", "Logistic", "BernoulliProbs",
     "BernoulliLogits", "CategoricalProbs", "CategoricalLogits", "Poisson", "Delta"})
-#: wrappers that sample through their base distribution unchanged per lane
-_THROUGH = frozenset({"Independent", "MaskedDistribution", "ExpandedDistribution"})
-
-
 #: NumPyro classes whose law is a genvi distribution's with the same parameters (by
 #: NumPyro's names, in genvi's order): MVD's and SD's terms come from genvi's formulas
 _TWINS = {"Normal": (Normal(), ("loc", "scale")), "BernoulliProbs": (Flip(), ("probs",)),
@@ -71,14 +67,22 @@ _TWINS = {"Normal": (Normal(), ("loc", "scale")), "BernoulliProbs": (Flip(), ("p
           "CategoricalLogits": (Categorical(), ("logits",)), "Poisson": (Poisson(), ("rate",))}
 #: wrappers that leave each element's law and its parameters as they are (a mask does not)
 _SAME_LAW = frozenset({"Independent", "ExpandedDistribution"})
+#: wrappers that sample through their base distribution unchanged per lane
+_THROUGH = _SAME_LAW | {"MaskedDistribution"}
+
+
+def _unwrapped(d: Any, wrappers: frozenset) -> Any:
+    """`d` with the wrapper classes named in `wrappers` taken off (their `base_dist`)."""
+    while type(d).__name__ in wrappers:
+        d = d.base_dist
+    return d
 
 
 def _twin(treedef: Any, count: int) -> tuple[Any, tuple[int, ...]] | None:
     """(genvi distribution, the operand index of each of its parameters) where the
     instance is one of `_TWINS`, expanded or made independent at most."""
     probe = jax.tree_util.tree_unflatten(treedef, list(range(count)))  # leaf i -> i
-    while type(probe).__name__ in _SAME_LAW:
-        probe = probe.base_dist
+    probe = _unwrapped(probe, _SAME_LAW)
     twin = _TWINS.get(type(probe).__name__)
     if twin is None:
         return None
@@ -88,18 +92,25 @@ def _twin(treedef: Any, count: int) -> tuple[Any, tuple[int, ...]] | None:
     return twin[0], tuple(1 + i for i in where)   # operand 0 is the lanes' placeholder
 
 
-def _base_of(d: Any) -> Any:
-    while type(d).__name__ in _THROUGH:
-        d = d.base_dist
-    return d
+def base_constraint(constraint: Any) -> Any:
+    """A NumPyro constraint without its `independent` wrappers (a vector of reals: the
+    reals).
+
+    Example:
+        >>> from numpyro.distributions import constraints
+        >>> base_constraint(constraints.real_vector) is constraints.real
+        True
+    """
+    while isinstance(constraint, _numpyro().constraints.independent):
+        constraint = constraint.base_constraint
+    return constraint
 
 
 def _constraint_domain(support: Any) -> str | None:
     """genvi's domain for a NumPyro support whose genvi bijector is NumPyro's own
     (`biject_to`: identity, exp, sigmoid), else None."""
     c = _numpyro().constraints
-    while isinstance(support, c.independent):
-        support = support.base_constraint
+    support = base_constraint(support)
     if support is c.real:
         return "real"
     if support is c.positive:
@@ -122,6 +133,23 @@ def _static_support(d: Any) -> np.ndarray | None:
     except (NotImplementedError, TypeError, ValueError, jax.errors.ConcretizationTypeError,
             jax.errors.TracerArrayConversionError):
         return None
+
+
+def _lane_keys(key: jax.Array, lanes: tuple) -> jax.Array:
+    """One key per lane (`key` itself where there are no lanes)."""
+    if not lanes:
+        return key
+    return jnp.reshape(jax.random.split(key, math.prod(lanes)), lanes)
+
+
+def _over_lanes(lanes: tuple, fn: Any, *xs: Any) -> Any:
+    """`fn(*xs)` mapped over the lane axes `lanes` in front of every `xs` (called once
+    where there are none): each lane's draw and density from that lane's operands."""
+    if not lanes:
+        return fn(*xs)
+    n = math.prod(lanes)
+    out = jax.vmap(fn)(*[jnp.reshape(x, (n,) + jnp.shape(x)[len(lanes):]) for x in xs])
+    return jnp.reshape(out, lanes + jnp.shape(out)[1:])
 
 
 class _NumPyroBijector:
@@ -196,23 +224,13 @@ class NumPyroDistribution(Distribution):
     def _per_lane(self, method: Any, params: tuple, *per_lane: Any) -> Any:
         """`method(instance, *per_lane)` mapped over the lane axes in front of every
         operand (`params[0]`'s shape), with `per_lane` sliced the same way."""
-        lanes = jnp.shape(params[0])
-        if not lanes:
-            return method(self.instance(*params), *per_lane)
-        n = math.prod(lanes)
-        flat = [jnp.reshape(x, (n,) + jnp.shape(x)[len(lanes):]) for x in params + per_lane]
         k = len(params)
-
-        def one(*xs):
-            return method(self.instance(*xs[:k]), *xs[k:])
-        out = jax.vmap(one)(*flat)
-        return jnp.reshape(out, lanes + jnp.shape(out)[1:])
+        return _over_lanes(jnp.shape(params[0]),
+                           lambda *xs: method(self.instance(*xs[:k]), *xs[k:]),
+                           *params, *per_lane)
 
     def sample(self, key, *params):
-        lanes = jnp.shape(params[0])
-        if not lanes:
-            return self.instance(*params).sample(key)
-        keys = jnp.reshape(jax.random.split(key, math.prod(lanes)), lanes)
+        keys = _lane_keys(key, jnp.shape(params[0]))
         return self._per_lane(lambda d, k: d.sample(k), params, keys)
 
     def lane_log_prob(self, value, *params):
@@ -300,10 +318,7 @@ class Subsample(Distribution):
         def one(k):
             return jax.random.permutation(k, self.size)[: self.count].astype(jnp.int32)
         shape = jnp.shape(lanes)
-        if not shape:
-            return one(key)
-        keys = jax.random.split(key, math.prod(shape))
-        return jnp.reshape(jax.vmap(one)(keys), shape + (self.count,))
+        return _over_lanes(shape, one, _lane_keys(key, shape))
 
     def lane_log_prob(self, value, lanes):
         return jnp.zeros(jnp.shape(value)[:-1], jnp.result_type(float))
@@ -319,13 +334,6 @@ class Subsample(Distribution):
 def _same_support(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     return (a is None and b is None) or (a is not None and b is not None
                                          and np.array_equal(a, b))
-
-
-def is_numpyro_distribution(d: Any) -> bool:
-    """Whether `d` is a NumPyro distribution instance (without importing NumPyro when no
-    NumPyro module was loaded)."""
-    return type(d).__module__.startswith("numpyro.") and hasattr(d, "log_prob") \
-        and isinstance(d, _numpyro().Distribution)
 
 
 def wrap(d: Any) -> tuple[NumPyroDistribution, tuple]:
@@ -346,7 +354,7 @@ def wrap(d: Any) -> tuple[NumPyroDistribution, tuple]:
     """
     leaves, treedef = jax.tree_util.tree_flatten(d)
     leaves = tuple(jnp.asarray(x) for x in leaves)
-    base = _base_of(d)
+    base = _unwrapped(d, _THROUGH)
     domain = _constraint_domain(d.support)
     if domain is None and not d.support.is_discrete:
         domain = "own"

@@ -19,6 +19,7 @@ from numpyro import handlers as nh
 from numpyro.distributions import constraints as nc
 
 from genvi.core.strategy import Strategy
+from genvi.distributions.numpyro_wrapper import base_constraint
 from genvi.gen.language import GenFn
 from genvi.guides import params as gp
 from genvi.interop.numpyro_effects import GenviEffects, NumPyroError
@@ -43,9 +44,7 @@ def to_genvi_param(name: str, value: Any, constraint: Any) -> Any:
         >>> type(p).__name__, round(float(p.value), 4)
         ('Constrained', 2.0)
     """
-    base = constraint
-    while isinstance(base, nc.independent):
-        base = base.base_constraint
+    base = None if constraint is None else base_constraint(constraint)
     if base is None or base is nc.real:
         return jax.tree_util.tree_map(jnp.asarray, value)
     if base in (nc.positive, nc.softplus_positive):
