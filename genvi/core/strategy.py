@@ -356,5 +356,5 @@ def missing_strategy_error(dist: Any, addr: Any) -> ValueError:
     example = how(addr, kind) if how else f"gv.{dist.name}(..., grad=gv.{kind})"
     return ValueError(
         f"the sampling site {'/'.join(map(str, addr)) if addr else '(gv.sample)'!r} "
-        f"({getattr(dist, 'label', 'gv.' + dist.name)}) is sampled inside an objective but has no gradient strategy. "
+        f"({dist.label}) is sampled inside an objective but has no gradient strategy. "
         f"Pass grad= with one of: {offered(dist)}, e.g. {example}.")

@@ -73,7 +73,7 @@ class Site:
         return self is other
 
 
-_MOVING = ("gv.{who}: the support of site {name!r} (gv.{dist}) {why}; automatic guides "
+_MOVING = ("gv.{who}: the support of site {name!r} ({dist}) {why}; automatic guides "
            "need a fixed support. Write this site's guide by hand and combine it with the "
            "automatic one (exclude=[{name!r}], see AutoGuide.inline).")
 
@@ -115,8 +115,8 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
     `draws` runs of one jitted function (cached per model and argument shapes): the
     model's `Simulate` interpreter with a handler that records each site's
     distribution and plate scale and returns the support parameters of interval
-    sites and of sites with their own bijector (TFP's, NumPyro's). Those must be the same in every draw (a support that moves with other
-    latents is refused by name). `call_args` are the guide constructor's required
+    sites and of sites with their own bijector (TFP's, NumPyro's). Those must be the
+    same in every draw (a support that moves with other latents is refused by name). `call_args` are the guide constructor's required
     arguments after the model (", rank=2"), quoted in the fixes the errors suggest."""
     # a marginal (gv.marginal) is discovered through its program, keeping its kept sites
     program, kept = getattr(model, "kept_sites_program", lambda: (model, None))()
@@ -135,7 +135,7 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
             values = program.interpret(handler, *a, key=k).choices.flat()
             bounds = {a: supports.support_params(r.dist, r.params)
                       for a, r in handler.found.items()
-                      if getattr(r.dist, "domain", None) in ("interval", "own")}
+                      if getattr(r.dist, "domain", None) in supports.WITH_PARAMS}
             return values, bounds
         cached = (jax.jit(one), handler)   # unbatched: compiles faster than a vmap
     run, handler = cached
@@ -148,11 +148,11 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
             pass
     except jax.errors.UnexpectedTracerError:
         moving = [(a, r.dist) for a, r in handler.found.items()
-                  if getattr(r.dist, "domain", None) in ("interval", "own")]
+                  if getattr(r.dist, "domain", None) in supports.WITH_PARAMS]
         if not moving:
             raise
         raise ValueError(_MOVING.format(who=who, name=str(Address(moving[0][0])),
-                                        dist=moving[0][1].name,
+                                        dist=moving[0][1].label,
                                         why="is computed inside a gv.scan step or a cond "
                                             "branch")) from None
     excluded = {Address.parse(a if isinstance(a, tuple) else str(a)) for a in exclude}
@@ -170,10 +170,10 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
         domain = supports.domain_of(dist, value)
         _site_errors(who, name, dist, domain, scale, call_args)
         bounds = ()
-        if domain in ("interval", "own"):
+        if domain in supports.WITH_PARAMS:
             stacked = tuple(np.asarray(b) for b in all_bounds[addr])
             if any(not np.all(b == b[:1]) for b in stacked):
-                raise ValueError(_MOVING.format(who=who, name=name, dist=dist.name,
+                raise ValueError(_MOVING.format(who=who, name=name, dist=dist.label,
                                                 why="depends on other latent values (its "
                                                     "parameters differ between prior draws)"))
             bounds = tuple(b[0] for b in stacked)

@@ -77,6 +77,10 @@ def site_bijector(domain: str, dist: Any, support_params: tuple) -> Any:
     return bijector(domain, tuple(support_params))
 
 
+#: the domains whose bijector reads the site's parameters (`support_params`)
+WITH_PARAMS = ("interval", "own")
+
+
 def support_params(dist: Any, params: tuple) -> tuple:
     """The parameters a site's bijector depends on: an interval's bounds (the first two),
     what a distribution with its own bijector says (`own_support_params`, default all)."""
