@@ -124,7 +124,9 @@ def sleeping_helper(tmp_path):
     script.write_text(
         "import os, pathlib, sys, time\n"
         f"here = pathlib.Path({str(tmp_path)!r})\n"
-        "(here / 'pid').write_text(str(os.getpid()))\n"
+        # Written aside and renamed, so the test never reads a half-written file.
+        "(here / 'pid.part').write_text(str(os.getpid()))\n"
+        "os.replace(here / 'pid.part', here / 'pid')\n"
         "time.sleep(300)\n"
         "(here / 'slept').write_text('')\n"
         "sys.exit(1)\n")
