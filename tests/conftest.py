@@ -6,9 +6,10 @@ ArviZ, where installed, is imported the way genvi imports it.
 Compiling is most of the suite's time (XLA compiles each test's programs, which then
 run for milliseconds), so the test processes compile them as quickly as XLA can:
 * without LLVM's optimizations (`--xla_backend_optimization_level=0`: the same
-  programs, the same numbers, 40% less compiling); `GENVI_TEST_XLA_OPTIMIZE=1`
-  compiles as users do, and so do the long fits that tests run in processes of their
-  own (`programs.optimized_env`);
+  programs, the same numbers, 40% less compiling) and without its expensive passes
+  (`--xla_llvm_disable_expensive_passes=true`: a further 10%);
+  `GENVI_TEST_XLA_OPTIMIZE=1` compiles as users do, and so do the long fits that
+  tests run in processes of their own (`programs.optimized_env`);
 * once per program: the test processes (both `pytest -n` workers) share a JAX
   compilation cache in `.pytest_xla_cache/` (ignored by git), so a program two tests
   build alike compiles once; `GENVI_TEST_XLA_CACHE=off` turns it off.
@@ -25,9 +26,11 @@ import jax  # noqa: E402
 # they start (notebooks' kernels, compiling helpers) compile alike
 _UNOPTIMIZED = os.environ.get("GENVI_TEST_XLA_OPTIMIZE") != "1" \
     and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", "")
+from programs import UNOPTIMIZED_FLAGS  # noqa: E402
+
 if _UNOPTIMIZED:
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + " --xla_backend_optimization_level=0").strip()
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + " ".join(
+        UNOPTIMIZED_FLAGS)).strip()
 
 if os.environ.get("GENVI_TEST_XLA_CACHE", "").lower() not in ("off", "0"):
     # programs compiled with and without the optimizations, in folders apart

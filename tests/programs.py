@@ -32,12 +32,20 @@ def guide(p, y):
     gv.normal(p["m"], jnp.exp(p["s"]), grad=gv.REPARAM) @ "z"
 
 
+# how the test processes compile (tests/conftest.py): quickly, the programs unoptimized
+UNOPTIMIZED_FLAGS = ("--xla_backend_optimization_level=0",
+                     "--xla_llvm_disable_expensive_passes=true")
+
+
 def optimized_env(**extra: str) -> dict:
     """This process's environment for a subprocess that runs a long fit: XLA_FLAGS
-    without the suite's `--xla_backend_optimization_level=0` (its thousands of steps
-    would run unoptimized code), with `extra` set."""
+    without the suite's `UNOPTIMIZED_FLAGS` (its thousands of steps would run
+    unoptimized code), with `extra` set."""
     env = dict(os.environ, **extra)
-    flags = re.sub(r"--xla_backend_optimization_level=\S+", "", env.get("XLA_FLAGS", "")).strip()
+    flags = env.get("XLA_FLAGS", "")
+    for flag in UNOPTIMIZED_FLAGS:
+        flags = re.sub(re.escape(flag.split("=")[0]) + r"=\S+", "", flags)
+    flags = " ".join(flags.split())
     if flags:
         env["XLA_FLAGS"] = flags
     else:
