@@ -17,16 +17,18 @@ evaluations of the step, as one `lax.scan` whose step evaluates the body on ever
 values may not be used after it (they would need the path); anything else raises
 `NotSummable` by name.
 
+A batch of sequences (the site's values have lanes) runs the same recursion lane by
+lane side by side (`genvi.inference.enum_sequences`).
+
 Example:
-    >>> from genvi.inference.enum_scan import Steps
-    >>> Steps(site=None).site is None
+    >>> from genvi.inference.enum_scan import forward_sums
+    >>> callable(forward_sums)
     True
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -35,33 +37,19 @@ from jax.scipy.special import logsumexp
 
 from genvi.core import jaxpr as jx
 from genvi.core.rules import primitives
-from genvi.inference.enum_lanes import Additive, NotSummable, evaluate, is_tracked, joint_values
 from genvi.inference.chain_algebra import History, blocked_chain, remat
-from genvi.inference.enum_same_rules import Same
 from genvi.inference.enum_factors import MAX_JOINT
+from genvi.inference.enum_lanes import NotSummable, evaluate, is_tracked
+from genvi.inference.enum_same_rules import Same
+from genvi.inference.enum_sequences import forward_lanes
+from genvi.inference.enum_steps import (AfterScan, Steps, StepValues, after_scan_outputs,
+                                        every_pair, invariant)
 from genvi.inference.step_sums import StepSum, local_positions
 from genvi.inference.sum_product import Plan
-from genvi.replays.engine import Local
 
 # reorderings of the stacked values on their way into the scan (vmap of a scan moves
 # the sequences' axis behind the steps')
 _LAYOUT = primitives(["transpose", "convert_element_type"])
-
-
-@dataclass
-class Steps:
-    """Stands for the stacked values of the site inside the scan (outer evaluation)."""
-
-    site: Any
-    enum_marker = True
-
-
-@dataclass
-class AfterScan:
-    """A result of the scan that depends on the discrete path: not to be used."""
-
-    where: str
-    enum_marker = True
 
 
 def _forward(eqn: Any, ins: list, plan: Plan | None = None) -> list | None:
@@ -105,7 +93,7 @@ def _forward(eqn: Any, ins: list, plan: Plan | None = None) -> list | None:
                           f"per step ({', '.join(f'{x.name}' for x in sites)}): they are "
                           "summed jointly only where each step holds one value of each per "
                           "sequence")
-    steps = _StepValues(scan, ins, chain, [ins[p].site for p in chain], first_init, local)
+    steps = StepValues(scan, ins, chain, [ins[p].site for p in chain], first_init, local)
     step_sum = StepSum(scan, a, local, [ins[p].site for p in local]) if local else None
     if step_sum is not None and steps.lanes:
         raise NotSummable(f"the scan at {where} has sites local to its steps "
@@ -129,7 +117,7 @@ def _forward(eqn: Any, ins: list, plan: Plan | None = None) -> list | None:
                   + (f", {lanes:,} sequences at once" if steps.lanes else ""),
                   history.size * history.count * lanes)
     if shapes.pop():  # a batch of sequences: every lane's chain summed at once
-        return _forward_lanes(steps, history, echo, a, state, deps, where)
+        return forward_lanes(steps, history, echo, a, state, deps, where)
     body = scan.body
 
     def run(carry, x_t, c):
@@ -157,19 +145,19 @@ def _forward(eqn: Any, ins: list, plan: Plan | None = None) -> list | None:
         def pair(h, v):
             cin = [state_at(j, h, carry) if j in state else carry[j] for j in range(ncar)]
             return run(cin, x_t, v)
-        outs = _every_pair(pair, histories, n)
+        outs = every_pair(pair, histories, n)
         alpha = history.advance(alpha, outs[a])
         new = [history.shift(outs[j]) if j in state else outs[j][0, 0] for j in range(ncar)]
         return (alpha, new), None
 
-    if length > 1 and set(echo) == state and _invariant(scan, a, state):
+    if length > 1 and set(echo) == state and invariant(scan, a, state):
         # a step's factors depend on its input alone: every step's at once, then α
         def factors(x_t):
             def pair(h, v):
                 cin = [state_at(j, h, None) if j in state else steps.init[j]
                        for j in range(ncar)]
                 return run(cin, x_t, v)[a]
-            return _every_pair(pair, histories, n)
+            return every_pair(pair, histories, n)
         alpha, _ = blocked_chain(
             history, alpha[:, None],
             lambda x_t: (jnp.zeros((), alpha.dtype), factors(x_t)[..., None]), steps.rest)
@@ -179,56 +167,7 @@ def _forward(eqn: Any, ins: list, plan: Plan | None = None) -> list | None:
         (alpha, carry0), _ = jax.lax.scan(remat(step), (alpha, carry0), steps.rest)
     results = [steps.init[a] + logsumexp(alpha) if j == a else AfterScan(where) if j in state
                else carry0[j] for j in range(ncar)]
-    return results + _after_scan_outputs(scan, zpos, a, state, deps, where)
-
-
-class _StepValues:
-    """The scan's operands with the discrete sites' stacked values taken out: the
-    other per-step inputs (`first` step, the `rest`), and the joint values of the
-    sites at one step, `count` of them (the product of their supports), put back in
-    their places by `inputs(x_t, c)` (`lanes`: as lane-tracked values, every lane
-    at combination c)."""
-
-    def __init__(self, scan: Any, ins: list, zpos: list, sites: list, first_init: list,
-                 local: list = ()):
-        self.scan, self.sites = scan, sites
-        self.consts, self.init, xs = scan.split(ins)
-        self.first_init = list(first_init)  # what the first step reads
-        xs = [jnp.flip(x, 0) if scan.reverse and not isinstance(x, Steps) else x for x in xs]
-        self.where = [scan.scanned_index(p) for p in zpos]
-        # sites summed within a step (`StepSum`): a placeholder in their places
-        self.held = {scan.scanned_index(p): jnp.zeros(scan.body_in_aval(p).shape,
-                                                      scan.body_in_aval(p).dtype)
-                     for p in local}
-        others = [x for i, x in enumerate(xs) if i not in self.where and i not in self.held]
-        self.first, self.rest = [x[0] for x in others], [x[1:] for x in others]
-        self.table = joint_values(sites)
-        self.count = int(self.table[0].shape[0])
-        self.dtypes = [scan.body_in_aval(p).dtype for p in zpos]
-        self.lanes = tuple(scan.body_in_aval(zpos[0]).shape)
-
-    def value(self, i: int, c: Any, tracked: bool = False) -> Any:
-        """Site i's value in combination c, as the body reads it (`tracked`: every lane
-        at that value, lane-tracked)."""
-        v = self.table[i][c].astype(self.dtypes[i])
-        if not tracked:
-            return v
-        one = jnp.full((1,) * len(self.lanes), v, self.dtypes[i])
-        return Same(one, tuple(range(len(self.lanes))), self.lanes)
-
-    def inputs(self, x_t: list, c: Any, tracked: bool = False) -> list:
-        """The step's inputs with the sites' values in combination c in their places."""
-        x_t = list(x_t)
-        placed = {k: self.value(i, c, tracked) for i, k in enumerate(self.where)}
-        for k in sorted({**placed, **self.held}):
-            x_t.insert(k, placed[k] if k in placed else self.held[k])
-        return x_t
-
-
-def _every_pair(pair: Any, histories: Any, n: int) -> Any:
-    """`pair(h, v)` for every history h and every one of the step's `n` joint values v,
-    stacked [histories, n, ...] (under `vmap`)."""
-    return jax.vmap(lambda h: jax.vmap(lambda v: pair(h, v))(jnp.arange(n)))(histories)
+    return results + after_scan_outputs(scan, zpos, a, state, deps, where)
 
 
 def _depths(scan: Any, state: set, deps: list, where: str) -> dict:
@@ -254,7 +193,7 @@ def _depths(scan: Any, state: set, deps: list, where: str) -> dict:
     return depth
 
 
-def _echoes(scan: Any, state: set, steps: "_StepValues", depth: dict) -> dict:
+def _echoes(scan: Any, state: set, steps: StepValues, depth: dict) -> dict:
     """The state carries that hold a site's value itself, d steps back (an HMM's
     z_{t−1}, a second-order chain's z_{t−2}): {carry: (site position, d)}. The step
     builds their value from the history index (a constant in every lane) instead of
@@ -268,125 +207,6 @@ def _echoes(scan: Any, state: set, steps: "_StepValues", depth: dict) -> dict:
             if source is not None:
                 echo[j] = (echo[source][0], echo[source][1] + 1)
     return echo
-
-
-def _invariant(scan: Any, a: int, state: set) -> bool:
-    """Whether every carry other than the state and the log density passes through the
-    step unchanged (a hidden Markov model's parameters)."""
-    return all(scan.passes_through(j) for j in range(scan.carry_count)
-               if j != a and j not in state)
-
-
-def _after_scan_outputs(scan: Any, zpos: list, a: int, state: set,
-                        deps: list, where: str) -> list:
-    """The per-step outputs of the scan: none may be used (they need the path)."""
-    outs = []
-    for i in range(scan.carry_count, scan.body_out_count):
-        if not (any(p in deps[i] for p in zpos) or scan.carry_input(a) in deps[i]
-                or any(scan.carry_input(s) in deps[i] for s in state)):
-            raise NotSummable(f"the scan at {where} returns per-step values alongside its "
-                              "discrete site: return None as the step's output (its values "
-                              "depend on the path, which the sum does not keep)")
-        outs.append(AfterScan(where))
-    return outs
-
-
-def _forward_lanes(steps: _StepValues, history: History, echo: dict, a: int, state: set,
-                   deps: list, where: str) -> list:
-    """The forward algorithm for a batch of chains: the scan's per-step site values
-    have lanes (the sequences of a `gv.vmap`/`gv.plate` around a `gv.scan`), each lane
-    its own chain. The body is evaluated once per (history h, value v) with every lane
-    at v (and its state at h), lane-tracked, so the log density's step term comes out
-    as a lane-free part plus one term per lane (`Additive`); the lanes' α recursions
-    then run side by side (`History.advance` with a lanes axis), O(T × lanes ×
-    values^(k+1)). In a subsampled plate a lane's terms arrive scaled: its chain is
-    summed unscaled, then scaled."""
-    scan = steps.scan
-    body, ncar = scan.body, scan.carry_count
-    scales = {s.scale for s in steps.sites}
-    if len(scales) > 1:
-        raise NotSummable(f"the discrete sites of the scan at {where} lie in gv.plates of "
-                          "different scales")
-    scale = scales.pop()
-    n, count = steps.count, math.prod(steps.lanes)
-    axes = tuple(range(len(steps.lanes)))
-    state_axes: dict = {}  # a state carry's lane axes (from its first evaluation)
-
-    def tracked(x: Any, j: int) -> Any:
-        return Local(x, x, state_axes[j]) if j in state_axes else x
-
-    def run(carry: list, x_t: list, c: Any) -> tuple:
-        carry = list(carry)
-        carry[a] = jnp.zeros_like(carry[a])
-        outs = evaluate(body, list(steps.consts) + carry + steps.inputs(x_t, c, tracked=True))
-        term = outs[a]
-        if isinstance(term, Additive):
-            free, per_lane = term.free, term.lanes
-        elif is_tracked(term):
-            raise NotSummable(f"the log density of a step of the scan at {where} is not a sum "
-                              "of per-sequence terms")
-        else:
-            free, per_lane = term, jnp.zeros((count,), jnp.result_type(term))
-        new = []
-        for j, o in enumerate(scan.split_outs(outs)[0]):
-            if isinstance(o, Same):
-                o = o.local()
-            if j == a:  # the log density's accumulator: its term is read above
-                o = jnp.zeros_like(steps.init[a])
-            elif isinstance(o, Local):
-                if j not in state or o.axes not in (axes, state_axes.get(j, o.axes)):
-                    raise NotSummable(f"the carry of the scan at {where} mixes the sequences")
-                state_axes[j] = o.axes
-                o = o.base
-            elif is_tracked(o):
-                raise NotSummable(f"the carry of the scan at {where} mixes the sequences")
-            new.append(o)
-        return free, per_lane / scale, new
-
-    free0, alpha, carry0 = jax.vmap(lambda c: run(steps.first_init, steps.first, c))(
-        jnp.arange(n))
-    alpha = history.first(alpha)                            # [C^k, lanes]
-    carry0 = [history.carried(c) if j in state else c[0] for j, c in enumerate(carry0)]
-    free_total = free0[0]
-    histories = jnp.arange(history.size)
-
-    def state_at(j: int, h: Any, carry: list | None) -> Any:
-        if j in echo:  # the site's own value: every lane at it, built here
-            return steps.value(echo[j][0], history.value_at(h, echo[j][1]), tracked=True)
-        return tracked(carry[j][h], j)
-
-    def step(c: tuple, x_t: list) -> tuple:
-        alpha, carry, free_total = c
-
-        def pair(h, v):
-            cin = [state_at(j, h, carry) if j in state else carry[j] for j in range(ncar)]
-            return run(cin, x_t, v)
-        free, terms, new = _every_pair(pair, histories, n)   # terms: [C^k, C, lanes]
-        alpha = history.advance(alpha, terms)
-        new = [history.shift(c) if j in state else c[0, 0] for j, c in enumerate(new)]
-        return (alpha, new, free_total + free[0, 0]), None
-
-    if scan.length > 1 and set(echo) == state and _invariant(scan, a, state):
-        # a step's factors depend on its input alone: every step's at once, then α
-        def factors(x_t):
-            def pair(h, v):
-                cin = [state_at(j, h, None) if j in state else steps.init[j]
-                       for j in range(ncar)]
-                free, per_lane, _ = run(cin, x_t, v)
-                return free, per_lane
-            return _every_pair(pair, histories, n)
-        alpha, free_rest = blocked_chain(
-            history, alpha, lambda x_t: (lambda f, m: (f[0, 0], m))(*factors(x_t)), steps.rest)
-        free_total = free_total + free_rest
-        carry0 = [steps.init[j] if j not in state else carry0[j] for j in range(ncar)]
-    elif scan.length > 1:
-        (alpha, carry0, free_total), _ = jax.lax.scan(
-            remat(step), (alpha, carry0, free_total), steps.rest)
-    total = free_total + scale * jnp.sum(logsumexp(alpha, axis=0))
-    results = [steps.init[a] + total if j == a else AfterScan(where) if j in state
-               else carry0[j] for j in range(ncar)]
-    zpos = [scan.scanned_input(k) for k in steps.where]
-    return results + _after_scan_outputs(scan, zpos, a, state, deps, where)
 
 
 def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list,
