@@ -21,13 +21,12 @@ import pathlib
 os.environ["GENVI_CACHE"] = "off"
 
 import jax  # noqa: E402
+from programs import UNOPTIMIZED_FLAGS  # noqa: E402
 
 # XLA reads XLA_FLAGS when a process's backend starts: these processes and the ones
 # they start (notebooks' kernels, compiling helpers) compile alike
 _UNOPTIMIZED = os.environ.get("GENVI_TEST_XLA_OPTIMIZE") != "1" \
     and "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", "")
-from programs import UNOPTIMIZED_FLAGS  # noqa: E402
-
 if _UNOPTIMIZED:
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + " ".join(
         UNOPTIMIZED_FLAGS)).strip()

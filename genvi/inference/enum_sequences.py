@@ -27,7 +27,7 @@ from genvi.replays.engine import Local
 
 
 def forward_lanes(steps: StepValues, history: History, echo: dict, a: int, state: set,
-                   deps: list, where: str) -> list:
+                  deps: list, where: str) -> list:
     """The forward algorithm for a batch of chains: the scan's per-step site values
     have lanes (the sequences of a `gv.vmap`/`gv.plate` around a `gv.scan`), each lane
     its own chain. The body is evaluated once per (history h, value v) with every lane
