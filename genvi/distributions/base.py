@@ -18,6 +18,10 @@ follow (`strategies`, for messages):
 * `lanewise = True`: `sample` draws each lane from that lane's parameters alone
   (the lane-local replays of ENUM, MVD, RLOO, DisARM, SWOR and RELAX stay O(lanes)
   through such a draw).
+* `pushforward(*params)`: `(base, base_params, forward)` where a value is a map of
+  a draw `u` of a base distribution (`forward(u)` = (value, log |det ∂value/∂u| per
+  lane), continuous): the handlers that sample the site score it at `u`, never at an
+  inverse of a rounded value (automatic guides' sites; `genvi.gen.handlers`).
 * `domain`: where a continuous value lies ("real", "positive", "unit_interval",
   "interval", "simplex", "own"): automatic guides transform onto it
   (`genvi.guides.supports`). None: unknown (automatic guides refuse the site).

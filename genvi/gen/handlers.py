@@ -47,7 +47,7 @@ import jax.numpy as jnp
 from genvi.core import jaxpr as jx
 from genvi.core.mistakes import addr_name, is_shape_error, site_shape_error
 from genvi.core.primitives import Masked, SiteEqn, bind_site, sample_p, site_parts
-from genvi.core.scopes import density_scope
+from genvi.core.scopes import assume_continuous, density_scope
 from genvi.core.strategy import missing_strategy_error
 from genvi.core.tracing import PLAIN
 
@@ -114,6 +114,25 @@ class Site:
     def missing(self) -> bool:
         """An observation given no value (`gv.observe(..., None, name=...)`)."""
         return SiteEqn.of(self.eqn).missing
+
+
+def _drawn(site: "Site", sample: Any) -> tuple[Any, Any]:
+    """`(value, log density)` of a site drawn by `sample(dist, params)`. A distribution
+    that is the pushforward of a base one (`pushforward`, an automatic guide's site) is
+    drawn in the base space and scored at that draw: log base(u) − log |det ∂y/∂u|,
+    not at the inverse of its value `y`, which float rounding makes lossy near the
+    boundary of a support (a sigmoid of 20 is 1.0 in float32)."""
+    push = getattr(site.dist, "pushforward", None)
+    parts = None if push is None or isinstance(site.dist, Masked) else push(*site.params)
+    if parts is None:
+        value = sample(site.dist, site.params)
+        return value, _log_prob(site.dist, value, site.params, site.scale)
+    base, base_params, forward = parts
+    u = sample(base, base_params)
+    with assume_continuous():  # a bijection onto the support: part of the site's sampler
+        value, log_det = forward(u)
+    log_p = _log_prob(base, u, base_params) - jnp.sum(log_det)
+    return value, log_p if site.scale == 1.0 else log_p * site.scale
 
 
 def _log_prob(dist: Any, value: Any, params: tuple, scale: float = 1.0) -> Any:
@@ -251,8 +270,7 @@ class Handler:
 class Simulate(Handler):
     def site(self, site, state):
         key, sub = jax.random.split(state.key)
-        value = site.dist.sample(sub, *site.params)
-        log_p = _log_prob(site.dist, value, site.params, site.scale)
+        value, log_p = _drawn(site, lambda dist, params: dist.sample(sub, *params))
         return value, replace(self.record(state, site.addr, value, log_p, site.dist), key=key)
 
     def deterministic(self, site, state):
@@ -320,8 +338,8 @@ class Sim(Handler):
         self.program = program
 
     def site(self, site, state):
-        value = _objective_sample(site, site.strategy)
-        log_p = _log_prob(site.dist, value, site.params, site.scale)
+        value, log_p = _drawn(site, lambda dist, params: _objective_sample(
+            replace(site, dist=dist, params=params), site.strategy))
         return value, self.record(state, site.addr, value, log_p, site.dist)
 
     def observe(self, site, state):
