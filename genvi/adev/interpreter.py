@@ -292,9 +292,11 @@ class _Level(Hooks):
     def interprets(self, eqn: Any, ins: list) -> bool:
         # A `cond` with tangents (even without sites, e.g. in a log density) is
         # evaluated branch by branch too: under vmap JAX turns the JVP of a cond with
-        # a batched predicate into a select that cannot be transposed.
+        # a batched predicate into a select that cannot be transposed. A custom
+        # derivative's body is not differentiated (its rule is): its conds are JAX's.
         return (jx.nests(eqn, RANDOMNESS)
-                or (any(x.tangent is not None for x in ins) and _holds_cond(eqn)))
+                or (any(x.tangent is not None for x in ins) and _holds_cond(eqn)
+                    and not isinstance(jx.view(eqn), jx.CustomEqn)))
 
     def _body(self, outs_terms: tuple) -> list:
         outs, (s, o) = outs_terms
