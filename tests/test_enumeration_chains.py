@@ -211,3 +211,77 @@ def test_a_plate_inside_a_scan_step_is_summed_within_each_step():
     assert float(got) == pytest.approx(norm.logpdf(0.0, 0, 1) + logsumexp(paths), abs=1e-4)
     (plan,) = m.plans.values()
     assert "sum out 'steps/cells/x' within each step" in str(plan)
+
+
+# -- a plate's sites and a chain's sites in one model, summed apart --------------------
+ROWS = np.log(np.array([[0.8, 0.2], [0.3, 0.7]], np.float32))
+YP = np.array([1.4, -0.8, 0.3], np.float32)     # the plate's points
+YC = np.array([0.2, 1.5, 1.1, -0.4], np.float32)  # the chain's observations
+
+
+@gv.gen
+def mix_point(mu, shift, y):
+    z = gv.flip(0.35) @ "z"
+    gv.observe(gv.normal(jnp.where(z, mu, -mu) + shift, 1.0), y)
+    return z
+
+
+@gv.gen
+def chain_step(carry, y):
+    s, shift = carry
+    s = gv.categorical(jnp.asarray(ROWS)[s]) @ "s"
+    gv.observe(gv.normal(1.2 * s - shift, SD), y)
+    return (s, shift), s
+
+
+def plate_and_chain(couple: bool = False):
+    @gv.gen
+    def model(yp, yc):
+        mu = gv.normal(0.0, 2.0) @ "mu"
+        g = gv.flip(0.4) @ "g"          # a global site read by both
+        shift = jnp.where(g, 0.5, -0.5)
+        z = gv.vmap(mix_point, in_axes=(None, None, 0))(mu, shift, yp) @ "points"
+        _, states = gv.scan(chain_step)((0, shift), yc) @ "chain"
+        if couple:   # a term that reads a point's class and the chain's states together
+            gv.factor(jnp.sum(states) * 0.1 * jnp.sum(z))
+        return z
+    return model
+
+
+def numpy_plate_and_chain(mu):
+    total = []
+    for g in (0, 1):
+        shift = 0.5 if g else -0.5
+        lp_g = np.log(0.4 if g else 0.6)
+        plate = sum(logsumexp([np.log(0.35) + norm.logpdf(y, mu + shift, 1.0),
+                               np.log(0.65) + norm.logpdf(y, -mu + shift, 1.0)]) for y in YP)
+        paths = []
+        for path in itertools.product(range(2), repeat=len(YC)):
+            lp, prev = 0.0, 0
+            for s, y in zip(path, YC):
+                lp += ROWS[prev, s] + norm.logpdf(y, 1.2 * s - shift, SD)
+                prev = s
+            paths.append(lp)
+        total.append(lp_g + plate + logsumexp(paths))
+    return norm.logpdf(mu, 0.0, 2.0) + logsumexp(total)
+
+
+def test_a_plate_and_a_chain_in_one_model_are_summed_apart():
+    m = gv.marginal(plate_and_chain(), keep=["mu"], algorithm=gv.enumeration())
+
+    def log_p(mu):
+        return m.log_density(gv.choices({"mu": mu}), jnp.asarray(YP), jnp.asarray(YC))
+    for mu in (0.7, -1.6):
+        assert float(log_p(mu)) == pytest.approx(numpy_plate_and_chain(mu), abs=1e-4)
+    eps = 1e-5
+    fd = (numpy_plate_and_chain(0.7 + eps) - numpy_plate_and_chain(0.7 - eps)) / (2 * eps)
+    assert float(jax.grad(log_p)(0.7)) == pytest.approx(fd, abs=2e-3)
+    (plan,) = m.plans.values()
+    text = str(plan)
+    assert "'points/z'" in text and "'chain/s'" in text
+
+
+def test_a_term_that_couples_a_plate_and_a_chain_is_refused_by_name():
+    m = gv.marginal(plate_and_chain(couple=True), keep=["mu"], algorithm=gv.enumeration())
+    with pytest.raises(ValueError, match=r"'chain/s'.*'points/z'|'points/z'.*'chain/s'"):
+        m.log_density(gv.choices({"mu": 0.7}), jnp.asarray(YP), jnp.asarray(YC))

@@ -141,7 +141,8 @@ def _split_eqn(i: int, eqn: Any, ins: list) -> list:
     return outs
 
 
-def _leaves(out: Any) -> tuple:
+def term_leaves(out: Any) -> tuple:
+    """The (leaf, coefficient) pairs of a density kept as `Terms` (`split_terms`)."""
     leaves = _scalar_leaves(out)
     if leaves is None:
         raise NotSummable("the log density keeps their lanes apart")
@@ -179,7 +180,7 @@ def term_lanes(closed: Any, sites: list, flat_in: list) -> list[dict]:
                 (out,) = split_terms(closed, inputs + list(flat_in))
             except NotSummable as why:
                 raise NotSummable(f"{why} (site {s.name!r})") from None
-            found.append((i, [_lanes_of(leaf, s) for leaf, _ in _leaves(out)]))
+            found.append((i, [_lanes_of(leaf, s) for leaf, _ in term_leaves(out)]))
         return jnp.zeros(())
     jax.eval_shape(run, flat_in)
     if scalars:
@@ -187,7 +188,7 @@ def term_lanes(closed: Any, sites: list, flat_in: list) -> list[dict]:
             given = dict(zip(scalars, scalar_values))
             inputs = [given[i] if i in given else _placeholder(s) for i, s in enumerate(sites)]
             (out,) = split_terms(closed, inputs + list(flat_in))
-            return [_materialized(leaf) * c for leaf, c in _leaves(out)]
+            return [_materialized(leaf) * c for leaf, c in term_leaves(out)]
         traced = jax.make_jaxpr(values)([_placeholder(sites[i]) for i in scalars], flat_in)
         deps = jx.output_dependence(traced)
         found += [(i, [() if n in d else None for d in deps]) for n, i in enumerate(scalars)]
@@ -304,7 +305,7 @@ def _term_values(closed: Any, sites: list, flat_in: list, deps: tuple, ks: list)
         inputs = [_every_lane(s, given[i]) if i in given else _placeholder(s)
                   for i, s in enumerate(sites)]
         (out,) = split_terms(closed, inputs + list(flat_in))
-        every = _leaves(out)
+        every = term_leaves(out)
         leaves = [every[k] for k in ks]
         shapes[:] = [x.shape if isinstance(x, Same) else jnp.shape(_materialized(x))
                      for x, _ in leaves]

@@ -14,7 +14,10 @@ exact, as Pyro's `TraceEnum_ELBO` does for sites enumerated in the model:
   Markov model of order k, also a batch of them in a plate): the forward algorithm
   over the last k values, O(steps × support^(k+1)), in `genvi.inference.enum_scan`;
   sites of a step that reach no carry (a plate inside the step) are summed within
-  the step by the factor engine (`genvi.inference.step_sums`).
+  the step by the factor engine (`genvi.inference.step_sums`);
+* plates beside scans in one model: summed apart, the plates' sites by the factors
+  and the scans' by the forward algorithm, where no term of the density reads both
+  (`genvi.inference.enum_apart`).
 
 Elsewhere (lanes that couple, plates that cross, a scan whose carry remembers more,
 a site without a static finite support) it refuses, naming the site and why.
@@ -59,6 +62,7 @@ from genvi.core import validation
 from genvi.adev.strategies import ENUM
 from genvi.gen.handlers import RecordSites
 from genvi.gen.language import GenFn
+from genvi.inference.enum_apart import summed_apart
 from genvi.inference.enum_factors import MAX_JOINT, sum_over_sites
 from genvi.inference.enum_lanes import joint_values
 from genvi.inference.enum_scan import forward_sums
@@ -290,9 +294,8 @@ def _summation(sites: list[AuxSite], scalars: list[AuxSite], plan: Plan):
     density`."""
     scanned = [s for s in sites if s.shape != s.draw_shape]
     batched = [s for s in sites if s not in scanned and s not in scalars]
-    if batched:
-        raise NotSummable(f"sites {[s.name for s in scanned]} are inside a gv.scan and "
-                          f"{[s.name for s in batched]} in a plate")
+    if batched:   # plates beside chains: summed apart where no term couples them
+        return functools.partial(summed_apart, scanned=scanned, batched=batched, plan=plan)
     return functools.partial(forward_sums, plan=plan)
 
 
@@ -303,5 +306,6 @@ def _refusal(g: GenFn, sites: list[AuxSite], why: Exception) -> ValueError:
         "It sums a log density that is a sum of terms, each depending lane by lane on the "
         "sites of nested gv.plate/gv.vmap lanes (plates of any sizes, side by side or "
         "nested), and step by step in a gv.scan whose steps depend on the last k steps' "
-        "discrete values (a hidden Markov model of order k). Keep such a site and give it a guide "
+        "discrete values (a hidden Markov model of order k), the two apart where no term "
+        "reads both. Keep such a site and give it a guide "
         "(grad=gv.ENUM), or use gv.importance.")
