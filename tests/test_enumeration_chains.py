@@ -213,6 +213,41 @@ def test_a_plate_inside_a_scan_step_is_summed_within_each_step():
     assert "sum out 'steps/cells/x' within each step" in str(plan)
 
 
+@gv.gen
+def sequences_of_plates(grids):
+    gv.normal(0.0, 1.0) @ "mu"
+    gv.vmap(gv.scan(step_with_cells), in_axes=(None, 0))(False, grids) @ "seqs"
+
+
+def numpy_chain_of_plates(grid):
+    p_z = lambda prev, z: (0.9 if prev else 0.2) if z else (0.1 if prev else 0.8)  # noqa: E731
+    p_x = lambda z, x: (0.8 if z else 0.3) if x else (0.2 if z else 0.7)  # noqa: E731
+    steps, cells = grid.shape
+    paths = []
+    for zs in itertools.product((0, 1), repeat=steps):
+        for xs in itertools.product((0, 1), repeat=steps * cells):
+            lp, prev = 0.0, 0
+            for t, z in enumerate(zs):
+                lp += np.log(p_z(prev, z))
+                for j in range(cells):
+                    x = xs[cells * t + j]
+                    lp += np.log(p_x(z, x)) + norm.logpdf(grid[t, j], 1.0 if x else -1.0, 0.7)
+                prev = z
+            paths.append(lp)
+    return logsumexp(paths)
+
+
+def test_a_plate_inside_the_steps_of_a_batch_of_sequences_is_summed_per_sequence():
+    grids = np.random.default_rng(9).normal(size=(4, 3, 2)).astype(np.float32)  # 4 sequences
+    m = gv.marginal(sequences_of_plates, keep=["mu"], algorithm=gv.enumeration())
+    got = m.log_density(gv.choices({"mu": 0.0}), jnp.asarray(grids))
+    want = norm.logpdf(0.0, 0, 1) + sum(numpy_chain_of_plates(g) for g in grids)
+    assert float(got) == pytest.approx(want, abs=1e-4)
+    (plan,) = m.plans.values()
+    assert "sum out 'seqs/cells/x' within each step" in str(plan)
+    assert "4 sequences at once" in str(plan)
+
+
 # -- a plate's sites and a chain's sites in one model, summed apart --------------------
 ROWS = np.log(np.array([[0.8, 0.2], [0.3, 0.7]], np.float32))
 YP = np.array([1.4, -0.8, 0.3], np.float32)     # the plate's points

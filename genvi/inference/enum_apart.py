@@ -39,8 +39,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from genvi.core import jaxpr as jx
-from genvi.inference.enum_factors import split_terms, sum_over_sites, term_leaves
+from genvi.inference.enum_factors import (split_terms, sum_over_sites, term_dependence,
+                                          term_leaves, terms_part)
 from genvi.inference.enum_scan import forward_sums
 from genvi.inference.sum_product import NotSummable, Plan
 
@@ -51,7 +51,7 @@ def summed_apart(closed: Any, sites: list, fixed: dict, flat_in: list, *, scanne
     density `closed` computes from (site values, *flat_in), the sites not in either at
     their values in `fixed`; the steps noted in `plan`."""
     plain = [fixed[s.addr] if s.addr in fixed else _first_value(s) for s in sites]
-    deps = _term_sites(closed, plain, flat_in)
+    deps = [{i for i in d if i < len(sites)} for d in term_dependence(closed, plain + list(flat_in))]
     plate_at = {i for i, s in enumerate(sites) if any(s is b for b in batched)}
     chain_at = {i for i, s in enumerate(sites) if any(s is c for c in scanned)}
     for d in deps:
@@ -67,14 +67,14 @@ def summed_apart(closed: Any, sites: list, fixed: dict, flat_in: list, *, scanne
     dtype, n = closed.out_avals[0].dtype, len(sites)
     on_plates = sorted(plate_at)
     over_plates, contraction = sum_over_sites(
-        _part(closed, plate_terms, on_plates, n, dtype), [sites[i] for i in on_plates],
+        terms_part(closed, plate_terms, on_plates, n), [sites[i] for i in on_plates],
         [x for i, x in enumerate(plain) if i not in plate_at] + list(flat_in))
     for step in contraction.steps:
         plan.note(step, 0)
     plan.largest = max(plan.largest, contraction.largest)
     along = [i for i in range(n) if i not in plate_at]   # the chains', and the fixed ones
     over_chains = forward_sums(
-        _part(closed, chain_terms, along, n, dtype), [sites[i] for i in along], fixed,
+        terms_part(closed, chain_terms, along, n), [sites[i] for i in along], fixed,
         [plain[i] for i in on_plates] + list(flat_in), plan=plan)
     (out,) = split_terms(closed, plain + list(flat_in))
     leaves = term_leaves(out)
@@ -86,32 +86,3 @@ def _first_value(s: Any) -> jax.Array:
     """A site's first value in every lane (and step): what a term that does not
     depend on it is evaluated at."""
     return jnp.full(s.shape, s.support[0], s.dtype)
-
-
-def _term_sites(closed: Any, values: list, flat_in: list) -> list[set]:
-    """Per term of the density, the positions of the sites it depends on."""
-    n = len(values)
-
-    def terms(*inputs: Any) -> list:
-        (out,) = split_terms(closed, list(inputs))
-        return [jnp.sum(leaf) * c for leaf, c in term_leaves(out)]
-    traced = jax.make_jaxpr(terms)(*values, *flat_in)
-    return [{i for i in d if i < n} for d in jx.output_dependence(traced)]
-
-
-def _part(closed: Any, keep: list, first: list, n: int, dtype: Any) -> Any:
-    """The density's terms `keep` only, as a closed jaxpr whose inputs are the `n`
-    sites, those at positions `first` first, then `closed`'s other inputs."""
-    avals = closed.in_avals
-    order = first + [i for i in range(n) if i not in first]
-
-    def part(*inputs: Any) -> Any:
-        sites = [None] * n
-        for i, x in zip(order, inputs[:n]):
-            sites[i] = x
-        (out,) = split_terms(closed, sites + list(inputs[n:]))
-        leaves = term_leaves(out)
-        return sum((jnp.sum(leaves[k][0]) * leaves[k][1] for k in keep), jnp.zeros((), dtype))
-    shapes = [jax.ShapeDtypeStruct(avals[i].shape, avals[i].dtype) for i in order]
-    shapes += [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals[n:]]
-    return jax.make_jaxpr(part)(*shapes)

@@ -188,7 +188,7 @@ def term_lanes(closed: Any, sites: list, flat_in: list) -> list[dict]:
             given = dict(zip(scalars, scalar_values))
             inputs = [given[i] if i in given else _placeholder(s) for i, s in enumerate(sites)]
             (out,) = split_terms(closed, inputs + list(flat_in))
-            return [_materialized(leaf) * c for leaf, c in term_leaves(out)]
+            return [whole(leaf) * c for leaf, c in term_leaves(out)]
         traced = jax.make_jaxpr(values)([_placeholder(sites[i]) for i in scalars], flat_in)
         deps = jx.output_dependence(traced)
         found += [(i, [() if n in d else None for d in deps]) for n, i in enumerate(scalars)]
@@ -234,9 +234,12 @@ class _Plates:
         return f"{s.name}[{j}]:{s.shape[j]}" if len(s.shape) > 1 else f"{s.name}:{s.shape[0]}"
 
 
-def sum_over_sites(closed: Any, sites: list, flat_in: list) -> tuple[Any, Plan]:
+def sum_over_sites(closed: Any, sites: list, flat_in: list,
+                   lanes_kept: int = 0) -> tuple[Any, Plan]:
     """log Σ over every site's values (lane by lane) of the density `closed` computes
-    from (site values, *flat_in), and the contraction's plan."""
+    from (site values, *flat_in), and the contraction's plan. With `lanes_kept` = m,
+    the plates of every site's first m axes are not multiplied out: the log comes as
+    (a scalar, an array over those axes), as `contract` returns it."""
     lanes = term_lanes(closed, sites, flat_in)
     plates = _Plates(sites)
     for per_site in lanes:
@@ -264,7 +267,10 @@ def sum_over_sites(closed: Any, sites: list, flat_in: list) -> tuple[Any, Plan]:
     names = {i: repr(s.name) for i, s in enumerate(sites)}
     names.update({label: plates.name(label) for label in scales})
     sizes = {label: sites[label[0]].shape[label[1]] for label in scales}
-    return contract(factors, site_plates, scales, names, sizes)
+    keep = tuple(plates.find((0, j)) for j in range(lanes_kept))
+    if any(plates.find((i, j)) != keep[j] for i in range(len(sites)) for j in range(lanes_kept)):
+        raise NotSummable("the sites local to a step lie in different sequences' lanes")
+    return contract(factors, site_plates, scales, names, sizes, keep)
 
 
 def _plate_scales(sites: list, site_plates: dict) -> dict:
@@ -307,7 +313,7 @@ def _term_values(closed: Any, sites: list, flat_in: list, deps: tuple, ks: list)
         (out,) = split_terms(closed, inputs + list(flat_in))
         every = term_leaves(out)
         leaves = [every[k] for k in ks]
-        shapes[:] = [x.shape if isinstance(x, Same) else jnp.shape(_materialized(x))
+        shapes[:] = [x.shape if isinstance(x, Same) else jnp.shape(whole(x))
                      for x, _ in leaves]
         return [_held(x) * c for x, c in leaves]
     if not deps:
@@ -317,7 +323,53 @@ def _term_values(closed: Any, sites: list, flat_in: list, deps: tuple, ks: list)
     return [jnp.reshape(v, shape + jnp.shape(v)[1:]) for v in values], shapes
 
 
-def _materialized(x: Any) -> Any:
+def term_dependence(closed: Any, inputs: list) -> list[set]:
+    """Per term of the density `closed` computes (`split_terms`), the positions of the
+    `inputs` it depends on.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> closed = jax.make_jaxpr(lambda x, y: jnp.sum(x) + jnp.sum(x * y))(1.0, 2.0)
+        >>> term_dependence(closed, [1.0, 2.0])
+        [{0}, {0, 1}]
+    """
+    def terms(*values: Any) -> list:
+        (out,) = split_terms(closed, list(values))
+        return [jnp.sum(leaf) * c for leaf, c in term_leaves(out)]
+    return jx.output_dependence(jax.make_jaxpr(terms)(*inputs))
+
+
+def terms_part(closed: Any, keep: list, first: list = (), n: int = 0) -> Any:
+    """The sum of the terms `keep` of the density `closed` computes, as a closed jaxpr
+    of the same inputs, but for the first `n` of them, whose positions `first` come
+    first (then the rest of the `n` in order).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> closed = jax.make_jaxpr(lambda x, y: jnp.sum(x) + jnp.sum(x * y))(1.0, 2.0)
+        >>> part = terms_part(closed, [1])
+        >>> (value,) = split_terms(part, [3.0, 2.0])
+        >>> float(value.total("a doctest"))
+        6.0
+    """
+    avals, first = closed.in_avals, list(first)
+    order = first + [i for i in range(n) if i not in first]
+    dtype = closed.out_avals[0].dtype
+
+    def part(*inputs: Any) -> Any:
+        values = [None] * n
+        for i, x in zip(order, inputs[:n]):
+            values[i] = x
+        (out,) = split_terms(closed, values + list(inputs[n:]))
+        leaves = term_leaves(out)
+        return sum((jnp.sum(leaves[k][0]) * leaves[k][1] for k in keep), jnp.zeros((), dtype))
+    shapes = [jax.ShapeDtypeStruct(avals[i].shape, avals[i].dtype) for i in order]
+    shapes += [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals[n:]]
+    return jax.make_jaxpr(part)(*shapes)
+
+
+def whole(x: Any) -> Any:
+    """A lane-tracked value (`Same`, `Local`) as the array it stands for."""
     if isinstance(x, Same):
         return x.materialized() if x.plain else x.local().base
     return x.base if isinstance(x, Local) else x
@@ -326,7 +378,7 @@ def _materialized(x: Any) -> Any:
 def _held(x: Any) -> Any:
     """A term's values as held: one value along the axes where a plain `Same` repeats
     it (size 1 there), so a factor that does not vary by lane stays small."""
-    return x.value if isinstance(x, Same) and x.plain else _materialized(x)
+    return x.value if isinstance(x, Same) and x.plain else whole(x)
 
 
 def _factor(values: Any, shape: tuple, deps: tuple, per_site: dict, plates: _Plates,

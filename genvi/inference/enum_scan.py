@@ -95,11 +95,6 @@ def _forward(eqn: Any, ins: list, plan: Plan | None = None) -> list | None:
                           "sequence")
     steps = StepValues(scan, ins, chain, [ins[p].site for p in chain], first_init, local)
     step_sum = StepSum(scan, a, local, [ins[p].site for p in local]) if local else None
-    if step_sum is not None and steps.lanes:
-        raise NotSummable(f"the scan at {where} has sites local to its steps "
-                          f"({', '.join(repr(x.name) for x in step_sum.sites)}) in a batch of "
-                          "sequences: they are summed within the steps of one chain; keep "
-                          "them, or carry them as the chain's values")
     history = History(steps.count, 1 + max(depth.values(), default=0))
     if history.size * history.count > MAX_JOINT:
         raise NotSummable(f"the chain of the scan at {where} remembers {history.k} steps of "
@@ -117,7 +112,7 @@ def _forward(eqn: Any, ins: list, plan: Plan | None = None) -> list | None:
                   + (f", {lanes:,} sequences at once" if steps.lanes else ""),
                   history.size * history.count * lanes)
     if shapes.pop():  # a batch of sequences: every lane's chain summed at once
-        return forward_lanes(steps, history, echo, a, state, deps, where)
+        return forward_lanes(steps, history, echo, a, state, deps, where, step_sum)
     body = scan.body
 
     def run(carry, x_t, c):

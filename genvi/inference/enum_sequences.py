@@ -21,13 +21,14 @@ from jax.scipy.special import logsumexp
 from genvi.inference.chain_algebra import History, blocked_chain, remat
 from genvi.inference.enum_lanes import Additive, NotSummable, evaluate, is_tracked
 from genvi.inference.enum_same_rules import Same
+from genvi.inference.step_sums import StepSum
 from genvi.inference.enum_steps import (AfterScan, StepValues, after_scan_outputs,
                                         every_pair, invariant)
 from genvi.replays.engine import Local
 
 
 def forward_lanes(steps: StepValues, history: History, echo: dict, a: int, state: set,
-                  deps: list, where: str) -> list:
+                  deps: list, where: str, step_sum: StepSum | None = None) -> list:
     """The forward algorithm for a batch of chains: the scan's per-step site values
     have lanes (the sequences of a `gv.vmap`/`gv.plate` around a `gv.scan`), each lane
     its own chain. The body is evaluated once per (history h, value v) with every lane
@@ -35,7 +36,8 @@ def forward_lanes(steps: StepValues, history: History, echo: dict, a: int, state
     as a lane-free part plus one term per lane (`Additive`); the lanes' α recursions
     then run side by side (`History.advance` with a lanes axis), O(T × lanes ×
     values^(k+1)). In a subsampled plate a lane's terms arrive scaled: its chain is
-    summed unscaled, then scaled."""
+    summed unscaled, then scaled. Sites local to a step (`step_sum`: a plate inside
+    each sequence's step) are summed within the step, sequence by sequence."""
     scan = steps.scan
     body, ncar = scan.body, scan.carry_count
     scales = {s.scale for s in steps.sites}
@@ -53,8 +55,11 @@ def forward_lanes(steps: StepValues, history: History, echo: dict, a: int, state
     def run(carry: list, x_t: list, c: Any) -> tuple:
         carry = list(carry)
         carry[a] = jnp.zeros_like(carry[a])
-        outs = evaluate(body, list(steps.consts) + carry + steps.inputs(x_t, c, tracked=True))
-        term = outs[a]
+        inputs = list(steps.consts) + carry + steps.inputs(x_t, c, tracked=True)
+        outs = evaluate(body, inputs)
+        term, local_free, local_lanes = outs[a], 0.0, 0.0
+        if step_sum is not None:  # the terms of its local sites summed sequence by sequence
+            term, local_free, local_lanes = step_sum.split(inputs, len(steps.lanes))
         if isinstance(term, Additive):
             free, per_lane = term.free, term.lanes
         elif is_tracked(term):
@@ -62,6 +67,7 @@ def forward_lanes(steps: StepValues, history: History, echo: dict, a: int, state
                               "of per-sequence terms")
         else:
             free, per_lane = term, jnp.zeros((count,), jnp.result_type(term))
+        free, per_lane = free + local_free, per_lane + local_lanes
         new = []
         for j, o in enumerate(scan.split_outs(outs)[0]):
             if isinstance(o, Same):

@@ -14,7 +14,8 @@ exact, as Pyro's `TraceEnum_ELBO` does for sites enumerated in the model:
   Markov model of order k, also a batch of them in a plate): the forward algorithm
   over the last k values, O(steps × support^(k+1)), in `genvi.inference.enum_scan`;
   sites of a step that reach no carry (a plate inside the step) are summed within
-  the step by the factor engine (`genvi.inference.step_sums`);
+  the step by the factor engine (`genvi.inference.step_sums`), sequence by sequence
+  in a batch of sequences;
 * plates beside scans in one model: summed apart, the plates' sites by the factors
   and the scans' by the forward algorithm, where no term of the density reads both
   (`genvi.inference.enum_apart`).

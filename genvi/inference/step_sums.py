@@ -25,8 +25,9 @@ import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
 from genvi.core.walk import env_of, walk
-from genvi.inference.enum_factors import sum_over_sites
-from genvi.inference.enum_same_rules import Same
+from genvi.inference.enum_factors import (sum_over_sites, term_dependence, terms_part,
+                                          whole)
+from genvi.inference.enum_lanes import evaluate
 
 
 def local_positions(zpos: list, deps: list, a: int, carries: int) -> list:
@@ -65,7 +66,28 @@ class StepSum:
 
     def term(self, inputs: list) -> Any:
         """The step's term summed over the local sites, at the body inputs `inputs`."""
-        others = [inputs[i].materialized() if isinstance(inputs[i], Same) else inputs[i]
-                  for i in self.others]
-        total, _ = sum_over_sites(self.closed, self.sites, others)
+        total, _ = sum_over_sites(self.closed, self.sites, self._others(inputs))
         return total
+
+    def split(self, inputs: list, lanes: int) -> tuple[Any, Any, Any]:
+        """A step of a batch of chains, whose local sites' first `lanes` axes are the
+        sequences', at the body inputs `inputs` (lane-tracked): (its terms that read no
+        local site, evaluated lane-tracked; then of the terms that do, summed over the
+        local sites sequence by sequence, the part common to every sequence and one
+        term per sequence)."""
+        if not hasattr(self, "local_part"):
+            n = len(self.positions)
+            zeros = [jnp.zeros(a.shape, a.dtype) for a in self.closed.in_avals]
+            deps = term_dependence(self.closed, zeros)
+            reads = [k for k, d in enumerate(deps) if any(i < n for i in d)]
+            self.local_part = terms_part(self.closed, reads)
+            self.rest_part = terms_part(self.closed, [k for k in range(len(deps))
+                                                      if k not in reads])
+        placeholders = [jnp.zeros(s.shape, s.dtype) for s in self.sites]
+        (rest,) = evaluate(self.rest_part, placeholders + [inputs[i] for i in self.others])
+        (free, per_lane), _ = sum_over_sites(self.local_part, self.sites,
+                                             self._others(inputs), lanes_kept=lanes)
+        return rest, free, per_lane.reshape(-1)
+
+    def _others(self, inputs: list) -> list:
+        return [whole(inputs[i]) for i in self.others]

@@ -174,7 +174,7 @@ def _multiply_over(f: Factor, plates: list, scales: dict, sizes: dict) -> Factor
 
 
 def contract(factors: list, site_plates: dict, scales: dict, names: dict | None = None,
-             sizes: dict | None = None) -> tuple[Any, Plan]:
+             sizes: dict | None = None, keep: tuple = ()) -> tuple[Any, Plan]:
     """log of the product of `factors` summed over every site (see the module).
 
     Args:
@@ -184,9 +184,13 @@ def contract(factors: list, site_plates: dict, scales: dict, names: dict | None 
         names: how `Plan` names sites and plates (default: `str`).
         sizes: each plate's lanes, where a factor holds one value for all of them (an
             axis of size 1); missing: the axis's size.
+        keep: plates not multiplied out (a batch of chains' sequences, whose lanes the
+            forward algorithm sums one by one).
 
     Returns:
-        The scalar log of the contracted product, and the `Plan` of its steps.
+        The scalar log of the contracted product, and the `Plan` of its steps; with
+        `keep`, the log as (a scalar, an array over the kept plates, in their order)
+        whose sum over the kept plates' lanes is the contraction.
 
     Example:
         >>> import jax.numpy as jnp
@@ -205,6 +209,7 @@ def contract(factors: list, site_plates: dict, scales: dict, names: dict | None 
         note = plan.note if plan is not None else (lambda *_: None)
         pending = [Factor(v, f.sites, f.plates) for v, f in zip(values, factors)]
         total, inexact = 0.0, []
+        per_lane = jnp.zeros([(sizes or {})[p] for p in keep], values[0].dtype)
         while pending:
             leaf = max({frozenset(f.plates) for f in pending}, key=len)
             group = [f for f in pending if frozenset(f.plates) == leaf]
@@ -226,12 +231,15 @@ def contract(factors: list, site_plates: dict, scales: dict, names: dict | None 
                 group = [f for f in group if site not in f.sites] + [summed]
                 local.discard(site)
             for f in group:
-                f = _multiplied(f, site_plates, scales, sizes or {}, name, note)
-                if f.plates or f.sites:
+                f = _multiplied(f, site_plates, scales, sizes or {}, name, note, keep)
+                if f.sites or not set(f.plates) <= set(keep):
                     pending.append(f)
+                elif f.plates:   # over kept plates only: its lanes' own terms, scaled back
+                    scale = math.prod(scales.get(p, 1.0) for p in f.plates)
+                    per_lane = per_lane + scale * _aligned(f, (), keep)
                 else:
                     total = total + f.values
-        return total, inexact
+        return ((total, per_lane) if keep else total), inexact
 
     values = [f.values for f in factors]
     # a log density: its choices among equal values are not discontinuities of it
@@ -263,8 +271,8 @@ def _guarded(fast: Any, exact: Any) -> Any:
 
 
 def _multiplied(f: Factor, site_plates: dict, scales: dict, sizes: dict, name: Any,
-                note: Any) -> Factor:
-    """`f` multiplied over its plates that none of its sites lies in."""
+                note: Any, keep: tuple = ()) -> Factor:
+    """`f` multiplied over its plates that none of its sites lies in (but `keep`)."""
     target = frozenset().union(*(site_plates[s] for s in f.sites))
     if any(not site_plates[s] <= site_plates[t] and not site_plates[t] <= site_plates[s]
            for s in f.sites for t in f.sites):
@@ -274,7 +282,7 @@ def _multiplied(f: Factor, site_plates: dict, scales: dict, sizes: dict, name: A
             "plates neither of them encloses, so the plates cannot be multiplied out "
             "one at a time (Pyro refuses such models too): sum them in one plate, or "
             "keep one of them")
-    drop = [p for p in f.plates if p not in target]
+    drop = [p for p in f.plates if p not in target and p not in keep]
     if drop:
         f = _multiply_over(f, drop, scales, sizes)
         note(f"multiply over {{{', '.join(str(name(p, p)) for p in drop)}}}", f.size)
