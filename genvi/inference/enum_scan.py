@@ -20,10 +20,23 @@ values may not be used after it (they would need the path); anything else raises
 A batch of sequences (the site's values have lanes) runs the same recursion lane by
 lane side by side (`genvi.inference.enum_sequences`).
 
-Example:
-    >>> from genvi.inference.enum_scan import forward_sums
-    >>> callable(forward_sums)
-    True
+Example (a two-state chain of three steps, its states summed out):
+    >>> import genvi as gv, jax.numpy as jnp
+    >>> @gv.gen
+    ... def step(prev, y):
+    ...     z = gv.flip(jnp.where(prev, 0.9, 0.2)) @ "z"
+    ...     gv.observe(gv.normal(jnp.where(z, 1.0, -1.0), 1.0), y)
+    ...     return z, None
+    >>> @gv.gen
+    ... def chain(ys):
+    ...     gv.normal(0.0, 1.0) @ "mu"
+    ...     gv.scan(step)(False, ys) @ "steps"
+    >>> m = gv.marginal(chain, keep=["mu"], algorithm=gv.enumeration())
+    >>> round(float(m.log_density(gv.choices({"mu": 0.0}), jnp.array([0.5, 1.0, -0.3]))), 4)
+    -5.7984
+    >>> print(*m.plans.values())
+      1. forward algorithm over 'steps/z' (the scan at ...): order 1, 2 histories × 2 values per step, 3 steps
+      largest intermediate: 4 entries
 """
 
 from __future__ import annotations

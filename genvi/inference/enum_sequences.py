@@ -3,10 +3,25 @@ site inside a `gv.scan` inside a `gv.vmap` or `gv.plate`, each lane its own chai
 every lane's recursion run side by side (`forward_lanes`; one chain's is
 `genvi.inference.enum_scan`).
 
-Example:
-    >>> from genvi.inference.enum_sequences import forward_lanes
-    >>> callable(forward_lanes)
-    True
+Example (two sequences of a two-state chain, each summed by its own recursion; the
+same sequence twice gives twice one chain's log marginal, less the shared prior's):
+    >>> import genvi as gv, jax.numpy as jnp
+    >>> @gv.gen
+    ... def step(prev, y):
+    ...     z = gv.flip(jnp.where(prev, 0.9, 0.2)) @ "z"
+    ...     gv.observe(gv.normal(jnp.where(z, 1.0, -1.0), 1.0), y)
+    ...     return z, None
+    >>> @gv.gen
+    ... def chains(ys):
+    ...     gv.normal(0.0, 1.0) @ "mu"
+    ...     gv.vmap(gv.scan(step), in_axes=(None, 0))(False, ys) @ "seqs"
+    >>> m = gv.marginal(chains, keep=["mu"], algorithm=gv.enumeration())
+    >>> ys = jnp.array([[0.5, 1.0, -0.3], [0.5, 1.0, -0.3]])
+    >>> round(float(m.log_density(gv.choices({"mu": 0.0}), ys)), 4)
+    -10.6778
+    >>> print(*m.plans.values())
+      1. forward algorithm over 'seqs/z' (the scan at ...): order 1, 2 histories × 2 values per step, 3 steps, 2 sequences at once
+      largest intermediate: 8 entries
 """
 
 from __future__ import annotations
