@@ -50,6 +50,7 @@ from genvi.core.primitives import Masked, SiteEqn, bind_site, sample_p, site_par
 from genvi.core.scopes import assume_continuous, density_scope
 from genvi.core.strategy import missing_strategy_error
 from genvi.core.tracing import PLAIN
+from genvi.gen.branch_records import rejoined
 
 __all__ = ["Assess", "Dream", "Generate", "Handler", "MissingChoice", "Sim", "Simulate",
            "Site", "State", "UnnormalizedError", "site_parts"]
@@ -166,40 +167,12 @@ class State:
     masks: dict = field(default_factory=dict)
 
 
-def _exclusive(a: tuple, b: tuple) -> bool:
-    """Whether two branch paths part at one batched cond, in different branches."""
-    for (token_a, branch_a), (token_b, branch_b) in zip(a, b):
-        if token_a != token_b:
-            return False
-        if branch_a != branch_b:
-            return True
-    return False
-
-
-def _lanes(mask: Any, ndim: int) -> Any:
-    """`mask` with trailing axes, to broadcast against a value of `ndim` axes."""
-    return jnp.reshape(mask, jnp.shape(mask) + (1,) * max(0, ndim - jnp.ndim(mask)))
-
-
 def _join(state: State, addr: tuple, value: Any, log_p: Any, masked: tuple | None) -> State:
-    """Record `addr` again: allowed only for a masked site in another branch of a
-    batched cond than every earlier record of `addr` (each lane then executes one
-    of them, as the unbatched program does), whose value fills its lanes."""
-    prev = state.masks.get(addr)
-    if masked is None or prev is None or not all(
-            _exclusive(p, q) for p in masked[1] for q in prev[1]):
-        raise ValueError(f"address {addr_name(addr)!r} is used twice in one execution; "
-                         "give each sampling site its own address")
-    old = state.choices[addr]
-    if (jnp.shape(old), jnp.result_type(old)) != (jnp.shape(value), jnp.result_type(value)):
-        raise ValueError(f"address {addr_name(addr)!r} has different shapes in the "
-                         "branches of a cond; use one shape or different addresses")
-    mask, ndim = masked[0], jnp.ndim(value)
-    joined = jnp.logical_or(_lanes(prev[0], max(ndim, jnp.ndim(mask))), _lanes(mask, ndim))
-    merged = jnp.where(_lanes(mask, ndim), value, old)
+    """Record `addr` again (a masked site in another branch of a batched cond:
+    `genvi.gen.branch_records`)."""
+    merged, entry = rejoined(addr, state.choices[addr], state.masks.get(addr), value, masked)
     return replace(state, choices={**state.choices, addr: merged},
-                   log_density=state.log_density + log_p,
-                   masks={**state.masks, addr: (joined, prev[1] + masked[1])})
+                   log_density=state.log_density + log_p, masks={**state.masks, addr: entry})
 
 
 class Handler:
