@@ -242,11 +242,13 @@ def contract(factors: list, site_plates: dict, scales: dict, names: dict | None 
         return ((total, per_lane) if keep else total), inexact
 
     values = [f.values for f in factors]
+    # the plan, and whether any site is summed by an einsum: one pass on shapes only
+    shapes = [jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v)) for v in values]
+    einsums = jax.eval_shape(lambda v: run(v, fast=True, plan=plan)[1], shapes)
     # a log density: its choices among equal values are not discontinuities of it
     with density_scope():
-        total, inexact = run(values, fast=True, plan=plan)
-        if not inexact:   # every site summed from one factor: logsumexps, exact already
-            return total, plan
+        if not einsums:   # every site summed from one factor: logsumexps, exact already
+            return run(values, fast=True)[0], plan
         guarded = _guarded(lambda v: run(v, fast=True), lambda v: run(v, fast=False)[0])
         return guarded(values), plan
 
