@@ -29,17 +29,33 @@ from genvi.guides import supports
 from genvi.guides.discover import Site
 
 
-class Flat(Distribution):
-    """A family's flat unconstrained draw of `site.size` numbers for one guide site
-    (the base of a `Block`'s pushforward); leading axes are lanes."""
+class _FamilySite(Distribution):
+    """What `Flat` and `Block` share: a family's distribution at one guide site, equal
+    to another of its kind with the same family, site and parameter event axes."""
 
     reparameterized = True
-    value_event_ndim = 1
 
     def __init__(self, family: Any, site: Site, event_ndims: tuple):
         self.family, self.site = family, site
         self.param_event_ndims = tuple(event_ndims)
         self.lane_shared_params = tuple(getattr(family, "shared_params", ()))
+
+    def __eq__(self, other):
+        return (type(other) is type(self) and other.family is self.family
+                and other.site is self.site and other.param_event_ndims == self.param_event_ndims)
+
+    def __hash__(self):
+        return hash((type(self), id(self.family), id(self.site), self.param_event_ndims))
+
+
+class Flat(_FamilySite):
+    """A family's flat unconstrained draw of `site.size` numbers for one guide site
+    (the base of a `Block`'s pushforward); leading axes are lanes."""
+
+    value_event_ndim = 1
+
+    def __init__(self, family: Any, site: Site, event_ndims: tuple):
+        super().__init__(family, site, event_ndims)
         self.name = f"{family.name}[{site.name}, unconstrained]"
 
     def sample(self, key, *params):
@@ -48,15 +64,8 @@ class Flat(Distribution):
     def lane_log_prob(self, z, *params):
         return self.family.log_prob_flat(z, self.site, *params)
 
-    def __eq__(self, other):
-        return (isinstance(other, Flat) and other.family is self.family
-                and other.site is self.site and other.param_event_ndims == self.param_event_ndims)
 
-    def __hash__(self):
-        return hash(("flat", id(self.family), id(self.site), self.param_event_ndims))
-
-
-class Block(Distribution):
+class Block(_FamilySite):
     """A guide site: a family's flat unconstrained draw of `site.size` numbers,
     reshaped and mapped onto the site's support. Leading axes of the parameters
     (particles under `jax.vmap`) are independent lanes. The log density is the
@@ -65,12 +74,8 @@ class Block(Distribution):
     where a value is given (`log_density`).
     """
 
-    reparameterized = True
-
     def __init__(self, family: Any, site: Site, event_ndims: tuple):
-        self.family, self.site = family, site
-        self.param_event_ndims = tuple(event_ndims)
-        self.lane_shared_params = tuple(getattr(family, "shared_params", ()))
+        super().__init__(family, site, event_ndims)
         self.value_event_ndim = len(site.shape)
         self.name = f"{family.name}[{site.name}]"
 
@@ -80,17 +85,19 @@ class Block(Distribution):
 
     def sample(self, key, *params):
         fam, bounds = self._split(params)
-        return self._forward(bounds, self.family.sample_flat(key, self.site, *fam))[0]
+        z = self.family.sample_flat(key, self.site, *fam)
+        return self._onto_support(self.site.bijector(bounds), bounds, z)[1]
 
-    def _forward(self, bounds: tuple, z: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """A flat draw `z` (*lanes, size) mapped onto the support, and the bijector's
-        log |det| at it, per lane."""
+    def _onto_support(self, bij: Any, bounds: tuple, z: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """A flat draw `z` (*lanes, size) as unconstrained values u and mapped onto the
+        support: (u, y)."""
         u = z.reshape(z.shape[:-1] + self.site.ushape)
-        bij = self.site.bijector(bounds)
-        y = supports.inside(self.site.domain, bij.forward(u), bounds)
-        ldj = supports.forward_log_det(self.site.domain, bij, u, self.site.shape,
-                                       len(self.site.ushape))
-        return y, ldj
+        return u, supports.inside(self.site.domain, bij.forward(u), bounds)
+
+    def _log_det(self, bij: Any, u: jax.Array) -> jax.Array:
+        """The bijector's log |det ∂y/∂u| at unconstrained values `u`, per lane."""
+        return supports.forward_log_det(self.site.domain, bij, u, self.site.shape,
+                                        len(self.site.ushape))
 
     def pushforward(self, *params) -> tuple[Flat, tuple, Any] | None:
         """`(base, base parameters, forward)`: the family's flat draw, and the map of a
@@ -99,8 +106,12 @@ class Block(Distribution):
         if getattr(self.family, "point", False):
             return None
         fam, bounds = self._split(params)
-        base = Flat(self.family, self.site, self.param_event_ndims[:len(fam)])
-        return base, fam, lambda z: self._forward(bounds, z)
+        bij = self.site.bijector(bounds)
+
+        def forward(z: jax.Array) -> tuple[jax.Array, jax.Array]:
+            u, y = self._onto_support(bij, bounds, z)
+            return y, self._log_det(bij, u)
+        return Flat(self.family, self.site, self.param_event_ndims[:len(fam)]), fam, forward
 
     def lane_log_prob(self, y, *params):
         fam, bounds = self._split(params)
@@ -112,13 +123,4 @@ class Block(Distribution):
         u = bij.inverse(y)
         batch = u.shape[:u.ndim - len(self.site.ushape)]
         z = u.reshape(batch + (self.site.size,))
-        ldj = supports.forward_log_det(self.site.domain, bij, u, self.site.shape,
-                                       len(self.site.ushape))
-        return self.family.log_prob_flat(z, self.site, *fam) - ldj
-
-    def __eq__(self, other):
-        return (isinstance(other, Block) and other.family is self.family
-                and other.site is self.site and other.param_event_ndims == self.param_event_ndims)
-
-    def __hash__(self):
-        return hash((id(self.family), id(self.site), self.param_event_ndims))
+        return self.family.log_prob_flat(z, self.site, *fam) - self._log_det(bij, u)
