@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -75,19 +76,23 @@ class StepSum:
         local site, evaluated lane-tracked; then of the terms that do, summed over the
         local sites sequence by sequence, the part common to every sequence and one
         term per sequence)."""
-        if not hasattr(self, "local_part"):
-            n = len(self.positions)
-            zeros = [jnp.zeros(a.shape, a.dtype) for a in self.closed.in_avals]
-            deps = term_dependence(self.closed, zeros)
-            reads = [k for k, d in enumerate(deps) if any(i < n for i in d)]
-            self.local_part = terms_part(self.closed, reads)
-            self.rest_part = terms_part(self.closed, [k for k in range(len(deps))
-                                                      if k not in reads])
+        local_part, rest_part = self._parts
         placeholders = [jnp.zeros(s.shape, s.dtype) for s in self.sites]
-        (rest,) = evaluate(self.rest_part, placeholders + [inputs[i] for i in self.others])
-        (free, per_lane), _ = sum_over_sites(self.local_part, self.sites,
-                                             self._others(inputs), lanes_kept=lanes)
+        (rest,) = evaluate(rest_part, placeholders + [inputs[i] for i in self.others])
+        (free, per_lane), _ = sum_over_sites(local_part, self.sites, self._others(inputs),
+                                             lanes_kept=lanes)
         return rest, free, per_lane.reshape(-1)
+
+    @functools.cached_property
+    def _parts(self) -> tuple[Any, Any]:
+        """The step's term as (the terms that read a local site, the others), each a
+        closed jaxpr of the same inputs as `closed`."""
+        n = len(self.positions)
+        zeros = [jnp.zeros(a.shape, a.dtype) for a in self.closed.in_avals]
+        deps = term_dependence(self.closed, zeros)
+        reads = [k for k, d in enumerate(deps) if any(i < n for i in d)]
+        return (terms_part(self.closed, reads),
+                terms_part(self.closed, [k for k in range(len(deps)) if k not in reads]))
 
     def _others(self, inputs: list) -> list:
         return [whole(inputs[i]) for i in self.others]
