@@ -5,10 +5,10 @@ The log density is a sum of terms (`genvi.inference.enum_factors.split_terms`). 
 no term depends on both a plate's site and a scan's site, the sum over their values
 factorizes: log Σ_plates Σ_scans exp(A + B + C) = log Σ_plates exp(A) + log Σ_scans
 exp(B) + C, with A the terms of the plates' sites, B those of the scans' sites and C
-the rest. A is contracted by the factor engine (`sum_over_sites`), B by the forward
-algorithm (`forward_sums`); the global sites of one value are fixed by the caller.
-A term that reads both (an observation in a plate that depends on a chain's state)
-is refused, naming the sites.
+the rest. A + C is contracted by the factor engine (`sum_over_sites`, where C is a
+constant factor), B by the forward algorithm (`forward_sums`); the global sites of one
+value are fixed by the caller. A term that reads both (an observation in a plate that
+depends on a chain's state) is refused, naming the sites.
 
 Example (a mixture over points beside a two-state chain, sharing a mean):
     >>> import genvi as gv, jax, jax.numpy as jnp
@@ -44,8 +44,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from genvi.inference.enum_factors import (split_terms, sum_over_sites, term_dependence,
-                                          term_leaves, terms_part)
+from genvi.inference.enum_factors import sum_over_sites, term_dependence, terms_part
 from genvi.inference.enum_scan import forward_sums
 from genvi.inference.sum_product import NotSummable, Plan
 
@@ -65,11 +64,11 @@ def summed_apart(closed: Any, sites: list, fixed: dict, flat_in: list, *, scanne
             raise NotSummable(f"one term of the density depends on the plate's and the "
                               f"scan's sites {', '.join(names)} together, so they cannot be "
                               "summed apart: keep the sites of one of them and give them a guide")
-    plate_terms = [k for k, d in enumerate(deps) if d & plate_at]
+    # the terms that read neither ride with the plates' (constants of their contraction)
+    plate_terms = [k for k, d in enumerate(deps) if not d & chain_at]
     chain_terms = [k for k, d in enumerate(deps) if d & chain_at]
-    rest = [k for k, d in enumerate(deps) if not d & (plate_at | chain_at)]
 
-    dtype, n = closed.out_avals[0].dtype, len(sites)
+    n = len(sites)
     on_plates = sorted(plate_at)
     over_plates, contraction = sum_over_sites(
         terms_part(closed, plate_terms, on_plates, n), [sites[i] for i in on_plates],
@@ -81,10 +80,7 @@ def summed_apart(closed: Any, sites: list, fixed: dict, flat_in: list, *, scanne
     over_chains = forward_sums(
         terms_part(closed, chain_terms, along, n), [sites[i] for i in along], fixed,
         [plain[i] for i in on_plates] + list(flat_in), plan=plan)
-    (out,) = split_terms(closed, plain + list(flat_in))
-    leaves = term_leaves(out)
-    constant = sum((jnp.sum(leaves[k][0]) * leaves[k][1] for k in rest), jnp.zeros((), dtype))
-    return over_plates + over_chains + constant
+    return over_plates + over_chains
 
 
 def _first_value(s: Any) -> jax.Array:
