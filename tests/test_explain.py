@@ -24,6 +24,18 @@ def test_runs_count_every_step_of_the_scan():
         assert entry["runs"] == 0
 
 
+def test_the_sites_compile_nothing_and_the_costs_compile_each_step_once(monkeypatch):
+    from genvi.adev import explain
+    costed = []
+    of = explain.StepCost.of
+    monkeypatch.setattr(explain.StepCost, "of", lambda traced: costed.append(traced) or of(traced))
+    explanation = hmm_elbo(gv.ENUM).explain(jnp.zeros(5), jnp.zeros(5))
+    assert explanation.sites[0]["runs"] == 5 and costed == []
+    text = str(explanation)          # the table prints both steps' costs
+    assert len(costed) == 2 and "gradient step" in text
+    assert explanation.flops_gradient > 0 and len(costed) == 2   # computed once
+
+
 def test_work_counts_loops_at_their_trip_counts():
     small = hmm_elbo(gv.ENUM).explain(jnp.zeros(20), jnp.zeros(20))
     large = hmm_elbo(gv.ENUM).explain(jnp.zeros(80), jnp.zeros(80))

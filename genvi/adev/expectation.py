@@ -289,7 +289,8 @@ class Expectation:
         """What the gradient estimator does at each site and what it costs: address,
         distribution, strategy, the plates/scans around it and its lanes, how its
         replays are evaluated (none, lane-local, whole-objective, enumeration), and
-        the compiled value and gradient steps' FLOPs. `print` the result.
+        the compiled value and gradient steps' costs (compiled when first read, so
+        reading only `sites` compiles nothing). `print` the result.
 
         Example:
             >>> import genvi as gv, jax

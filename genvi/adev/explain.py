@@ -151,21 +151,76 @@ def note_enumeration(log: dict | None, eqn: Any, values: int) -> None:
     _note_runs(log, eqn, values)
 
 
+@dataclass(frozen=True)
+class StepCost:
+    """What one step (the value or the gradient) costs: its jaxpr's operations and the
+    elements they write (`work`), XLA's compiled program's kernels, instructions and
+    elements (`compiled`), every loop at its trip count, and XLA's FLOPs (`flops`,
+    each loop body once)."""
+
+    work: tuple = (float("nan"), float("nan"))
+    compiled: CompiledWork = CompiledWork(0, 0, 0, 0)
+    flops: float = float("nan")
+
+    @classmethod
+    def of(cls, traced: Any) -> "StepCost":
+        """The cost of a traced step (`jax.jit(step).trace(...)`), compiling it."""
+        compiled = traced.lower().compile()
+        return cls(work(traced.jaxpr), compiled_work(compiled.as_text()), _flops(compiled))
+
+
 @dataclass
 class Explanation:
     """The sites of an objective's gradient estimator and the cost of its steps.
-    `print` it for a table."""
+    `print` it for a table.
+
+    The sites are known once the estimator is traced; the steps' costs need XLA to
+    compile them, so they are computed when first read (a cost attribute, `print`),
+    and a caller that reads only `sites` compiles nothing."""
 
     name: str
     sites: list = field(default_factory=list)
-    flops_value: float = float("nan")
-    flops_gradient: float = float("nan")
-    work_value: tuple = (float("nan"), float("nan"))     # (operations, elements)
-    work_gradient: tuple = (float("nan"), float("nan"))
-    compiled_value: CompiledWork = CompiledWork(0, 0, 0, 0)  # loops at their trip counts
-    compiled_gradient: CompiledWork = CompiledWork(0, 0, 0, 0)
+    steps: dict = field(default_factory=dict, repr=False)  # "value"/"gradient" -> traced
     time_model: CpuTimeModel = CpuTimeModel()
     notes: list = field(default_factory=list)  # printed below the table (gv.AUTO's measurements)
+    _costs: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def cost(self, step: str) -> StepCost:
+        """The cost of the `"value"` or `"gradient"` step (compiled on first use)."""
+        if step not in self._costs:
+            traced = self.steps.get(step)
+            self._costs[step] = StepCost() if traced is None else StepCost.of(traced)
+        return self._costs[step]
+
+    @property
+    def flops_value(self) -> float:
+        """XLA's FLOPs of the compiled value step (each loop body once)."""
+        return self.cost("value").flops
+
+    @property
+    def flops_gradient(self) -> float:
+        """XLA's FLOPs of the compiled gradient step (each loop body once)."""
+        return self.cost("gradient").flops
+
+    @property
+    def work_value(self) -> tuple:
+        """(operations, elements) of the value step's jaxpr, loops at their trip counts."""
+        return self.cost("value").work
+
+    @property
+    def work_gradient(self) -> tuple:
+        """(operations, elements) of the gradient step's jaxpr, loops at their trip counts."""
+        return self.cost("gradient").work
+
+    @property
+    def compiled_value(self) -> CompiledWork:
+        """The compiled value step's kernels, instructions and elements."""
+        return self.cost("value").compiled
+
+    @property
+    def compiled_gradient(self) -> CompiledWork:
+        """The compiled gradient step's kernels, instructions and elements."""
+        return self.cost("gradient").compiled
 
     @property
     def microseconds_value(self) -> float:
@@ -219,24 +274,22 @@ def _flops(compiled: Any) -> float:
 
 
 def explain(objective: Any, key: Any, args: tuple, argnums: tuple) -> Explanation:
-    """Trace `objective`'s gradient estimator afresh with the log open; compile the
-    value and gradient steps for their FLOPs. A `gv.AUTO` site left untuned (at its
-    first allowed candidate) says so, in any objective built on a program."""
+    """Trace `objective`'s gradient estimator afresh with the log open, and its value
+    step; the explanation compiles both for their costs when those are first read. A
+    `gv.AUTO` site left untuned (at its first allowed candidate) says so, in any
+    objective built on a program."""
     notes = SiteLog()
     with using(observer=notes):  # the interpreter and the objectives report to `notes`
         # fresh functions (not the objective's cached ones), so the estimator is traced
         def grad_step(key, *a):
             return objective._value_and_grad_uncached(key, a, argnums)
-        gradient = jax.jit(grad_step).lower(key, *args).compile()
-        gradient_jaxpr = jax.make_jaxpr(grad_step)(key, *args)
+        gradient = jax.jit(grad_step).trace(key, *args)
 
     def value_step(key, *a):
         return objective._value_fn(key, a)(split_args(a)[0])
-    value = jax.jit(value_step).lower(key, *args).compile()
-    explanation = Explanation(objective._label, list(notes.log.values()), _flops(value),
-                              _flops(gradient), work(jax.make_jaxpr(value_step)(key, *args)),
-                              work(gradient_jaxpr), compiled_work(value.as_text()),
-                              compiled_work(gradient.as_text()))
+    value = jax.jit(value_step).trace(key, *args)
+    explanation = Explanation(objective._label, list(notes.log.values()),
+                              steps={"value": value, "gradient": gradient})
     _mark_untuned(explanation, notes.untuned)
     explanation.notes.extend(notes.contractions.values())
     return explanation
