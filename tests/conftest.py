@@ -13,14 +13,22 @@ run for milliseconds), so the test processes compile them as quickly as XLA can:
 * once per program: the test processes (both `pytest -n` workers) share a JAX
   compilation cache in `.pytest_xla_cache/` (ignored by git), so a program two tests
   build alike compiles once; `GENVI_TEST_XLA_CACHE=off` turns it off.
+
+A test process's heap grows to millions of objects (JAX's caches of traced and
+compiled programs), and Python's full garbage collections walk all of them again and
+again: after each test, one collection over what that test made and `gc.freeze()`, so
+later collections skip what outlives it (measured: the collector's time in a run of
+four estimator modules from 9.2 s to 2.7 s, the run 8% shorter, peak memory the same).
 """
 
+import gc
 import os
 import pathlib
 
 os.environ["GENVI_CACHE"] = "off"
 
 import jax  # noqa: E402
+import pytest  # noqa: E402
 from programs import UNOPTIMIZED_FLAGS  # noqa: E402
 
 # XLA reads XLA_FLAGS when a process's backend starts: these processes and the ones
@@ -58,3 +66,11 @@ _LONG_FIRST = ("test_notebooks.py", "test_experiments.py", "test_fit_tuning.py",
 
 def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.path.name not in _LONG_FIRST)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    # after the test's fixtures are torn down: its garbage collected, what outlives it
+    # (caches, modules) out of every later collection's walk
+    gc.collect()
+    gc.freeze()
