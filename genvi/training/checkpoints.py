@@ -1,30 +1,78 @@
-"""Atomic checkpoints of a training run with orbax-checkpoint.
+"""Atomic checkpoints of a training run with orbax-checkpoint, one writer per directory.
 
 A checkpoint is `<dir>/step_<n>/` holding the parameters, optimizer state, step and
-PRNG key. orbax writes to a temporary directory and renames it when complete, so a
-crash mid-write leaves the previous checkpoint readable.
+PRNG key. orbax writes it into `step_<n>.orbax-checkpoint-tmp...` and renames that
+when complete, so a checkpoint is whole or absent: a crash, a SIGKILL or a failed
+write at any moment leaves the previous one readable. The write is synchronous (no
+thread of orbax's is left behind, whatever stopped it); one that fails raises a
+`CheckpointError` naming the directory, the step and the cause, and its unfinished
+folder is removed. Old checkpoints are renamed out of the `step_<n>` namespace before
+they are deleted, so a half-deleted one is never taken for a checkpoint.
+
+`Writer` holds a directory for one fit (a lock on `<dir>/.genvi-writer.lock`, released
+by the kernel when the process ends, however it ends): a second live fit writing there
+is refused, naming the process that holds it; the writer removes what killed writes
+left (unfinished folders, half-deleted old checkpoints) and says so.
+
+Example:
+    >>> import tempfile, numpy as np
+    >>> from genvi.training import checkpoints
+    >>> directory = tempfile.mkdtemp()
+    >>> with checkpoints.Writer(directory):
+    ...     _ = checkpoints.save(directory, 7, {"w": np.zeros(2)})
+    >>> checkpoints.latest_step(directory)
+    7
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import re
+import shutil
+import socket
 import warnings
 from typing import Any, Callable
 
 import jax
 import numpy as np
 
+from genvi.core.mistakes import user_stacklevel
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks of this kind
+    fcntl = None
+
 _STEP_DIR = re.compile(r"^step_(\d+)$")
+# what an interrupted write or deletion leaves: orbax's unfinished folders, and old
+# checkpoints renamed out of the way to be deleted
+_LEFT_BY_A_KILLED_WRITE = re.compile(r"^step_\d+\.(orbax-checkpoint-tmp.*|genvi-removing)$")
+LOCK_FILE = ".genvi-writer.lock"
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint is missing, unreadable, or does not match the run."""
+    """A checkpoint is missing, unreadable, does not match the run, or could not be
+    written; or another live fit is writing the directory. Raised by `gv.fit` while
+    it writes, `result` holds the `FitResult` of the steps run so far (continue it
+    with `gv.fit(objective, error.result, ...)`); otherwise `result` is None.
+
+    Example:
+        >>> import genvi as gv
+        >>> gv.CheckpointError("disk full").result is None
+        True
+    """
+
+    def __init__(self, message: str, result: Any = None):
+        super().__init__(message)
+        self.result = result
 
 
 def _checkpointer():
     import orbax.checkpoint as ocp  # noqa: PLC0415 - heavy import, only when used
-    return ocp.StandardCheckpointer()
+    # synchronous: the write is done (or has failed) when save returns, with no
+    # background thread left to wait on at exit
+    return ocp.Checkpointer(ocp.StandardCheckpointHandler())
 
 
 def latest_step(directory: str) -> int | None:
@@ -42,26 +90,53 @@ def _steps(directory: str) -> list[int]:
 
 
 class CheckpointWarning(UserWarning):
-    """The newest checkpoint could not be read; the run resumed from an older one."""
+    """Something about a checkpoint directory worth knowing that changes no result: the
+    newest checkpoint could not be read and the run resumed from an older one; what a
+    killed write left was removed; the file system cannot lock the directory."""
 
 
 def save(directory: str, step: int, payload: dict, keep: int = 2, primary: bool = True) -> str:
     """Write `payload` (a pytree) as the checkpoint for `step`; keep the newest `keep`.
 
     Under `jax.distributed` every process calls it (orbax writes collectively) and
-    only the `primary` one removes old checkpoints."""
-    path = os.path.abspath(os.path.join(directory, f"step_{step:09d}"))
-    os.makedirs(directory, exist_ok=True)
-    ckpt = _checkpointer()
-    ckpt.save(path, jax.tree_util.tree_map(np.asarray, payload), force=True)
-    ckpt.wait_until_finished()
+    only the `primary` one removes old checkpoints. A write that fails raises a
+    `CheckpointError` naming the directory and the cause; the checkpoints before it
+    are untouched and its unfinished folder is removed.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> from genvi.training.checkpoints import restore, save
+        >>> directory = tempfile.mkdtemp()
+        >>> _ = save(directory, 3, {"w": np.ones(2)})
+        >>> restore(directory, {"w": np.zeros(2)})
+        (3, {'w': array([1., 1.])})
+    """
+    import orbax.checkpoint as ocp  # noqa: PLC0415 - heavy import, only when used
+    path = os.path.abspath(os.path.join(directory, _name(step)))
+    try:
+        os.makedirs(directory, exist_ok=True)
+        _checkpointer().save(path, args=ocp.args.StandardSave(
+            jax.tree_util.tree_map(np.asarray, payload)), force=True)
+    except Exception as err:  # orbax and the file system raise many types: name the cause
+        _remove_unfinished(directory, step)
+        intact = latest_step(directory)
+        kept = (f"the checkpoint of step {intact} is intact" if intact is not None
+                else "no earlier checkpoint is there")
+        raise CheckpointError(
+            f"could not write the checkpoint of step {step} in {os.path.abspath(directory)!r}: "
+            f"{type(err).__name__}: {err}. {kept.capitalize()}; free space or fix the "
+            "directory's permissions, then run the fit again to resume.") from err
     if primary:
         for s in _steps(directory)[:-keep]:
-            _remove(os.path.join(directory, f"step_{s:09d}"))
+            _remove(os.path.join(directory, _name(s)))
     if jax.process_count() > 1:  # the others wait until the old ones are gone
         from jax.experimental import multihost_utils  # noqa: PLC0415 - only across processes
         multihost_utils.sync_global_devices(f"genvi checkpoint {step}")
     return path
+
+
+def _name(step: int) -> str:
+    return f"step_{step:09d}"
 
 
 def restore(directory: str, like: dict | Callable[[int], dict]) -> tuple[int, dict]:
@@ -79,12 +154,12 @@ def restore(directory: str, like: dict | Callable[[int], dict]) -> tuple[int, di
                               "(expected step_<n> folders written by gv.fit)")
     unreadable = []
     for step in reversed(steps):
-        path = os.path.abspath(os.path.join(directory, f"step_{step:09d}"))
+        path = os.path.abspath(os.path.join(directory, _name(step)))
         expected = like(step) if callable(like) else like
         target = jax.tree_util.tree_map(
             lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype), expected)
         try:
-            restored = _checkpointer().restore(path, target)
+            restored = _checkpointer().restore(path, args=_restore_args(target))
         except Exception as err:  # orbax raises several types; name the file and the cause
             unreadable.append((path, err))
             continue
@@ -114,6 +189,116 @@ def _check_same_structure(path: str, like: Any, restored: Any) -> None:
                                   f"where this run has {np.shape(a)}")
 
 
+def _restore_args(target: Any) -> Any:
+    import orbax.checkpoint as ocp  # noqa: PLC0415 - heavy import, only when used
+    return ocp.args.StandardRestore(target)
+
+
 def _remove(path: str) -> None:
-    import shutil  # noqa: PLC0415
-    shutil.rmtree(path, ignore_errors=True)
+    """Delete a checkpoint: first renamed out of the `step_<n>` names (atomic), so that
+    a deletion cut short never leaves a partial folder that reads as a checkpoint."""
+    doomed = path + ".genvi-removing"
+    try:
+        os.replace(path, doomed)
+    except OSError:
+        return
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _remove_unfinished(directory: str, step: int) -> None:
+    """Remove what a failed write of `step` left (orbax's temporary folder)."""
+    if not os.path.isdir(directory):
+        return
+    for name in os.listdir(directory):
+        if name.startswith(_name(step) + ".") and _LEFT_BY_A_KILLED_WRITE.match(name):
+            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+
+
+class Writer:
+    """The one writer of a checkpoint directory for the length of a `with` block.
+
+    Entering locks `<directory>/.genvi-writer.lock` (an advisory `flock`, which the
+    kernel releases when the holding process ends, even by SIGKILL, so a lock is
+    never stale) and records the holder in it; a directory that another live fit
+    holds raises `CheckpointError` naming that process. Holding it, the writer removes
+    the leftovers of killed writes, with a `CheckpointWarning` listing them.
+    `directory=None` holds nothing. A file system that cannot lock (some cluster file
+    systems without their lock option) is written without the lock, with a warning.
+    Under several processes only the `primary` one holds the directory, and `agree`
+    (genvi/training/distributed.py's `agreement`) tells the others if it could not.
+
+    Example:
+        >>> import tempfile
+        >>> from genvi.training.checkpoints import CheckpointError, Writer
+        >>> directory = tempfile.mkdtemp()
+        >>> with Writer(directory):
+        ...     try:
+        ...         Writer(directory).__enter__()
+        ...     except CheckpointError as err:
+        ...         print(str(err)[:43])
+        another live fit is writing the checkpoints
+    """
+
+    def __init__(self, directory: str | None, primary: bool = True,
+                 agree: Callable[[int, int], tuple[int, int]] | None = None):
+        self.directory = None if directory is None else os.path.abspath(directory)
+        self.primary, self.agree = primary, agree
+        self._fd: int | None = None
+
+    def __enter__(self) -> "Writer":
+        refused = None
+        if self.directory is not None and self.primary:
+            try:
+                self._hold()
+            except CheckpointError as err:
+                refused = err
+        # several processes write one directory collectively and the primary holds it:
+        # the others learn whether it could (else they would wait for it forever)
+        if self.agree is not None and self.agree(int(refused is not None), 0)[0] and refused is None:
+            raise CheckpointError(f"the primary process could not hold the checkpoint "
+                                  f"directory {self.directory!r}; see its error")
+        if refused is not None:
+            raise refused
+        return self
+
+    def _hold(self) -> None:
+        os.makedirs(self.directory, exist_ok=True)
+        lock = os.path.join(self.directory, LOCK_FILE)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if fcntl is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise CheckpointError(
+                f"another live fit is writing the checkpoints in {self.directory!r} "
+                f"({holder}); two fits writing one directory would overwrite each "
+                "other's checkpoints. Wait for it to end or stop it, or give this fit "
+                "another directory.") from None
+        except OSError as err:   # no locks on this file system
+            warnings.warn(CheckpointWarning(
+                f"cannot lock {lock!r} ({err}); nothing stops another fit from writing "
+                f"{self.directory!r} at the same time"), stacklevel=user_stacklevel())
+        self._fd = fd
+        since = datetime.datetime.now().isoformat(timespec="seconds")
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()}, writing since "
+                      f"{since}\n".encode(), 0)
+        self._clean()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self._fd is not None:
+            os.close(self._fd)   # closing releases the lock
+            self._fd = None
+
+    def _clean(self) -> None:
+        left = sorted(name for name in os.listdir(self.directory)
+                      if _LEFT_BY_A_KILLED_WRITE.match(name))
+        for name in left:
+            shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+        if left:
+            warnings.warn(CheckpointWarning(
+                f"removed what a killed or failed checkpoint write left in "
+                f"{self.directory!r}: {', '.join(left)} (the complete checkpoints are "
+                "untouched)"), stacklevel=user_stacklevel())

@@ -108,3 +108,25 @@ def local(tree: Any, layout: DataParallel) -> Any:
 def reports(layout: DataParallel) -> bool:
     """Whether this process prints progress (process 0 only)."""
     return layout.processes == 1 or jax.process_index() == 0
+
+
+def agreement(layout: DataParallel) -> Callable[[int, int], tuple[int, int]]:
+    """`agree(signal, pace) -> (signal, pace)` at a look of `gv.fit`'s pacer
+    (genvi/training/pacing.py): across processes, one small collective: a signal
+    received by any process (its number; 0 for none) stops all, at the least pace
+    proposed; one process agrees with itself.
+
+    Example:
+        >>> from genvi.training.distributed import agreement, data_parallel
+        >>> agreement(data_parallel(False))(15, 8)
+        (15, 8)
+    """
+    if layout.processes == 1:
+        return lambda signal, pace: (signal, pace)
+
+    def agree(signal: int, pace: int) -> tuple[int, int]:
+        from jax.experimental import multihost_utils  # noqa: PLC0415 - only across processes
+        views = np.asarray(multihost_utils.process_allgather(
+            np.array([signal, pace], np.int64))).reshape(-1, 2)
+        return int(views[:, 0].max()), int(views[:, 1].min())
+    return agree

@@ -32,7 +32,8 @@ from genvi.core.mistakes import checked_count
 from genvi.core.validation import entry_point
 from genvi.training import checkpoints as checkpoint_files
 from genvi.training import fit_state
-from genvi.training.distributed import check_batch, data_parallel, local, place_data, reports
+from genvi.training.distributed import (agreement, check_batch, data_parallel, local,
+                                        place_data, reports)
 from genvi.training.fit_checks import (NonFiniteError, as_arrays, check_float_params,
                                        check_objective, nonfinite_message, warn_if_skipped)
 from genvi.training.fit_options import (Checkpoints, Evaluation, SkipNonfinite,
@@ -40,8 +41,10 @@ from genvi.training.fit_options import (Checkpoints, Evaluation, SkipNonfinite,
 from genvi.training.fit_loop import (Chunk, Setup, batch_at, check_order, chunk_boundaries,
                                      compiled_chunk, dataset_size, shuffle_once)
 from genvi.training.fit_state import FitResult
+from genvi.training.pacing import Pacer
 from genvi.training.progress import ProgressBar
 from genvi.training.schedule import at_step, check_schedules, split_scheduled
+from genvi.training.signals import StopNow, StopRequests
 from genvi.training.step import strongly_typed
 from genvi.training.stopping import check_rule, replay
 from genvi.auto.fit_tuning import FitTuning
@@ -121,9 +124,20 @@ def fit(objective: Expectation, params: Any, *data: Any,
     * `checkpoints=gv.Checkpoints(directory, every=1000)`: atomic orbax checkpoints;
       a run finding a checkpoint there resumes from it and ends bit-for-bit where an
       uninterrupted run would (`resume=True` requires one, `resume=False` ignores them).
-    * Ctrl-C (`KeyboardInterrupt`) ends the fit at the end of the chunk running then
-      and returns the `FitResult` so far, its `stopped` saying so; a checkpointing fit
-      writes a checkpoint at that step, so running it again resumes there.
+    * Signals are requests: on the main thread, Ctrl-C (SIGINT) and SIGTERM (a
+      scheduler's preemption) stop the fit at the end of the compiled steps under way
+      (the chunk is cut into calls of about half a second, so within about a second,
+      or one step where a step is longer; not during a compile) and it returns the
+      `FitResult` so far, its `stopped` naming the signal and the step; a
+      checkpointing fit first writes the checkpoint of that step, so running it again
+      resumes there. A second signal while it stops drops the steps under way
+      instead of waiting for them; no signal ever cuts a checkpoint write. The
+      previous handlers are back when `gv.fit` returns; a fit on another thread
+      installs none (see docs/training.md, "Faults").
+    * A checkpoint that cannot be written (disk full, no permission) raises
+      `gv.CheckpointError` naming the directory and the cause, with the fit so far
+      in its `result`; the checkpoints before it are intact. A second live fit
+      writing the same directory is refused, naming the process that writes it.
     * `steps` (≥ 0), `chunk_size` and `batch_size` (≥ 1) are integers; anything else
       is refused, naming the argument.
     * `shard`: split each batch over all devices (`jax.sharding`), parameters
@@ -179,152 +193,182 @@ def fit(objective: Expectation, params: Any, *data: Any,
         >>> round(float(result.params["m"]), 1)   # posterior mean y / 2
         0.5
     """
-    use_compilation_cache()
-    check_objective(objective, "objective")
-    steps = checked_count(steps, "steps", "gv.fit", minimum=0, what="steps to run")
-    chunk_size = checked_count(chunk_size, "chunk_size", "gv.fit", what="steps per compiled call")
-    if batch_size is not None:
-        batch_size = checked_count(batch_size, "batch_size", "gv.fit", what="rows per step")
-    evaluate, checkpoints, skip_nonfinite = from_flat_keywords(deprecated, evaluate, checkpoints,
-                                                               skip_nonfinite)
-    checkpoint_dir, checkpoint_every, resume = (
-        (None, None, None) if checkpoints is None
-        else (checkpoints.directory, checkpoints.every, checkpoints.resume))
-    eval_every = evaluate.every if evaluate is not None else None
-    check_rule(stop)
-    earlier = params.tunings if isinstance(params, FitResult) else ()  # gv.AUTO's, kept
-    if isinstance(params, FitResult):
-        params, state, history, key = fit_state.continued(params, optimizer, key)
-    else:
-        if key is None:
-            raise TypeError("gv.fit: pass key=jax.random.key(seed), the key of the run's "
-                            "randomness (only a run continuing a FitResult may leave it out)")
-        check_float_params(params)
-        params = strongly_typed(params)
-        state, history = optimizer.init(params), fit_state.new_history()
-    params, state = strongly_typed((params, state))
-    base = len(history["objective"])   # steps run before this call (a continued result)
-    end = base + steps
-    data, scheduled = split_scheduled(data)
-    check_schedules(scheduled, "data")
-    taken = {i for i, _ in scheduled}
-    positions = [i for i in range(len(data) + len(scheduled)) if i not in taken]
-    data = tuple(as_arrays(d, i) for i, d in zip(positions, data))
-    step_key, data_key = jax.random.split(key)
-    sharding = data_parallel(shard)
-    check_batch(batch_size, sharding)
-    data = place_data(data, sharding)
-    n = dataset_size(data) if batch_size else None
-    order = check_order(shuffle, batch_size, n)
-    if order == "once":
-        data = shuffle_once(data, data_key, batch_size, n, sharding.processes)
-    setup = Setup((batch_size, order), n, skip_nonfinite is not None, stop, scheduled)
-    capacity = max(1, min(chunk_size, steps))
+    with StopRequests() as requests:   # signals are requests from here on
+        use_compilation_cache()
+        check_objective(objective, "objective")
+        steps = checked_count(steps, "steps", "gv.fit", minimum=0, what="steps to run")
+        chunk_size = checked_count(chunk_size, "chunk_size", "gv.fit",
+                                   what="steps per compiled call")
+        if batch_size is not None:
+            batch_size = checked_count(batch_size, "batch_size", "gv.fit", what="rows per step")
+        evaluate, checkpoints, skip_nonfinite = from_flat_keywords(
+            deprecated, evaluate, checkpoints, skip_nonfinite)
+        checkpoint_dir, checkpoint_every, resume = (
+            (None, None, None) if checkpoints is None
+            else (checkpoints.directory, checkpoints.every, checkpoints.resume))
+        eval_every = evaluate.every if evaluate is not None else None
+        check_rule(stop)
+        earlier = params.tunings if isinstance(params, FitResult) else ()  # gv.AUTO's, kept
+        if isinstance(params, FitResult):
+            params, state, history, key = fit_state.continued(params, optimizer, key)
+        else:
+            if key is None:
+                raise TypeError("gv.fit: pass key=jax.random.key(seed), the key of the run's "
+                                "randomness (only a run continuing a FitResult may leave it out)")
+            check_float_params(params)
+            params = strongly_typed(params)
+            state, history = optimizer.init(params), fit_state.new_history()
+        params, state = strongly_typed((params, state))
+        base = len(history["objective"])   # steps run before this call (a continued result)
+        end = base + steps
+        data, scheduled = split_scheduled(data)
+        check_schedules(scheduled, "data")
+        taken = {i for i, _ in scheduled}
+        positions = [i for i in range(len(data) + len(scheduled)) if i not in taken]
+        data = tuple(as_arrays(d, i) for i, d in zip(positions, data))
+        step_key, data_key = jax.random.split(key)
+        sharding = data_parallel(shard)
+        check_batch(batch_size, sharding)
+        data = place_data(data, sharding)
+        n = dataset_size(data) if batch_size else None
+        order = check_order(shuffle, batch_size, n)
+        if order == "once":
+            data = shuffle_once(data, data_key, batch_size, n, sharding.processes)
+        setup = Setup((batch_size, order), n, skip_nonfinite is not None, stop, scheduled)
+        capacity = max(1, min(chunk_size, steps))
 
-    def precompile(chosen: Expectation) -> None:
-        # gv.AUTO's choice, compiled on its worker for the training thread to find
-        compiled_chunk(chosen, optimizer, setup, sharding).run.lower(
-            (params, state), rule_state, 0, 0, data, step_key, data_key,
-            capacity=capacity).compile()
+        def precompile(chosen: Expectation) -> None:
+            # gv.AUTO's choice, compiled on its worker for the training thread to find
+            compiled_chunk(chosen, optimizer, setup, sharding).run.lower(
+                (params, state), rule_state, 0, 0, data, step_key, data_key,
+                capacity=capacity).compile()
 
-    def measured_at(at_params: Any, step: int) -> tuple:
-        # what gv.AUTO measures at when it tunes at `step`: the parameters, and the
-        # minibatch and scheduled arguments that step trains on
-        batch = batch_at(data, setup, data_key, sharding.processes, step)
-        return (at_params,) + tuple(at_step(batch, scheduled, step))
-    start = base
-    latest = checkpoint_files.latest_step(checkpoint_dir) if checkpoint_dir is not None else None
-    found = latest is not None and latest > base
-    if resume and not found:
-        where = repr(str(checkpoint_dir))
-        after = f" past step {base}, where the continued FitResult ends" if base else ""
-        raise checkpoint_files.CheckpointError(f"resume=True but there is no checkpoint in {where}{after}")
-    if found and resume is not False:
-        start, params, state, history = fit_state.resume(checkpoint_dir, params, state, key)
-    # a resumed run measures gv.AUTO's sites where it resumes, not at the start it skips
-    first = measured_at(params, start)
-    tuning = _tuning(objective, retune_every, key, first, sharding, tune_in_background,
-                     precompile)
-    if tuning is not None:
-        tuning.begin(first, start)
-    chunk = compiled_chunk(objective if tuning is None else tuning.current, optimizer, setup,
-                           sharding)
-    # a resumed or continued run replays its history, so it stops where one run would
-    rule_state = () if stop is None else replay(stop, history["objective"], ~history["skipped"])
-    if shard:
-        params, state, rule_state = jax.device_put((params, state, rule_state), sharding.replicated)
-    estimate_held_out = held_out_estimator(evaluate, key)
-    bar = ProgressBar(end - base, enabled=progress and reports(sharding))
-    bar.advance(start - base)
-    reason = _converged(stop, rule_state, sharding)
-    converged = reason is not None
-    boundaries = [] if converged else chunk_boundaries(start, end, chunk_size, eval_every,
-                                                  checkpoint_every, retune_every)
-    stopped = reason if converged else f"ran all {end} steps"
-    ended = interrupted = False
-    reached = start
-    try:
-        for begin, until in boundaries:
-            before = (params, state, rule_state)
-            ((after, new_rule_state), (values, skipped), (done, failed)) = chunk.run(
-                before[:2], rule_state, begin, until - begin, data, step_key, data_key,
-                capacity=capacity)
-            done, values, skipped, failed = local((done, values, skipped, failed), sharding)
-            done, values, skipped = int(done), np.asarray(values), np.asarray(skipped)
-            if bool(failed):   # the loop stopped at step `begin + done`
-                _extend(history, values[:done], skipped[:done])
-                bar.advance(done)
-                raise _nonfinite_error(chunk, before, begin, done, data, step_key, data_key,
-                                       capacity, history, key)
-            # the chunk's results are taken at once: a Ctrl-C before here leaves the fit
-            # at the chunk's start, one after it at its end
-            (params, state), rule_state, reached = after, new_rule_state, begin + done
-            _extend(history, values[:done], skipped[:done])
+        def measured_at(at_params: Any, step: int) -> tuple:
+            # what gv.AUTO measures at when it tunes at `step`: the parameters, and the
+            # minibatch and scheduled arguments that step trains on
+            batch = batch_at(data, setup, data_key, sharding.processes, step)
+            return (at_params,) + tuple(at_step(batch, scheduled, step))
+        writes = checkpoint_dir is not None and checkpoint_every is not None
+        with checkpoint_files.Writer(
+                checkpoint_dir if writes else None, primary=reports(sharding),
+                agree=agreement(sharding) if sharding.processes > 1 else None):
+            start = base
+            latest = (checkpoint_files.latest_step(checkpoint_dir) if checkpoint_dir is not None
+                      else None)
+            found = latest is not None and latest > base
+            if resume and not found:
+                where = repr(str(checkpoint_dir))
+                after = f" past step {base}, where the continued FitResult ends" if base else ""
+                raise checkpoint_files.CheckpointError(
+                    f"resume=True but there is no checkpoint in {where}{after}")
+            if found and resume is not False:
+                start, params, state, history = fit_state.resume(checkpoint_dir, params, state, key)
+            # a resumed run measures gv.AUTO's sites where it resumes, not at the start it skips
+            first = measured_at(params, start)
+            tuning = _tuning(objective, retune_every, key, first, sharding, tune_in_background,
+                             precompile)
+            if tuning is not None:
+                tuning.begin(first, start)
+            chunk = compiled_chunk(objective if tuning is None else tuning.current, optimizer,
+                                   setup, sharding)
+            # a resumed or continued run replays its history, so it stops where one run would
+            rule_state = () if stop is None else replay(stop, history["objective"],
+                                                         ~history["skipped"])
+            if shard:
+                params, state, rule_state = jax.device_put((params, state, rule_state),
+                                                           sharding.replicated)
+            estimate_held_out = held_out_estimator(evaluate, key)
+            bar = ProgressBar(end - base, enabled=progress and reports(sharding))
+            bar.advance(start - base)
             reason = _converged(stop, rule_state, sharding)
-            if reason is not None:
-                converged, stopped = True, reason
-            if estimate_held_out and reached % eval_every == 0:
-                history["eval_step"].append(reached)
-                history["eval"].append(float(estimate_held_out(params, reached)))
-            if checkpoint_dir and checkpoint_every and (
-                    reached % checkpoint_every == 0 or reached == end or converged):
-                checkpoint_files.save(checkpoint_dir, reached,
-                                      fit_state.payload(*local((params, state), sharding),
-                                                        reached, key, history),
-                                      primary=reports(sharding))
-            for callback in callbacks:
-                callback(reached, params, history)
-            if tuning is not None and reached < end and not converged:
-                if tuning.due(reached):
-                    tuning.begin(measured_at(params, reached), reached)
-                else:
-                    tuning.poll(reached)
-                chunk = compiled_chunk(tuning.current, optimizer, setup, sharding)
-            bar.advance(done, float(np.mean(values[:done])) if done else None)
-            if converged:
-                break
-        ended = True
-    except KeyboardInterrupt:
-        # Ctrl-C: the fit so far is the result; a checkpointing fit keeps it on disk,
-        # so that running the same fit again resumes there
-        stopped = (f"interrupted (KeyboardInterrupt, Ctrl-C) after step {reached}; "
-                   f"{end - reached} of the {end - base} steps asked for were not run")
-        interrupted = True
-        if checkpoint_dir and reached > base and checkpoint_files.latest_step(
-                checkpoint_dir) != reached:
-            checkpoint_files.save(checkpoint_dir, reached,
-                                  fit_state.payload(*local((params, state), sharding),
-                                                    reached, key, history),
-                                  primary=reports(sharding))
-    finally:
-        if tuning is not None:
-            tuning.close(ended)
-        bar.close(stopped if converged or interrupted else None)
-    result = fit_state.finish(*local((params, state), sharding), history, key, stopped,
-                              tuple(earlier) + (() if tuning is None else tuple(tuning.tunings)))
-    if skip_nonfinite is not None:
-        warn_if_skipped(result.history, skip_nonfinite.warn_fraction)
-    return result
+            converged = reason is not None
+            boundaries = [] if converged else chunk_boundaries(start, end, chunk_size, eval_every,
+                                                               checkpoint_every, retune_every)
+            stopped = reason if converged else f"ran all {end} steps"
+            pacer = Pacer(start, agreement(sharding))
+            alone = sharding.processes == 1
+            halted = alone and requests.stopping   # a signal stopped the fit (agreed by all)
+            ended, reached = False, start
+
+            def so_far(why: str) -> FitResult:
+                return fit_state.finish(*local((params, state), sharding), history, key, why)
+
+            def write(step: int) -> None:
+                try:
+                    checkpoint_files.save(checkpoint_dir, step,
+                                          fit_state.payload(*local((params, state), sharding),
+                                                            step, key, history),
+                                          primary=reports(sharding))
+                except checkpoint_files.CheckpointError as err:
+                    err.result = so_far(f"stopped after step {step}: its checkpoint could not "
+                                        "be written")
+                    raise
+            try:
+                for begin, until in boundaries:
+                    while reached < until and not halted:
+                        length = pacer.call_length(reached, until)
+                        before = (params, state, rule_state)
+                        try:
+                            ((after, new_rule_state), (values, skipped), (done, failed)) = (
+                                requests.wait_for(
+                                    chunk.run(before[:2], rule_state, reached, length, data,
+                                              step_key, data_key, capacity=capacity),
+                                    pacer.expected_seconds(length)))
+                        except StopNow:   # a second signal: the steps under way are dropped
+                            halted = True
+                            break
+                        done, values, skipped, failed = local((done, values, skipped, failed),
+                                                              sharding)
+                        done, values, skipped = int(done), np.asarray(values), np.asarray(skipped)
+                        _extend(history, values[:done], skipped[:done])
+                        bar.advance(done, float(np.mean(values[:done])) if done else None)
+                        if bool(failed):   # the loop stopped at step `reached + done`
+                            raise _nonfinite_error(chunk, before, reached, done, data, step_key,
+                                                   data_key, capacity, history, key)
+                        (params, state), rule_state = after, new_rule_state
+                        reached += done
+                        reason = _converged(stop, rule_state, sharding)
+                        if reason is not None:
+                            converged, stopped = True, reason
+                            break
+                        # one process reads the request after every call; several agree at looks
+                        halted = (requests.agreed(pacer.look(reached, requests.number))
+                                  or (alone and requests.stopping))
+                    if halted:
+                        break
+                    if estimate_held_out and reached % eval_every == 0:
+                        history["eval_step"].append(reached)
+                        history["eval"].append(float(estimate_held_out(params, reached)))
+                    if writes and (reached % checkpoint_every == 0 or reached == end or converged):
+                        write(reached)
+                    for callback in callbacks:
+                        callback(reached, params, history)
+                    if tuning is not None and reached < end and not converged:
+                        if tuning.due(reached):
+                            tuning.begin(measured_at(params, reached), reached)
+                        else:
+                            tuning.poll(reached)
+                        chunk = compiled_chunk(tuning.current, optimizer, setup, sharding)
+                    if converged:
+                        break
+                ended = not halted
+                if halted:
+                    # a signal: the fit so far is the result, and a checkpointing fit keeps
+                    # it on disk, so that running the same fit again resumes there
+                    stopped = requests.describe(reached, end, base)
+                    if writes and reached > base and checkpoint_files.latest_step(
+                            checkpoint_dir) != reached:
+                        write(reached)
+            finally:
+                if tuning is not None:
+                    tuning.close(ended)
+                bar.close(stopped if converged or halted else None)
+        tunings = tuple(earlier) + (() if tuning is None else tuple(tuning.tunings))
+        result = fit_state.finish(*local((params, state), sharding), history, key, stopped,
+                                  tunings)
+        if skip_nonfinite is not None:
+            warn_if_skipped(result.history, skip_nonfinite.warn_fraction)
+        return result
 
 
 def _extend(history: dict, values: np.ndarray, skipped: np.ndarray) -> None:

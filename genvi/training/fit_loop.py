@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -236,12 +236,20 @@ def dataset_size(data: tuple) -> int:
     return sizes.pop()
 
 
-def chunk_boundaries(start: int, end: int, chunk: int, *every: int | None) -> list[tuple[int, int]]:
+def chunk_boundaries(start: int, end: int, chunk: int,
+                     *every: int | None) -> Iterator[tuple[int, int]]:
     """Chunk edges from step `start` to `end`: every `chunk` steps and at every
-    multiple of each `every`."""
-    edges = set(range(start + chunk, end, chunk)) | {end}
-    for e in every:
-        if e:
-            edges |= {s for s in range(e, end, e) if s > start}
-    points = [start] + sorted(s for s in edges if s > start)
-    return list(zip(points[:-1], points[1:]))
+    multiple of each `every`, made as they are reached (a fit of 10⁹ steps with a
+    checkpoint every 100 lists none in advance).
+
+    Example:
+        >>> from genvi.training.fit_loop import chunk_boundaries
+        >>> list(chunk_boundaries(5, 30, 10, 12))
+        [(5, 12), (12, 15), (15, 24), (24, 25), (25, 30)]
+    """
+    at = start
+    while at < end:
+        edge = min([start + ((at - start) // chunk + 1) * chunk, end]
+                   + [(at // e + 1) * e for e in every if e])
+        yield at, edge
+        at = edge
