@@ -2,7 +2,8 @@
 tests/test_distributed.py: `python tests/distributed_worker.py PID NPROC PORT SPECS OUT`.
 
 SPECS is JSON: a list of fits ({"steps", "batch_size", "checkpoint_dir", "resume",
-"checkpoint_every"}); OUT receives each fit's parameters (JSON)."""
+"checkpoint_every", "announce"}); OUT receives each fit's parameters, steps and
+`stopped` (JSON). With "announce", each process prints "training" once its fit steps."""
 
 import json
 import sys
@@ -53,14 +54,21 @@ def main(pid: int, nproc: int, port: int, specs: list, out: str) -> None:
         return gv.Checkpoints(spec["checkpoint_dir"], every=spec.get("checkpoint_every"),
                               resume=spec.get("resume"))
 
+    def announce(step, params, history, said=[]):
+        if not said:
+            print("training", flush=True)
+            said.append(step)
+
     results = []
     for spec in specs:
         result = gv.fit(objectives[spec.get("objective", "plate")], {"loc": jnp.zeros(2), "log_scale": jnp.full(2, -1.0)},
                         x[mine], y[mine], optimizer=optax.adam(0.05), steps=spec["steps"],
                         key=jax.random.key(0), batch_size=spec.get("batch_size"), shard=True,
-                        progress=False, checkpoints=checkpoints_of(spec))
+                        progress=False, checkpoints=checkpoints_of(spec),
+                        callbacks=[announce] if spec.get("announce") else [])
         results.append({k: np.asarray(v).tolist() for k, v in result.params.items()}
-                       | {"steps_done": len(result.history["objective"])})
+                       | {"steps_done": len(result.history["objective"]),
+                          "stopped": result.stopped})
     with open(out, "w") as f:
         json.dump(results, f)
 

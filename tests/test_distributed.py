@@ -4,6 +4,7 @@ all the rows (SPEC §8)."""
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -80,3 +81,38 @@ def test_batch_mean_over_processes_matches_one_process(runs):
     assert two_more[0][2] == two_more[1][2]
     assert close(two_more[0][2], one[0][2], rtol=1e-4)
     assert np.allclose(two_more[0][2]["loc"], [1.0, -0.5], atol=0.15)
+
+
+def test_sigterm_to_one_process_stops_all_at_one_step_with_one_checkpoint(tmp_path):
+    """Preemption of a multi-process fit: SIGTERM reaches one process; the processes
+    agree at their next look (genvi/training/pacing.py), all stop at the same step,
+    write that step's checkpoint together and return."""
+    from genvi.training.checkpoints import latest_step
+    ckpt = str(tmp_path / "ckpt")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    port = _free_port()
+    spec = json.dumps([{"steps": 10**8, "checkpoint_dir": ckpt, "checkpoint_every": 500,
+                        "announce": True}])
+    outs = [tmp_path / f"out_{i}.json" for i in range(2)]
+    procs = [subprocess.Popen([sys.executable, str(WORKER), str(i), "2", str(port), spec,
+                               str(outs[i])], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    try:
+        while (line := procs[1].stdout.readline()) and line.strip() != "training":
+            pass
+        assert line, "process 1 ended before it trained"
+        procs[1].send_signal(signal.SIGTERM)
+        logs = [p.communicate(timeout=60)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for p, log in zip(procs, logs):
+        assert p.returncode == 0, log[-3000:]
+    first, second = (json.loads(o.read_text())[0] for o in outs)
+    steps = second["steps_done"]
+    assert 0 < steps < 10**8 and first["steps_done"] == steps
+    assert first["loc"] == second["loc"] and first["log_scale"] == second["log_scale"]
+    assert second["stopped"].startswith(f"terminated (SIGTERM) after step {steps};")
+    assert first["stopped"].startswith(
+        f"terminated (SIGTERM, on another process of the fit) after step {steps};")
+    assert latest_step(ckpt) == steps
