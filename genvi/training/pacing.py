@@ -2,9 +2,10 @@
 points where it reads stop requests (genvi/training/signals.py).
 
 A compiled call cannot be interrupted, so the fit cuts its chunks into calls of about
-`PACE_SECONDS` each: the pace starts at one step (the first call also compiles),
-doubles at most at each look, and settles where a pace takes about `PACE_SECONDS` by
-the time measured since the last look. A run's result does not depend on how its
+`PACE_SECONDS` each: the pace starts at one step (the first call also compiles), grows
+at most `GROWTH`-fold at each look, and settles where a pace takes about
+`PACE_SECONDS` by the time measured since the last look (a short call's per-call cost
+makes its steps look slower than they are, so the estimate errs towards short calls). A run's result does not depend on how its
 steps are cut into calls (genvi/training/fit_loop.py), so pacing changes no number.
 Under several processes the processes look at the same steps and agree there (one
 small collective: a signal on any process stops all, at the least pace proposed), so
@@ -27,6 +28,8 @@ from typing import Callable
 # the seconds between two looks at stop requests, where the steps allow it: a Ctrl-C
 # or a scheduler's SIGTERM is honoured about this long after it arrives
 PACE_SECONDS = 0.5
+# the most a pace grows at one look: from one step to a chunk of 1,000 in four calls
+GROWTH = 16
 
 
 class Pacer:
@@ -68,7 +71,7 @@ class Pacer:
             return 0
         now = time.perf_counter()
         self.seconds_per_step = (now - self._since) / max(1, reached - self._since_step)
-        proposed = max(1, min(2 * self.pace, int(self.seconds / self.seconds_per_step)))
+        proposed = max(1, min(GROWTH * self.pace, int(self.seconds / self.seconds_per_step)))
         stop, self.pace = self.agree(signal, proposed)
         self.next_look = reached + self.pace
         self._since, self._since_step = now, reached
