@@ -222,3 +222,13 @@ def test_a_signal_in_process_returns_the_fit_so_far():
     assert 10 <= result.steps < 40 and result.history["objective"].shape == (result.steps,)
     assert np.all(np.isfinite(np.asarray(result.params["m"])))
     assert jnp.isfinite(result.params["s"])
+
+
+def test_a_signal_as_the_fit_ends_is_reported_not_lost():
+    """A signal after the fit's last look (here, from the callback at its last step)
+    is too late to stop it: the fit ends and `stopped` says the signal came."""
+    def last(step, params, history):
+        if step == 20:
+            os.kill(os.getpid(), signal.SIGINT)
+    result = _fit(steps=20, chunk_size=5, callbacks=[last])
+    assert result.stopped == "ran all 20 steps (a SIGINT came as it ended)"

@@ -34,11 +34,11 @@ from genvi.training import checkpoints as checkpoint_files
 from genvi.training import fit_state
 from genvi.training.distributed import (agreement, check_batch, data_parallel, local,
                                         place_data, reports)
-from genvi.training.fit_checks import (NonFiniteError, as_arrays, check_float_params,
-                                       check_objective, nonfinite_message, warn_if_skipped)
+from genvi.training.fit_checks import (as_arrays, check_float_params, check_objective,
+                                       nonfinite_error, warn_if_skipped)
 from genvi.training.fit_options import (Checkpoints, Evaluation, SkipNonfinite,
                                         from_flat_keywords, held_out_estimator)
-from genvi.training.fit_loop import (Chunk, Setup, batch_at, check_order, chunk_boundaries,
+from genvi.training.fit_loop import (Setup, batch_at, check_order, chunk_boundaries,
                                      compiled_chunk, dataset_size, shuffle_once)
 from genvi.training.fit_state import FitResult
 from genvi.training.pacing import Pacer
@@ -313,7 +313,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
                                 requests.wait_for(
                                     chunk.run(before[:2], rule_state, reached, length, data,
                                               step_key, data_key, capacity=capacity),
-                                    pacer.expected_seconds(length)))
+                                    pacer.expected_seconds(length), abandonable=alone))
                         except StopNow:   # a second signal: the steps under way are dropped
                             halted = True
                             break
@@ -323,7 +323,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
                         _extend(history, values[:done], skipped[:done])
                         bar.advance(done, float(np.mean(values[:done])) if done else None)
                         if bool(failed):   # the loop stopped at step `reached + done`
-                            raise _nonfinite_error(chunk, before, reached, done, data, step_key,
+                            raise nonfinite_error(chunk, before, reached, done, data, step_key,
                                                    data_key, capacity, history, key)
                         (params, state), rule_state = after, new_rule_state
                         reached += done
@@ -352,6 +352,8 @@ def fit(objective: Expectation, params: Any, *data: Any,
                     if converged:
                         break
                 ended = not halted
+                if ended and requests.stopping:   # too late to stop: say it came
+                    stopped += f" (a {requests.first.name} came as it ended)"
                 if halted:
                     # a signal: the fit so far is the result, and a checkpointing fit keeps
                     # it on disk, so that running the same fit again resumes there
@@ -383,27 +385,6 @@ def _converged(stop: Any, rule_state: Any, sharding: Any) -> str | None:
         return None
     here = local(rule_state, sharding)
     return stop.describe(here) if bool(stop.done(here)) else None
-
-
-def _nonfinite_error(chunk: Chunk, before: tuple, begin: int, done: int, data: tuple,
-                     step_key: jax.Array, data_key: jax.Array, capacity: int, history: dict,
-                     key: jax.Array) -> NonFiniteError:
-    """The error for step `begin + done`, with the carry from before it: the chunk's
-    steps before it run again from `before` (the same program and inputs, so the same
-    parameters), then that step's gradient is checked leaf by leaf."""
-    step, (params, state, rule_state) = begin + done, before
-    if done:
-        ((params, state), _), _, _ = chunk.run((params, state), rule_state, begin, done, data,
-                                               step_key, data_key, capacity=capacity)
-    value, leaf_ok = chunk.leaf_check(params, step, data, step_key, data_key)
-    value = float(value)
-    paths = [jax.tree_util.keystr(path)
-             for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
-    leaves = [p for p, ok in zip(paths, leaf_ok) if not bool(ok)]
-    stopped = (f"stopped before step {step} (counting from 0), whose objective estimate or "
-               "gradient is not finite")
-    return NonFiniteError(nonfinite_message(step, value, leaves, data), step, value, leaves,
-                          fit_state.finish(params, state, history, key, stopped))
 
 
 def _tuning(objective: Expectation, every: int | None, key: jax.Array, measured: tuple,

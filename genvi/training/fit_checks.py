@@ -14,6 +14,7 @@ import numpy as np
 from genvi.core.mistakes import user_stacklevel
 from genvi.adev.expectation import Expectation, non_float_leaves
 from genvi.gen.language import GenFn
+from genvi.training.fit_state import finish
 
 
 class NonFiniteError(FloatingPointError):
@@ -183,3 +184,30 @@ def warn_if_skipped(history: dict, fraction: float | None) -> None:
         "to silence this.",
         NonFiniteWarning, stacklevel=user_stacklevel())
 
+
+def nonfinite_error(chunk: Any, before: tuple, begin: int, done: int, data: tuple,
+                     step_key: jax.Array, data_key: jax.Array, capacity: int, history: dict,
+                     key: jax.Array) -> NonFiniteError:
+    """The error for step `begin + done`, with the carry from before it: the chunk's
+    steps before it run again from `before` (the same program and inputs, so the same
+    parameters), then that step's gradient is checked leaf by leaf (`chunk`: the
+    fit's `genvi.training.fit_loop.Chunk`).
+
+    Example:
+        >>> from genvi.training.fit_checks import nonfinite_error
+        >>> nonfinite_error.__name__
+        'nonfinite_error'
+    """
+    step, (params, state, rule_state) = begin + done, before
+    if done:
+        ((params, state), _), _, _ = chunk.run((params, state), rule_state, begin, done, data,
+                                               step_key, data_key, capacity=capacity)
+    value, leaf_ok = chunk.leaf_check(params, step, data, step_key, data_key)
+    value = float(value)
+    paths = [jax.tree_util.keystr(path)
+             for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+    leaves = [p for p, ok in zip(paths, leaf_ok) if not bool(ok)]
+    stopped = (f"stopped before step {step} (counting from 0), whose objective estimate or "
+               "gradient is not finite")
+    return NonFiniteError(nonfinite_message(step, value, leaves, data), step, value, leaves,
+                          finish(params, state, history, key, stopped))

@@ -73,7 +73,9 @@ class Checkpoints:
     only resumed from). A fit that finds one there resumes from the newest good one
     and ends bit for bit where an uninterrupted run ends; a damaged newest checkpoint
     is reported and the one before it is used. `resume=True` requires a checkpoint (a
-    clear error if there is none), `resume=False` ignores existing ones.
+    clear error if there is none), `resume=False` ignores existing ones. A fit that
+    writes holds the directory: a second live fit writing there is refused, and what
+    a killed write left is removed (genvi/training/checkpoints.py).
 
     Example:
         >>> import genvi as gv

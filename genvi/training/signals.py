@@ -129,11 +129,14 @@ class StopRequests:
         finally:
             self._abandonable = False
 
-    def wait_for(self, outputs: Any, expected_seconds: float | None) -> Any:
+    def wait_for(self, outputs: Any, expected_seconds: float | None,
+                 abandonable: bool = True) -> Any:
         """`outputs` (compiled steps under way) once ready. A wait of unknown or long
         expected length (`expected_seconds`) happens on a helper thread, so that a
         second signal can end it with `StopNow` (the steps go on running, unread):
         a blocked main thread would run the handler only once they end.
+        `abandonable=False` (a fit of several processes, which must all run the same
+        steps) always waits.
 
         Example:
             >>> import jax.numpy as jnp
@@ -142,8 +145,8 @@ class StopRequests:
             ...     float(requests.wait_for(jnp.float32(2.0), None))
             2.0
         """
-        if not self.listening or (expected_seconds is not None
-                                  and expected_seconds < BLOCK_BELOW_SECONDS):
+        if not (self.listening and abandonable) or (
+                expected_seconds is not None and expected_seconds < BLOCK_BELOW_SECONDS):
             return jax.block_until_ready(outputs)
         with self.abandonable():
             waiting = _waiter().submit(jax.block_until_ready, outputs)
