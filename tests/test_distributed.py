@@ -114,5 +114,5 @@ def test_sigterm_to_one_process_stops_all_at_one_step_with_one_checkpoint(tmp_pa
     assert first["loc"] == second["loc"] and first["log_scale"] == second["log_scale"]
     assert second["stopped"].startswith(f"terminated (SIGTERM) after step {steps};")
     assert first["stopped"].startswith(
-        f"terminated (SIGTERM, on another process of the fit) after step {steps};")
+        f"terminated (SIGTERM) on another process of the fit, after step {steps};")
     assert latest_step(ckpt) == steps

@@ -65,7 +65,8 @@ import jax
 from genvi.adev.expectation import Expectation
 from genvi.auto.choices import Tuned
 from genvi.auto.compile_aside import Helpers
-from genvi.auto.tune import Tuning, auto_sites, run_now, starting_choices, tuning_steps
+from genvi.auto.tune import (Tuning, auto_sites, has_auto_sites, run_now, starting_choices,
+                             tuning_steps)
 
 ESTIMATES = 64  # a candidate's measurement: up to twice this many (`race.race`)
 # The race (`race.race`) pauses training, so in a background measurement it spends at
@@ -263,3 +264,32 @@ def untuned(objective: Expectation, args: tuple) -> tuple:
     """The choices `objective`'s AUTO sites take before any tuning: ((address,
     strategy), ...)."""
     return tuple((site.addr, site.default) for site in auto_sites(objective, args))
+
+
+def fit_tuning(objective: Expectation, every: int | None, key: jax.Array, measured: tuple,
+               processes: int, background: bool, precompile: Callable) -> FitTuning | None:
+    """gv.AUTO's tuning for a `gv.fit` of `processes` processes, or None where the
+    objective has no AUTO site (`measured`: the arguments a tuning measures at).
+
+    Example:
+        >>> import genvi as gv, jax
+        >>> @gv.expectation
+        ... def e(m):
+        ...     return gv.sample(gv.normal(m, 1.0, grad=gv.REPARAM))
+        >>> fit_tuning(e, None, jax.random.key(0), (0.0,), 1, True, None) is None
+        True
+    """
+    if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
+        raise ValueError(f"gv.fit: retune_every is a positive int (steps), got {every!r}")
+    if not has_auto_sites(objective, measured):
+        if every is not None:
+            raise ValueError("gv.fit: retune_every= measures the strategies of sites with "
+                             "grad=gv.AUTO, and the objective has none")
+        return None
+    if processes > 1:
+        raise ValueError(
+            "gv.fit with grad=gv.AUTO sites under several processes: each would measure on "
+            "its own machine and could choose differently. Tune first (tuning = gv.tune("
+            "objective, params, *batch, key=...)) on one process and fit "
+            "tuning.apply(objective) on all of them.")
+    return FitTuning(objective, every, key, background, precompile)

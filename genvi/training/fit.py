@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Sequence
 
 import jax
@@ -47,8 +48,7 @@ from genvi.training.schedule import at_step, check_schedules, split_scheduled
 from genvi.training.signals import StopNow, StopRequests
 from genvi.training.step import strongly_typed
 from genvi.training.stopping import check_rule, replay
-from genvi.auto.fit_tuning import FitTuning
-from genvi.auto.tune import has_auto_sites
+from genvi.auto.fit_tuning import fit_tuning
 
 
 @entry_point
@@ -265,8 +265,8 @@ def fit(objective: Expectation, params: Any, *data: Any,
                 start, params, state, history = fit_state.resume(checkpoint_dir, params, state, key)
             # a resumed run measures gv.AUTO's sites where it resumes, not at the start it skips
             first = measured_at(params, start)
-            tuning = _tuning(objective, retune_every, key, first, sharding, tune_in_background,
-                             precompile)
+            tuning = fit_tuning(objective, retune_every, key, first, sharding.processes,
+                                tune_in_background, precompile)
             if tuning is not None:
                 tuning.begin(first, start)
             chunk = compiled_chunk(objective if tuning is None else tuning.current, optimizer,
@@ -285,8 +285,8 @@ def fit(objective: Expectation, params: Any, *data: Any,
             boundaries = [] if converged else chunk_boundaries(start, end, chunk_size, eval_every,
                                                                checkpoint_every, retune_every)
             stopped = reason if converged else f"ran all {end} steps"
-            pacer = Pacer(start, agreement(sharding))
             alone = sharding.processes == 1
+            pacer = Pacer(None if alone else agreement(sharding))
             halted = alone and requests.stopping   # a signal stopped the fit (agreed by all)
             ended, reached = False, start
 
@@ -309,31 +309,25 @@ def fit(objective: Expectation, params: Any, *data: Any,
                         length = pacer.call_length(reached, until)
                         before = (params, state, rule_state)
                         try:
-                            ((after, new_rule_state), (values, skipped), (done, failed)) = (
-                                requests.wait_for(
-                                    chunk.run(before[:2], rule_state, reached, length, data,
-                                              step_key, data_key, capacity=capacity),
-                                    pacer.expected_seconds(length), abandonable=alone))
+                            after, done, values, skipped, failed, seconds = _call(
+                                chunk, before, reached, length, data, step_key, data_key,
+                                capacity, sharding, requests, pacer)
                         except StopNow:   # a second signal: the steps under way are dropped
                             halted = True
                             break
-                        done, values, skipped, failed = local((done, values, skipped, failed),
-                                                              sharding)
-                        done, values, skipped = int(done), np.asarray(values), np.asarray(skipped)
                         _extend(history, values[:done], skipped[:done])
                         bar.advance(done, float(np.mean(values[:done])) if done else None)
-                        if bool(failed):   # the loop stopped at step `reached + done`
+                        if failed:   # the loop stopped at step `reached + done`
                             raise nonfinite_error(chunk, before, reached, done, data, step_key,
-                                                   data_key, capacity, history, key)
-                        (params, state), rule_state = after, new_rule_state
+                                                  data_key, capacity, history, key)
+                        params, state, rule_state = after
                         reached += done
                         reason = _converged(stop, rule_state, sharding)
                         if reason is not None:
                             converged, stopped = True, reason
                             break
-                        # one process reads the request after every call; several agree at looks
-                        halted = (requests.agreed(pacer.look(reached, requests.number))
-                                  or (alone and requests.stopping))
+                        # one process reads the request after every call; several agree
+                        halted = requests.agreed(pacer.look(done, seconds, requests.number))
                     if halted:
                         break
                     if estimate_held_out and reached % eval_every == 0:
@@ -373,6 +367,24 @@ def fit(objective: Expectation, params: Any, *data: Any,
         return result
 
 
+def _call(chunk: Any, before: tuple, at: int, length: int, data: tuple, step_key: jax.Array,
+          data_key: jax.Array, capacity: int, sharding: Any, requests: StopRequests,
+          pacer: Pacer) -> tuple:
+    """One compiled call of `length` steps from step `at` and carry `before` = (params,
+    optimizer state, rule state): `(after, done, values, skipped, failed, seconds)`,
+    as this process's arrays. A second signal while it runs raises `StopNow` (one
+    process only: several must all run the same steps)."""
+    began = time.perf_counter()
+    ((params, state), rule_state), (values, skipped), (done, failed) = requests.wait_for(
+        chunk.run(before[:2], before[2], at, length, data, step_key, data_key,
+                  capacity=capacity),
+        pacer.expected_seconds(length), abandonable=sharding.processes == 1)
+    done, values, skipped, failed = local((done, values, skipped, failed), sharding)
+    done, values, skipped, failed = int(done), np.asarray(values), np.asarray(skipped), bool(failed)
+    # the call's time when its outputs are read (a short call is not waited for before)
+    return (params, state, rule_state), done, values, skipped, failed, time.perf_counter() - began
+
+
 def _extend(history: dict, values: np.ndarray, skipped: np.ndarray) -> None:
     """Append a chunk's objective estimates and skipped flags to the history."""
     history["objective"] = np.concatenate([history["objective"], values])
@@ -385,23 +397,3 @@ def _converged(stop: Any, rule_state: Any, sharding: Any) -> str | None:
         return None
     here = local(rule_state, sharding)
     return stop.describe(here) if bool(stop.done(here)) else None
-
-
-def _tuning(objective: Expectation, every: int | None, key: jax.Array, measured: tuple,
-            sharding: Any, background: bool, precompile: Callable) -> FitTuning | None:
-    """gv.AUTO's tuning for this fit, or None where the objective has no AUTO site
-    (`measured`: the arguments a tuning measures at)."""
-    if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
-        raise ValueError(f"gv.fit: retune_every is a positive int (steps), got {every!r}")
-    if not has_auto_sites(objective, measured):
-        if every is not None:
-            raise ValueError("gv.fit: retune_every= measures the strategies of sites with "
-                             "grad=gv.AUTO, and the objective has none")
-        return None
-    if sharding.processes > 1:
-        raise ValueError(
-            "gv.fit with grad=gv.AUTO sites under several processes: each would measure on "
-            "its own machine and could choose differently. Tune first (tuning = gv.tune("
-            "objective, params, *batch, key=...)) on one process and fit "
-            "tuning.apply(objective) on all of them.")
-    return FitTuning(objective, every, key, background, precompile)

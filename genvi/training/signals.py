@@ -35,7 +35,7 @@ import jax
 BLOCK_BELOW_SECONDS = 0.05
 
 # the signals a fit listens to, and how its `stopped` names each
-LISTENED = {signal.SIGINT: "interrupted (Ctrl-C, SIGINT)",
+LISTENED = {signal.SIGINT: "interrupted (Ctrl-C)",
             signal.SIGTERM: "terminated (SIGTERM)"}
 
 
@@ -83,11 +83,9 @@ class StopRequests:
 
     def describe(self, reached: int, end: int, base: int = 0) -> str:
         """The fit's `stopped` when a signal ended it after step `reached` of `base .. end`."""
-        how = LISTENED[self.first]
-        if self.elsewhere:
-            how = how.replace(")", ", on another process of the fit)", 1)
-        return (f"{how} after step {reached}; {end - reached} of the {end - base} steps "
-                "asked for were not run")
+        where = " on another process of the fit," if self.elsewhere else ""
+        return (f"{LISTENED[self.first]}{where} after step {reached}; {end - reached} of "
+                f"the {end - base} steps asked for were not run")
 
     def __enter__(self) -> "StopRequests":
         if self.listening:
@@ -131,12 +129,12 @@ class StopRequests:
 
     def wait_for(self, outputs: Any, expected_seconds: float | None,
                  abandonable: bool = True) -> Any:
-        """`outputs` (compiled steps under way) once ready. A wait of unknown or long
+        """`outputs` (compiled steps under way), ready to read. A wait of unknown or long
         expected length (`expected_seconds`) happens on a helper thread, so that a
         second signal can end it with `StopNow` (the steps go on running, unread):
         a blocked main thread would run the handler only once they end.
         `abandonable=False` (a fit of several processes, which must all run the same
-        steps) always waits.
+        steps) and a short wait return `outputs` at once; reading them waits.
 
         Example:
             >>> import jax.numpy as jnp
@@ -147,7 +145,7 @@ class StopRequests:
         """
         if not (self.listening and abandonable) or (
                 expected_seconds is not None and expected_seconds < BLOCK_BELOW_SECONDS):
-            return jax.block_until_ready(outputs)
+            return outputs   # the caller's first read of them waits (no cost added here)
         with self.abandonable():
             waiting = _waiter().submit(jax.block_until_ready, outputs)
             while True:   # timed waits: a signal delivered to another thread is still seen
