@@ -232,3 +232,15 @@ def test_a_signal_as_the_fit_ends_is_reported_not_lost():
             os.kill(os.getpid(), signal.SIGINT)
     result = _fit(steps=20, chunk_size=5, callbacks=[last])
     assert result.stopped == "ran all 20 steps (a SIGINT came as it ended)"
+
+
+def test_a_signal_to_a_fit_inside_another_fits_callback_stops_both():
+    def inner(step, params, history):
+        if step == 10:
+            def preempt(step, params, history):
+                if step == 5:
+                    os.kill(os.getpid(), signal.SIGTERM)
+            assert _fit(steps=20, chunk_size=5, callbacks=[preempt]).stopped.startswith(
+                "terminated (SIGTERM) after step ")
+    outer = _fit(steps=40, chunk_size=5, callbacks=[inner])
+    assert outer.stopped.startswith("terminated (SIGTERM) after step 10;"), outer.stopped

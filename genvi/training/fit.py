@@ -287,7 +287,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
             stopped = reason if converged else f"ran all {end} steps"
             alone = sharding.processes == 1
             pacer = Pacer(None if alone else agreement(sharding))
-            halted = alone and requests.stopping   # a signal stopped the fit (agreed by all)
+            halted = False   # a signal stopped the fit (agreed by all)
             ended, reached = False, start
 
             def so_far(why: str) -> FitResult:
@@ -306,6 +306,9 @@ def fit(objective: Expectation, params: Any, *data: Any,
             try:
                 for begin, until in boundaries:
                     while reached < until and not halted:
+                        if alone and requests.stopping:   # it came after the last call
+                            halted = True
+                            break
                         length = pacer.call_length(reached, until)
                         before = (params, state, rule_state)
                         try:

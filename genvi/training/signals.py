@@ -101,6 +101,12 @@ class StopRequests:
         for number, previous in self._previous.items():
             # None: a handler set outside Python, which Python cannot set back
             signal.signal(number, signal.SIG_DFL if previous is None else previous)
+        # a fit inside another's callback: the request stops the outer fit too
+        outer = self._previous.get(self.first)
+        if self.first is not None and not self.elsewhere and isinstance(
+                getattr(outer, "__self__", None), StopRequests):
+            outer.__self__.first = outer.__self__.first or self.first
+            outer.__self__.count += 1
         self._previous.clear()
 
     def _handle(self, number: int, frame: Any) -> None:
