@@ -5,7 +5,8 @@ raises inside a checkpoint write or anywhere else the fit does not expect it.
 `StopRequests` installs the handlers for the fit's duration (on the main thread only:
 Python runs signal handlers there alone) and restores the previous ones when the fit
 returns or raises. A signal that the process ignores (`SIG_IGN`, as in a shell's
-background job) stays ignored. A second signal while the fit is stopping may cut short
+background job) stays ignored, and one handled outside Python (by a C extension) is
+left to that handler. A second signal while the fit is stopping may cut short
 the wait for the compiled steps under way (`abandonable`): it raises `StopNow` there
 and nowhere else, never in a write.
 
@@ -91,7 +92,9 @@ class StopRequests:
         if self.listening:
             for number in LISTENED:
                 previous = signal.getsignal(number)
-                if previous is signal.SIG_IGN:   # ignored on purpose: leave it so
+                # ignored on purpose, or handled outside Python (which Python could not
+                # set back afterwards): leave it so
+                if previous is signal.SIG_IGN or previous is None:
                     continue
                 self._previous[number] = previous
                 signal.signal(number, self._handle)
@@ -99,8 +102,7 @@ class StopRequests:
 
     def __exit__(self, *exc_info: Any) -> None:
         for number, previous in self._previous.items():
-            # None: a handler set outside Python, which Python cannot set back
-            signal.signal(number, signal.SIG_DFL if previous is None else previous)
+            signal.signal(number, previous)
         # a fit inside another's callback: the request stops the outer fit too
         outer = self._previous.get(self.first)
         if self.first is not None and not self.elsewhere and isinstance(
@@ -156,7 +158,7 @@ class StopRequests:
             waiting = _waiter().submit(jax.block_until_ready, outputs)
             while True:   # timed waits: a signal delivered to another thread is still seen
                 try:
-                    return waiting.result(timeout=0.25)
+                    return waiting.result(timeout=0.1)
                 except concurrent.futures.TimeoutError:
                     continue
 
