@@ -68,11 +68,15 @@ class CheckpointError(RuntimeError):
         self.result = result
 
 
-def _checkpointer():
+def _orbax() -> Any:
     import orbax.checkpoint as ocp  # noqa: PLC0415 - heavy import, only when used
+    return ocp
+
+
+def _checkpointer():
     # synchronous: the write is done (or has failed) when save returns, with no
     # background thread left to wait on at exit
-    return ocp.Checkpointer(ocp.StandardCheckpointHandler())
+    return _orbax().Checkpointer(_orbax().StandardCheckpointHandler())
 
 
 def latest_step(directory: str) -> int | None:
@@ -111,14 +115,13 @@ def save(directory: str, step: int, payload: dict, keep: int = 2, primary: bool 
         >>> restore(directory, {"w": np.zeros(2)})
         (3, {'w': array([1., 1.])})
     """
-    import orbax.checkpoint as ocp  # noqa: PLC0415 - heavy import, only when used
     path = os.path.abspath(os.path.join(directory, _name(step)))
     try:
         os.makedirs(directory, exist_ok=True)
-        _checkpointer().save(path, args=ocp.args.StandardSave(
+        _checkpointer().save(path, args=_orbax().args.StandardSave(
             jax.tree_util.tree_map(np.asarray, payload)), force=True)
     except Exception as err:  # orbax and the file system raise many types: name the cause
-        _remove_unfinished(directory, step)
+        _remove_leftovers(directory, _name(step) + ".")
         intact = latest_step(directory)
         kept = (f"the checkpoint of step {intact} is intact" if intact is not None
                 else "no earlier checkpoint is there")
@@ -159,7 +162,7 @@ def restore(directory: str, like: dict | Callable[[int], dict]) -> tuple[int, di
         target = jax.tree_util.tree_map(
             lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype), expected)
         try:
-            restored = _checkpointer().restore(path, args=_restore_args(target))
+            restored = _checkpointer().restore(path, args=_orbax().args.StandardRestore(target))
         except Exception as err:  # orbax raises several types; name the file and the cause
             unreadable.append((path, err))
             continue
@@ -189,11 +192,6 @@ def _check_same_structure(path: str, like: Any, restored: Any) -> None:
                                   f"where this run has {np.shape(a)}")
 
 
-def _restore_args(target: Any) -> Any:
-    import orbax.checkpoint as ocp  # noqa: PLC0415 - heavy import, only when used
-    return ocp.args.StandardRestore(target)
-
-
 def _remove(path: str) -> None:
     """Delete a checkpoint: first renamed out of the `step_<n>` names (atomic), so that
     a deletion cut short never leaves a partial folder that reads as a checkpoint."""
@@ -205,13 +203,17 @@ def _remove(path: str) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
-def _remove_unfinished(directory: str, step: int) -> None:
-    """Remove what a failed write of `step` left (orbax's temporary folder)."""
+def _remove_leftovers(directory: str, prefix: str = "") -> list[str]:
+    """Remove what killed or failed writes left in `directory` (orbax's unfinished
+    folders, old checkpoints half deleted) whose names start with `prefix`; their
+    names."""
     if not os.path.isdir(directory):
-        return
-    for name in os.listdir(directory):
-        if name.startswith(_name(step) + ".") and _LEFT_BY_A_KILLED_WRITE.match(name):
-            shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+        return []
+    left = sorted(name for name in os.listdir(directory)
+                  if name.startswith(prefix) and _LEFT_BY_A_KILLED_WRITE.match(name))
+    for name in left:
+        shutil.rmtree(os.path.join(directory, name), ignore_errors=True)
+    return left
 
 
 class Writer:
@@ -254,9 +256,12 @@ class Writer:
                 refused = err
         # several processes write one directory collectively and the primary holds it:
         # the others learn whether it could (else they would wait for it forever)
-        if self.agree is not None and self.agree(int(refused is not None), 0)[0] and refused is None:
-            raise CheckpointError(f"the primary process could not hold the checkpoint "
-                                  f"directory {self.directory!r}; see its error")
+        # (every process takes part in the collective, the refused one too)
+        if self.agree is not None:
+            anyone_refused = self.agree(int(refused is not None), 0)[0]
+            if anyone_refused and refused is None:
+                raise CheckpointError(f"the primary process could not hold the checkpoint "
+                                      f"directory {self.directory!r}; see its error")
         if refused is not None:
             raise refused
         return self
@@ -285,20 +290,14 @@ class Writer:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"process {os.getpid()} on {socket.gethostname()}, writing since "
                       f"{since}\n".encode(), 0)
-        self._clean()
-
-    def __exit__(self, *exc_info: Any) -> None:
-        if self._fd is not None:
-            os.close(self._fd)   # closing releases the lock
-            self._fd = None
-
-    def _clean(self) -> None:
-        left = sorted(name for name in os.listdir(self.directory)
-                      if _LEFT_BY_A_KILLED_WRITE.match(name))
-        for name in left:
-            shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+        left = _remove_leftovers(self.directory)
         if left:
             warnings.warn(CheckpointWarning(
                 f"removed what a killed or failed checkpoint write left in "
                 f"{self.directory!r}: {', '.join(left)} (the complete checkpoints are "
                 "untouched)"), stacklevel=user_stacklevel())
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self._fd is not None:
+            os.close(self._fd)   # closing releases the lock
+            self._fd = None

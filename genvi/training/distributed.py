@@ -110,19 +110,19 @@ def reports(layout: DataParallel) -> bool:
     return layout.processes == 1 or jax.process_index() == 0
 
 
-def agreement(layout: DataParallel) -> Callable[[int, int], tuple[int, int]]:
+def agreement(layout: DataParallel) -> Callable[[int, int], tuple[int, int]] | None:
     """`agree(signal, pace) -> (signal, pace)` at a look of `gv.fit`'s pacer
     (genvi/training/pacing.py): across processes, one small collective: a signal
     received by any process (its number; 0 for none) stops all, at the least pace
-    proposed; one process agrees with itself.
+    proposed. None for one process, which has no one to agree with.
 
     Example:
         >>> from genvi.training.distributed import agreement, data_parallel
-        >>> agreement(data_parallel(False))(15, 8)
-        (15, 8)
+        >>> agreement(data_parallel(False)) is None
+        True
     """
     if layout.processes == 1:
-        return lambda signal, pace: (signal, pace)
+        return None
 
     def agree(signal: int, pace: int) -> tuple[int, int]:
         from jax.experimental import multihost_utils  # noqa: PLC0415 - only across processes

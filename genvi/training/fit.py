@@ -249,9 +249,8 @@ def fit(objective: Expectation, params: Any, *data: Any,
             batch = batch_at(data, setup, data_key, sharding.processes, step)
             return (at_params,) + tuple(at_step(batch, scheduled, step))
         writes = checkpoint_dir is not None and checkpoint_every is not None
-        with checkpoint_files.Writer(
-                checkpoint_dir if writes else None, primary=reports(sharding),
-                agree=agreement(sharding) if sharding.processes > 1 else None):
+        with checkpoint_files.Writer(checkpoint_dir if writes else None,
+                                     primary=reports(sharding), agree=agreement(sharding)):
             start = base
             latest = (checkpoint_files.latest_step(checkpoint_dir) if checkpoint_dir is not None
                       else None)
@@ -286,7 +285,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
                                                                checkpoint_every, retune_every)
             stopped = reason if converged else f"ran all {end} steps"
             alone = sharding.processes == 1
-            pacer = Pacer(None if alone else agreement(sharding))
+            pacer = Pacer(agreement(sharding))
             halted = False   # a signal stopped the fit (agreed by all)
             ended, reached = False, start
 

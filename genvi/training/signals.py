@@ -62,7 +62,6 @@ class StopRequests:
         self.listening = listen and threading.current_thread() is threading.main_thread()
         self.first: int | None = None   # the first signal's number
         self.elsewhere = False          # it reached another process of the fit
-        self.count = 0
         self._previous: dict[int, Any] = {}
         self._abandonable = False
 
@@ -108,11 +107,9 @@ class StopRequests:
         if self.first is not None and not self.elsewhere and isinstance(
                 getattr(outer, "__self__", None), StopRequests):
             outer.__self__.first = outer.__self__.first or self.first
-            outer.__self__.count += 1
         self._previous.clear()
 
     def _handle(self, number: int, frame: Any) -> None:
-        self.count += 1
         if self.first is None:
             self.first = signal.Signals(number)
         elif self._abandonable:
