@@ -58,12 +58,12 @@ from genvi.core.walk import env_of
 from genvi.replays.lane_rules import rule_for
 from genvi.replays.lanes import LaneEval
 from genvi.replays.replay import Replay, draw, same_site, split_keys
-from genvi.replays.values import Coupled, Local, Perturbed
+from genvi.replays.values import Coupled, Local, Perturbed, Tracked, is_tracked
 
 #: the engine's public names: its door, and the lane values and rules it is built on
 __all__ = ["AfterSite", "AtLocation", "Coupled", "EveryStep", "Exact",
            "Fallback", "Local", "Perturbed", "Replay", "Replays", "ScanReplays",
-           "Total", "draw", "lanes_couple", "replay_values", "replays_total", "rule_for",
+           "Total", "Tracked", "is_tracked", "draw", "lanes_couple", "replay_values", "replays_total", "rule_for",
            "same_site", "split_keys", "total_at_site", "whole_objective_replays"]
 
 def whole_objective_replays() -> contextlib.AbstractContextManager:

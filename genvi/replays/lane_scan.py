@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from genvi.replays.replay import split_keys
-from genvi.replays.values import Coupled, Local, Perturbed
+from genvi.replays.values import Coupled, Local, Perturbed, is_tracked
 from genvi.core import jaxpr as jx
 from genvi.core.walk import env_of
 
@@ -40,7 +40,7 @@ def _join(a: tuple, b: tuple) -> tuple:
 
 def _encode(ev: Any, v: Any, kind: tuple) -> Any:
     if kind == SAME:
-        if isinstance(v, (Local, Perturbed)):
+        if is_tracked(v):
             raise Coupled("scan carry")  # cannot happen once the kinds are a fixed point
         return v
     if kind == PERTURBED:

@@ -47,7 +47,7 @@ from genvi.replays.lane_rules import rule_for
 from genvi.replays.lane_scan import lane_scan
 from genvi.replays.markov_scan import markov_scan, scans_over_lanes
 from genvi.replays.replay import Replay, same_site, split_keys
-from genvi.replays.values import Coupled, Local, Perturbed
+from genvi.replays.values import Coupled, Local, Perturbed, is_tracked
 from genvi.core import jaxpr as jx
 from genvi.core.walk import env_of, walk
 from genvi.core.draws import DrawEqn, draw_p
@@ -129,7 +129,7 @@ class LaneEval:
         return walk(jaxpr, env, at, start=start)
 
     def _at(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
-        same = all(not isinstance(x, (Local, Perturbed)) for x in ins)
+        same = all(not is_tracked(x) for x in ins)
         if eqn.primitive is sample_p:
             return [self._sample(eqn, ins, key, steps)]
         if eqn.primitive is draw_p:  # a draw of an expectation: its lanes are its own
@@ -182,7 +182,7 @@ class LaneEval:
     def _draw(self, eqn: Any, ins: list, key: Any, steps: tuple) -> Any:
         """A site's value in the replays, as a replay draws it (same key, overrides)."""
         replay_site = self.replay.site
-        if all(not isinstance(x, (Local, Perturbed)) for x in ins):
+        if all(not is_tracked(x) for x in ins):
             return replay_site(eqn, list(ins), key, steps)
         dist = site_parts(eqn, [_shape_of(x) for x in ins])[0]
         locals_ = [x for x in ins if isinstance(x, Local)]

@@ -51,7 +51,7 @@ import numpy as np
 
 from genvi.replays.lane_scan import PERTURBED, SAME, _decode, _encode, _kind
 from genvi.replays.replay import split_keys
-from genvi.replays.values import Coupled, Local, Perturbed
+from genvi.replays.values import Coupled, Local, Perturbed, is_tracked
 from genvi.core import jaxpr as jx
 from genvi.core.walk import env_of
 
@@ -90,7 +90,7 @@ class _MarkovScan:
         self.ev, self.eqn, self.steps, self.scan = ev, eqn, steps, scan
         self.body, self.carry_count, self.length = scan.body, scan.carry_count, scan.length
         self.consts, self.init, xs = scan.split(ins)
-        if any(isinstance(v, (Local, Perturbed)) for v in list(self.consts) + list(self.init)):
+        if any(is_tracked(v) for v in list(self.consts) + list(self.init)):
             raise Coupled("scan over the steps with lane-tracked constants or initial carries")
         if self.length != ev.site_shape[0]:
             raise Coupled("scan over the steps of another scan")
@@ -312,7 +312,7 @@ def _step_slices(x: Any) -> tuple[Any, tuple]:
         if 0 in x.axes[1:]:
             raise Coupled("scan over two lane axes")
         return (x.base, x.alt), ("local", tuple(a - 1 for a in x.axes[1:]))
-    if isinstance(x, (Local, Perturbed)):
+    if is_tracked(x):
         raise Coupled("scan over the steps of an operand tracked along other lanes")
     return x, SAME
 

@@ -6,8 +6,24 @@ from dataclasses import dataclass
 from typing import Any
 
 
+class Tracked:
+    """A value an evaluator follows in place of an array: the replay engine's lane
+    values here, enumeration's (`genvi.enumeration.evaluate`) too. What is not a
+    `Tracked` is an array (or a Python scalar) that JAX computes as it is.
+
+    Example:
+        >>> isinstance(Local(0.0, 0.0, (0,)), Tracked)
+        True
+    """
+
+
+def is_tracked(x: Any) -> bool:
+    """Whether `x` is an evaluator's value (a `Tracked`) rather than an array."""
+    return isinstance(x, Tracked)
+
+
 @dataclass
-class Local:
+class Local(Tracked):
     """A value whose slice l along `axes` depends only on lane l of the site: at the
     sampled values (`base`) and with every lane at its alternative (`alt`)."""
 
@@ -17,7 +33,7 @@ class Local:
 
 
 @dataclass
-class Perturbed:
+class Perturbed(Tracked):
     """A value in each lane's replay, stacked on a leading axis."""
 
     values: Any  # [lanes, *shape]: the value in each lane's replay

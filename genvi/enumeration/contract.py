@@ -1,5 +1,5 @@
-"""Sum-product contraction for `gv.enumeration`: log Σ over discrete sites of a
-product of factors, over plates, by variable elimination in log space.
+"""Stage 3 of enumeration: the contraction, log Σ over discrete sites of a product of
+factors over plates, by variable elimination in log space.
 
 A `Factor` is a tensor of log values with one axis per summed site it depends on (the
 site's value, per lane) and one axis per plate it lies in (lanes). The density is
@@ -11,9 +11,12 @@ Pyro's tensor variable elimination does:
   (no other group lies inside it);
 * its sites that lie in exactly those plates are summed out, one at a time, each time
   the site whose sum makes the smallest intermediate (as `opt_einsum`'s greedy path
-  chooses): from one factor by `logsumexp`, from several by an `einsum` of their
-  shifted exponentials (`_sum_out_of`), with the logsumexp of their join taken instead
-  wherever the einsum would lose digits (`_guarded`);
+  chooses): by a `logsumexp` of the factors' join where the join is no larger than
+  the factors (one site in one plate: a mixture), else by an `einsum` of their
+  shifted exponentials (`_sum_out_of`, a matrix product that never builds the join),
+  with the logsumexp of their join taken instead wherever the einsum would lose
+  digits (`_guarded`: decided from the shapes, so it costs nothing where no einsum
+  runs);
 * what is left of each factor depends on sites of fewer plates only; it is
   multiplied over the plates those sites do not lie in (a sum of logs over their
   axes, times the plate's scale: a subsampled plate's lanes count `size / lanes`
@@ -44,10 +47,7 @@ from jax.custom_batching import custom_vmap
 from jax.scipy.special import logsumexp
 
 from genvi.core.scopes import density_scope
-
-
-class NotSummable(Exception):
-    """The log density is not a sum of terms that can be contracted here."""
+from genvi.enumeration.sites import NotSummable
 
 
 @dataclass(frozen=True)
@@ -223,7 +223,7 @@ def contract(factors: list, site_plates: dict, scales: dict, names: dict | None 
                 size = _joined_size(group, site)
                 note(f"sum out {name(site, site)} {where}: {len(hits)} factor"
                      f"{'s' if len(hits) > 1 else ''}, {size:,} entries", size)
-                if fast and len(hits) > 1:
+                if fast and _contracts(hits, size):
                     summed, exact = _sum_out_of(hits, site)
                     inexact.append(jnp.any(~exact))
                 else:
@@ -291,10 +291,17 @@ def _multiplied(f: Factor, site_plates: dict, scales: dict, sizes: dict, name: A
     return f
 
 
+def _contracts(hits: list, joined: int) -> bool:
+    """Whether an einsum of `hits` saves work over their join's logsumexp: their
+    product is larger than the factors together (a matrix product, not a broadcast)."""
+    return len(hits) > 1 and joined > sum(f.size for f in hits)
+
+
 def _joined_size(group: list, site: Any) -> int:
     """Entries of the product of the factors of `group` that have `site`."""
     dims: dict = {}
     for f in group:
         if site in f.sites:
-            dims.update(zip(f.sites + f.plates, jnp.shape(f.values)))
+            for d, n in zip(f.sites + f.plates, jnp.shape(f.values)):
+                dims[d] = max(dims.get(d, 1), n)   # an axis of size 1: one value per lane
     return math.prod(dims.values())

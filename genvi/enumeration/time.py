@@ -1,5 +1,5 @@
-"""The forward algorithm's arithmetic for `gv.enumeration` over a chain whose steps
-depend on the last k steps' discrete values (`genvi.inference.enum_scan` finds k).
+"""The time product of enumeration: a chain's steps multiplied in log space, one step
+after another or as a parallel reduction (`genvi.enumeration.chain` finds the chain).
 
 `History` numbers the last k joint values of a step's sites, (h_1, …, h_k) with h_1
 the latest, as one index h over C^k (h_1 most significant). The forward variable α
@@ -9,9 +9,21 @@ m[h, v] (v the step's value) advances it:
     α'(v, h_1, …, h_{k−1}) = logsumexp over h_k of α(h) + m[h, v],
 
 O(C^{k+1}) per step: a first-order chain (k = 1) is the hidden Markov model's
-recursion, a second-order one its pair-state form. `blocked_chain` runs it over a
-long chain in blocks whose factors are recomputed in the backward pass (bounded
-memory); `remat` rematerializes a step of the general recursion.
+recursion, a second-order one its pair-state form. Where a step's factors depend on
+its input alone, the steps' product is computed one of two ways, equal in value and
+gradient:
+
+* `sequential` (`blocked_chain`): α through the steps by a `lax.scan`, in blocks
+  whose factors are recomputed in the backward pass: O(T × C^{k+1}) work, T deep,
+  memory O(T / BLOCK × C^k);
+* `parallel` (`parallel_chain`): each step as a transition matrix over histories,
+  P_t[h, h'] = m_t[h, v] where h' = (v, h_1, …, h_{k−1}), multiplied in log space
+  by a balanced tree (funsor's `sequential_sum_product`; only the total is needed,
+  so a reduction, not `lax.associative_scan`'s prefixes): O(T × C^{3k}) work,
+  log₂ T deep, memory O(T × C^{3k}).
+
+`remat` rematerializes a step of the general recursion (a chain whose other
+carries change, always sequential).
 
 Example:
     >>> import jax.numpy as jnp
@@ -118,6 +130,38 @@ def blocked_chain(history: History, alpha: jax.Array, factors: Any,
         return alpha, free_total
     (alpha, free_total), _ = jax.lax.scan(remat(run_block), start, inputs)
     return alpha, free_total
+
+
+def parallel_chain(history: History, alpha: jax.Array, factors: Any,
+                   rest: list) -> tuple[jax.Array, Any]:
+    """`blocked_chain`'s result by a parallel product over the steps (see the module)."""
+    free, m = jax.vmap(factors)(rest)                       # [T], [T, C^k, C, lanes]
+    if history.k == 1:
+        p = m                                               # P_t[h, v] = m_t[h, v]
+    else:
+        h, v = jnp.arange(history.size)[:, None], jnp.arange(history.count)[None, :]
+        target = v * (history.size // history.count) + h // history.count  # [C^k, C]
+        moves = target[..., None] == jnp.arange(history.size)           # [C^k, C, C^k]
+        p = jnp.max(jnp.where(moves[..., None], m[:, :, :, None, :], -jnp.inf), axis=2)
+    while p.shape[0] > 1:   # log₂ T levels: pairs of neighbours multiplied at once
+        odd = p[-1:] if p.shape[0] % 2 else p[:0]
+        p = jnp.concatenate([_log_matmul(p[0:-1:2], p[1::2]), odd])
+    return _logsumexp(alpha[:, None] + p[0], axis=0), jnp.sum(free)
+
+
+def _log_matmul(a: jax.Array, b: jax.Array) -> jax.Array:
+    """log(exp(a) @ exp(b)) per step and lane: a, b [T, S, S, lanes]."""
+    return _logsumexp(a[:, :, :, None] + b[:, None], axis=2)
+
+
+def _logsumexp(x: jax.Array, axis: int) -> jax.Array:
+    """logsumexp whose value is −inf and derivative 0 where every entry is −inf (a
+    history no step reaches), instead of NaN."""
+    top = jax.lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True))
+    top = jnp.where(jnp.isfinite(top), top, 0.0)
+    total = jnp.sum(jnp.exp(x - top), axis=axis)
+    out = jnp.log(jnp.where(total > 0, total, 1.0)) + jnp.squeeze(top, axis)
+    return jnp.where(total > 0, out, -jnp.inf)
 
 
 #: whether a step is recomputed in the backward pass (see `remat`)

@@ -1,152 +1,51 @@
-"""The factors of a log density for `gv.enumeration`: the density as a sum of terms,
-each a tensor over the summed sites it depends on and the plates it lies in.
+"""Stage 2 of enumeration: the log density's factors, each a tensor over the summed
+sites it depends on and the plates it lies in.
 
-A model's log density, traced with the summed sites' values as inputs, is a sum:
-each site's and observation's log density is the sum of one array (`reduce_sum`),
-and the interpreter adds them up, times plate factors. `split_terms` evaluates the
-traced density keeping that sum apart: a `Terms` holds the arrays (its leaves) and
-their constant coefficients instead of adding them. Two passes then find the factors:
+The density, evaluated with its sum kept apart (`genvi.enumeration.evaluate.Terms`),
+is read in two passes:
 
 1. **What each term depends on** (`term_lanes`): the density is evaluated once per
-   summed site with that site tracked (every lane at one value, a `Same` of
-   `genvi.inference.enum_same_rules`; the other sites at fixed values), abstractly:
-   nothing of it is left in the program. A term comes out depending on the site
-   lane by lane, the site's lanes at known axes of the term, or not depending on
-   it; a term that mixes the site's lanes raises `NotSummable`, naming the
-   primitive. Axes of terms and sites that meet are one plate (`_Plates`: a site's
-   lanes and the observations made per lane of it, also in another `gv.vmap`).
-2. **The terms' values** (`factors`): the terms that depend on one set of sites are
-   evaluated at every joint value of those sites (every lane at the value) under
+   summed site with that site tracked (every lane at one value, a `Same`; the other
+   sites at fixed values), abstractly: nothing of it is left in the program. A term
+   comes out depending on the site lane by lane, the site's lanes at known axes of the
+   term, or not depending on it; a term that mixes the site's lanes raises
+   `NotSummable`, naming the primitive. Axes of terms and sites that meet are one
+   plate (`_Plates`: a site's lanes and the observations made per lane of it, also in
+   another `gv.vmap`). Sites of one value are followed through the terms' dependence.
+2. **The terms' values** (`_term_values`): the terms that depend on one set of sites
+   are evaluated at every joint value of those sites (every lane at the value) under
    `vmap`: a tensor [each site's support, the term's axes], whose axes that are no
    plate of a site are summed at once.
 
-`sum_over_sites` contracts them (`genvi.inference.sum_product.contract`).
+`sum_over_sites` hands them to the contraction (`genvi.enumeration.contract`).
 
 Example:
     >>> import jax, jax.numpy as jnp
-    >>> closed = jax.make_jaxpr(lambda x: jnp.sum(x * 2.0) + 1.0)(jnp.ones(3))
-    >>> (out,) = split_terms(closed, [jnp.ones(3)])
-    >>> [(jnp.shape(leaf), float(c)) for leaf, c in out.leaves]
-    [((3,), 1.0), ((), 1.0)]
+    >>> closed = jax.make_jaxpr(lambda x, y: jnp.sum(x) + jnp.sum(x * y))(1.0, 2.0)
+    >>> term_dependence(closed, [1.0, 2.0])
+    [{0}, {0, 1}]
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
-from genvi.core.rules import REDUCE_SUM
-from genvi.core.walk import env_of, walk
-from genvi.inference.enum_lanes import (ADD, DIV, NEG, SCALE, SUB, TO_SCALAR, evaluate_eqn,
-                                        is_tracked, joint_values, sum_used)
-from genvi.inference.enum_same_rules import Same
-from genvi.inference.sum_product import Factor, NotSummable, Plan, contract
-from genvi.replays.engine import Local
-
-#: joint values of the sites one term depends on, at most (per lane)
-MAX_JOINT = 1 << 16
+from genvi.enumeration.contract import Factor, Plan, contract
+from genvi.enumeration.evaluate import evaluate, term_leaves, whole
+from genvi.enumeration.same import Same
+from genvi.enumeration.sites import MAX_JOINT, NotSummable, joint_values
+from genvi.replays.engine import Local, is_tracked
 
 
-@dataclass
-class Terms:
-    """A scalar kept as a sum: Σ_i `coeff_i` · Σ(entries of `leaf_i`)."""
-
-    leaves: tuple   # (leaf, coeff) pairs
-    dtype: Any
-    enum_marker = True
-
-    def total(self, where: str) -> Any:
-        """The sum itself (used other than additively at `where`)."""
-        parts = []
-        for leaf, coeff in self.leaves:
-            if isinstance(leaf, Same) and leaf.plain:
-                leaf = leaf.materialized()
-            if is_tracked(leaf):
-                raise sum_used(where)
-            parts.append(jnp.sum(leaf) * coeff)
-        return jnp.asarray(sum(parts), self.dtype)
-
-
-def _scalar_leaves(x: Any) -> tuple | None:
-    if isinstance(x, Terms):
-        return x.leaves
-    shape = x.shape if isinstance(x, Same) else jnp.shape(x.base if isinstance(x, Local) else x)
-    return ((x, 1.0),) if shape == () else None
-
-
-def _plain_scalar(x: Any) -> bool:
-    return not is_tracked(x) and jnp.ndim(x) == 0
-
-
-def _terms_rule(eqn: Any, ins: list) -> Terms | None:
-    """Adding, negating, scaling by a constant and converting keep a `Terms` a sum."""
-    aval = eqn.outvars[0].aval
-    if aval.shape != ():
-        return None
-    prim = eqn.primitive
-    if prim in ADD or prim in SUB:
-        a, b = (_scalar_leaves(x) for x in ins)
-        if a is None or b is None:
-            return None
-        if prim in SUB:
-            b = tuple((leaf, -c) for leaf, c in b)
-        return Terms(a + b, aval.dtype)
-    if prim in NEG:
-        return Terms(tuple((leaf, -c) for leaf, c in ins[0].leaves), aval.dtype)
-    if prim in SCALE:  # a product or a quotient by a constant
-        a, b = ins
-        if prim not in DIV and not isinstance(a, Terms):
-            a, b = b, a
-        if not isinstance(a, Terms) or not _plain_scalar(b):
-            return None
-        return Terms(tuple((leaf, c / b if prim in DIV else c * b) for leaf, c in a.leaves),
-                     aval.dtype)
-    if prim in TO_SCALAR and len(ins) == 1:
-        return Terms(ins[0].leaves, aval.dtype)
-    return None
-
-
-def split_terms(closed: Any, inputs: list) -> list:
-    """Evaluate `closed` on `inputs` (arrays or lane-tracked values), its sums of whole
-    arrays kept apart as `Terms` where they are added up (see the module)."""
-    return walk(closed.jaxpr, env_of(closed, inputs), _split_eqn)
-
-
-def _split_eqn(i: int, eqn: Any, ins: list) -> list:
-    if any(isinstance(x, Terms) for x in ins):
-        out = _terms_rule(eqn, ins)
-        if out is not None:
-            return [out]
-        where = f"`{jx.name_of(eqn)}` ({jx.source_line(eqn)})"
-        ins = [x.total(where) if isinstance(x, Terms) else x for x in ins]
-    view = jx.view(eqn)
-    if (isinstance(view, jx.CallEqn) and not isinstance(view, jx.CustomEqn)
-            and len(view.body.jaxpr.invars) == len(ins)):
-        with jx.emitted_as(eqn):
-            return walk(view.body.jaxpr, env_of(view.body, ins), _split_eqn)
-    aval = eqn.outvars[0].aval if eqn.outvars else None
-    if eqn.primitive is REDUCE_SUM and aval.shape == () and jx.is_float_aval(aval):
-        return [Terms(((ins[0], 1.0),), aval.dtype)]
-    outs = evaluate_eqn(eqn, ins, None)
-    if any(is_tracked(x) and not isinstance(x, (Local, Same)) for x in outs):
-        raise NotSummable(f"their lanes are summed at `{jx.name_of(eqn)}` "
-                          f"({jx.source_line(eqn)}) and the sum is used other than added to "
-                          "the log density: score each lane inside the gv.vmap/gv.plate body "
-                          "(gv.observe, gv.factor) instead of using their sum")
-    return outs
-
-
-def term_leaves(out: Any) -> tuple:
-    """The (leaf, coefficient) pairs of a density kept as `Terms` (`split_terms`)."""
-    leaves = _scalar_leaves(out)
-    if leaves is None:
-        raise NotSummable("the log density keeps their lanes apart")
-    return leaves
+def _terms(closed: Any, inputs: list) -> tuple:
+    """The (leaf, coefficient) pairs of the density `closed` computes from `inputs`."""
+    (out,) = evaluate(closed, inputs, lazy=True)
+    return term_leaves(out)
 
 
 def _every_lane(s: Any, value: Any, plain: bool = True) -> Any:
@@ -177,18 +76,17 @@ def term_lanes(closed: Any, sites: list, flat_in: list) -> list[dict]:
             inputs = [_every_lane(t, t.support[0], plain=False) if j == i else _placeholder(t)
                       for j, t in enumerate(sites)]
             try:
-                (out,) = split_terms(closed, inputs + list(flat_in))
+                leaves = _terms(closed, inputs + list(flat_in))
             except NotSummable as why:
                 raise NotSummable(f"{why} (site {s.name!r})") from None
-            found.append((i, [_lanes_of(leaf, s) for leaf, _ in term_leaves(out)]))
+            found.append((i, [_lanes_of(leaf, s) for leaf, _ in leaves]))
         return jnp.zeros(())
     jax.eval_shape(run, flat_in)
     if scalars:
         def values(scalar_values: list, flat_in: list) -> list:
             given = dict(zip(scalars, scalar_values))
             inputs = [given[i] if i in given else _placeholder(s) for i, s in enumerate(sites)]
-            (out,) = split_terms(closed, inputs + list(flat_in))
-            return [whole(leaf) * c for leaf, c in term_leaves(out)]
+            return [whole(leaf) * c for leaf, c in _terms(closed, inputs + list(flat_in))]
         traced = jax.make_jaxpr(values)([_placeholder(sites[i]) for i in scalars], flat_in)
         deps = jx.output_dependence(traced)
         found += [(i, [() if n in d else None for d in deps]) for n, i in enumerate(scalars)]
@@ -310,8 +208,7 @@ def _term_values(closed: Any, sites: list, flat_in: list, deps: tuple, ks: list)
         # value of shape (K, 1) against its plate
         inputs = [_every_lane(s, given[i]) if i in given else _placeholder(s)
                   for i, s in enumerate(sites)]
-        (out,) = split_terms(closed, inputs + list(flat_in))
-        every = term_leaves(out)
+        every = _terms(closed, inputs + list(flat_in))
         leaves = [every[k] for k in ks]
         shapes[:] = [x.shape if isinstance(x, Same) else jnp.shape(whole(x))
                      for x, _ in leaves]
@@ -324,18 +221,10 @@ def _term_values(closed: Any, sites: list, flat_in: list, deps: tuple, ks: list)
 
 
 def term_dependence(closed: Any, inputs: list) -> list[set]:
-    """Per term of the density `closed` computes (`split_terms`), the positions of the
-    `inputs` it depends on.
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> closed = jax.make_jaxpr(lambda x, y: jnp.sum(x) + jnp.sum(x * y))(1.0, 2.0)
-        >>> term_dependence(closed, [1.0, 2.0])
-        [{0}, {0, 1}]
-    """
+    """Per term of the density `closed` computes, the positions of the `inputs` it
+    depends on (the module's example)."""
     def terms(*values: Any) -> list:
-        (out,) = split_terms(closed, list(values))
-        return [jnp.sum(leaf) * c for leaf, c in term_leaves(out)]
+        return [jnp.sum(leaf) * c for leaf, c in _terms(closed, list(values))]
     return jx.output_dependence(jax.make_jaxpr(terms)(*inputs))
 
 
@@ -348,7 +237,7 @@ def terms_part(closed: Any, keep: list, first: list = (), n: int = 0) -> Any:
         >>> import jax, jax.numpy as jnp
         >>> closed = jax.make_jaxpr(lambda x, y: jnp.sum(x) + jnp.sum(x * y))(1.0, 2.0)
         >>> part = terms_part(closed, [1])
-        >>> (value,) = split_terms(part, [3.0, 2.0])
+        >>> (value,) = evaluate(part, [3.0, 2.0])
         >>> float(value.total("a doctest"))
         6.0
     """
@@ -360,19 +249,11 @@ def terms_part(closed: Any, keep: list, first: list = (), n: int = 0) -> Any:
         values = [None] * n
         for i, x in zip(order, inputs[:n]):
             values[i] = x
-        (out,) = split_terms(closed, values + list(inputs[n:]))
-        leaves = term_leaves(out)
+        leaves = _terms(closed, values + list(inputs[n:]))
         return sum((jnp.sum(leaves[k][0]) * leaves[k][1] for k in keep), jnp.zeros((), dtype))
     shapes = [jax.ShapeDtypeStruct(avals[i].shape, avals[i].dtype) for i in order]
     shapes += [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals[n:]]
     return jax.make_jaxpr(part)(*shapes)
-
-
-def whole(x: Any) -> Any:
-    """A lane-tracked value (`Same`, `Local`) as the array it stands for."""
-    if isinstance(x, Same):
-        return x.materialized() if x.plain else x.local().base
-    return x.base if isinstance(x, Local) else x
 
 
 def _held(x: Any) -> Any:

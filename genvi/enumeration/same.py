@@ -1,4 +1,4 @@
-"""The enumeration evaluator's rule table for values the same in every lane (`Same`).
+"""Values the same in every lane of a summed site (`Same`), and their rule table.
 
 Enumeration evaluates a log density with every lane of a discrete site at one value
 v. A `Same` holds such a value once, its lane axes of size 1, so what depends on the
@@ -37,11 +37,11 @@ from genvi.core import jaxpr as jx
 from genvi.core.axis_rules import (Operand, gather_reads_by_lane, lane_axes, repeated_axes,
                                    with_lanes_of_size_one)
 from genvi.core.rules import Structure, structure_of
-from genvi.replays.engine import Local
+from genvi.replays.engine import Local, Tracked
 
 
 @dataclass
-class Same:
+class Same(Tracked):
     """A lane-tracked value whose lanes all hold one value: `value` has the full shape
     with each lane axis (`axes`, in the site's order) of size 1; `lanes` are their
     sizes."""
@@ -50,7 +50,6 @@ class Same:
     axes: tuple
     lanes: tuple
     plain: bool = False  # a broadcast that does not depend on the site
-    enum_marker = True
 
     @property
     def shape(self) -> tuple:

@@ -1,0 +1,206 @@
+"""The one evaluator of enumeration: a traced log density on tracked values, its sum
+kept apart as `Terms`.
+
+A log density, traced with the summed sites' values as inputs, is evaluated on:
+
+* arrays, as JAX computes them;
+* `Same` (`genvi.enumeration.same`): every lane of a site at one value, held once;
+* `Local` (`genvi.replays.values`): slice l depends on lane l of the site only,
+  carried by the replay engine's lane rules (`genvi.replays.lane_rules`);
+* markers of the chain stage (`genvi.enumeration.chain`), handled by its `other`.
+
+All are `Tracked` (one protocol, the replay engine's). The density is a sum: each
+site's and observation's log density is the sum of one array (`reduce_sum`), and the
+interpreter adds them up, times plate factors. The evaluator keeps that sum apart: a
+`Terms` holds the arrays (its leaves, tracked or not) and their constant
+coefficients instead of adding them. The factor stage reads which sites each leaf
+depends on and along which axes; the chain stage reads a step's leaves as a part
+common to every sequence and one term per sequence. A sum over lanes used other than
+added up, a branch or loop chosen by a site, or lanes that couple raise
+`NotSummable`, naming the primitive and its source line.
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> closed = jax.make_jaxpr(lambda x: jnp.sum(x * 2.0) + 1.0)(jnp.ones(3))
+    >>> (out,) = evaluate(closed, [jnp.ones(3)], lazy=True)
+    >>> [(jnp.shape(leaf), float(c)) for leaf, c in out.leaves]
+    [((3,), 1.0), ((), 1.0)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import jax.numpy as jnp
+
+from genvi.core import jaxpr as jx
+from genvi.core.rules import REDUCE_SUM, primitives
+from genvi.core.walk import env_of, walk
+from genvi.enumeration.same import Same, lazy_broadcast, same_rule
+from genvi.enumeration.sites import NotSummable
+from genvi.replays.engine import Local, Perturbed, Tracked, is_tracked, rule_for
+
+_PER_LANE = ("; the log density must be a sum of one term per lane, each depending on that "
+             "lane's discrete values only: compute each lane's terms inside the "
+             "gv.vmap/gv.plate body and let the plate add them")
+
+#: the primitives that keep a sum a sum: adding, subtracting, negating, scaling by a
+#: constant (a product or a quotient), and those that pass a scalar on
+ADD, SUB, NEG, SCALE, DIV = (primitives(names) for names in (
+    ["add", "add_any"], ["sub"], ["neg"], ["mul", "div"], ["div"]))
+TO_SCALAR = primitives(["convert_element_type", "copy", "copy_p", "reduce_sum", "reshape",
+                        "broadcast_in_dim", "squeeze"])
+
+
+@dataclass
+class Terms(Tracked):
+    """A scalar kept as a sum: Σ_i `coeff_i` · Σ(entries of `leaf_i`)."""
+
+    leaves: tuple   # (leaf, coeff) pairs
+    dtype: Any
+
+    def total(self, where: str) -> Any:
+        """The sum itself (used other than additively at `where`)."""
+        parts = []
+        for leaf, coeff in self.leaves:
+            if isinstance(leaf, Same) and leaf.plain:
+                leaf = leaf.materialized()
+            if is_tracked(leaf):
+                raise sum_used(where)
+            parts.append(jnp.sum(leaf) * coeff)
+        return jnp.asarray(sum(parts), self.dtype)
+
+
+def sum_used(where: str) -> NotSummable:
+    """The refusal of a sum over a site's lanes used at `where` other than added up."""
+    return NotSummable(f"a sum over lanes is used by {where}, so the log density is not a "
+                       "sum of per-lane terms; score each lane inside the gv.vmap/gv.plate "
+                       "body (gv.observe, gv.factor) instead of using their sum")
+
+
+def term_leaves(out: Any) -> tuple:
+    """The (leaf, coefficient) pairs of a density kept as `Terms`."""
+    leaves = _scalar_leaves(out)
+    if leaves is None:
+        raise NotSummable("the log density keeps their lanes apart")
+    return leaves
+
+
+def whole(x: Any) -> Any:
+    """A lane-tracked value (`Same`, `Local`) as the array it stands for."""
+    if isinstance(x, Same):
+        return x.materialized() if x.plain else x.local().base
+    return x.base if isinstance(x, Local) else x
+
+
+def evaluate(closed: Any, inputs: list, other: Callable | None = None,
+             lazy: bool = False) -> list:
+    """Evaluate a closed jaxpr on arrays and tracked values (see the module); `other(eqn,
+    ins)` handles equations on markers the rules do not (None: refuse). Broadcasts that
+    do not depend on the sites stay unbroadcast inside (`Same`); outputs are broadcast
+    unless `lazy`."""
+    outs = walk(closed.jaxpr, env_of(closed, inputs), lambda i, eqn, ins: _eqn(eqn, ins, other))
+    if lazy:
+        return outs
+    return [x.materialized() if isinstance(x, Same) and x.plain else x for x in outs]
+
+
+def _eqn(eqn: Any, ins: list, other: Callable | None) -> list:
+    if any(isinstance(x, Terms) for x in ins):
+        out = _terms_rule(eqn, ins)
+        if out is not None:
+            return [out]
+        where = f"`{jx.name_of(eqn)}` ({jx.source_line(eqn)})"
+        ins = [x.total(where) if isinstance(x, Terms) else x for x in ins]
+    site = any(is_tracked(x) and not (isinstance(x, Same) and x.plain) for x in ins)
+    # what replaces the equation keeps its source line and name scopes (a call's, for the
+    # equations of its body): the smoothness check reads a log density's support tests as
+    # such (density scope). Plain calls are opened (their sums are terms); a custom
+    # derivative rule stays with its equation unless a site reaches it
+    view = jx.view(eqn)
+    if (isinstance(view, jx.CallEqn) and (site or not isinstance(view, jx.CustomEqn))
+            and len(view.body.jaxpr.invars) == len(ins)):
+        with jx.emitted_as(eqn):
+            return evaluate(view.body, ins, other, lazy=True)
+    aval = eqn.outvars[0].aval if eqn.outvars else None
+    if eqn.primitive is REDUCE_SUM and aval.shape == ():
+        if jx.is_float_aval(aval):
+            return [Terms(((ins[0], 1.0),), aval.dtype)]
+        x = ins[0]
+        if (isinstance(x, (Local, Same)) and not getattr(x, "plain", False)
+                and set(x.axes) & set(jx.reduced_axes(eqn))):
+            raise NotSummable(f"their lanes are summed at `{jx.name_of(eqn)}` "
+                              f"({jx.source_line(eqn)}) and the sum is used other than added "
+                              "to the log density: score each lane inside the gv.vmap/gv.plate "
+                              "body (gv.observe, gv.factor) instead of using their sum")
+    if not any(is_tracked(x) for x in ins):
+        return lazy_broadcast(eqn, ins) or jx.eval_eqn(eqn, ins)
+    with jx.emitted_as(eqn):
+        raw = ins
+        if any(isinstance(x, Same) for x in ins):
+            # every lane at one value: computed once where the equation allows, else
+            # broadcast to the lanes for the lane rules
+            outs = same_rule(eqn, ins)
+            if outs is not None:
+                return outs
+            ins = [x.materialized() if isinstance(x, Same) else x for x in ins]
+            if not site:
+                return jx.eval_eqn(eqn, ins)
+        # `other` reads the operands as they came (a scan's first step reads its initial
+        # carry unbroadcast)
+        outs = other(eqn, raw) if other is not None else None
+        if outs is None:
+            outs = _lane_rule(eqn, ins)
+    if any(isinstance(x, Perturbed) for x in outs):
+        raise NotSummable(f"their lanes couple at `{jx.name_of(eqn)}` "
+                          f"({jx.source_line(eqn)})" + _PER_LANE)
+    return outs
+
+
+def _lane_rule(eqn: Any, ins: list) -> list:
+    if jx.view(eqn) is not None:
+        raise NotSummable(f"a {jx.name_of(eqn)} at {jx.source_line(eqn)} depends on them; a "
+                          "branch or loop chosen by a summed site is not summed lane by lane: "
+                          "select values with jnp.where instead, or keep the site")
+    rule = rule_for(eqn)
+    out = None if rule is None else rule(eqn, ins)
+    if out is None:
+        raise NotSummable(f"their lanes couple at `{jx.name_of(eqn)}` "
+                          f"({jx.source_line(eqn)})" + _PER_LANE)
+    return out
+
+
+def _scalar_leaves(x: Any) -> tuple | None:
+    if isinstance(x, Terms):
+        return x.leaves
+    shape = x.shape if isinstance(x, Same) else jnp.shape(x.base if isinstance(x, Local) else x)
+    return ((x, 1.0),) if shape == () else None
+
+
+def _terms_rule(eqn: Any, ins: list) -> Terms | None:
+    """Adding, negating, scaling by a constant and converting keep a `Terms` a sum."""
+    aval = eqn.outvars[0].aval
+    if aval.shape != ():
+        return None
+    prim = eqn.primitive
+    if prim in ADD or prim in SUB:
+        a, b = (_scalar_leaves(x) for x in ins)
+        if a is None or b is None:
+            return None
+        if prim in SUB:
+            b = tuple((leaf, -c) for leaf, c in b)
+        return Terms(a + b, aval.dtype)
+    if prim in NEG:
+        return Terms(tuple((leaf, -c) for leaf, c in ins[0].leaves), aval.dtype)
+    if prim in SCALE:  # a product or a quotient by a constant
+        a, b = ins
+        if prim not in DIV and not isinstance(a, Terms):
+            a, b = b, a
+        if not isinstance(a, Terms) or is_tracked(b) or jnp.ndim(b) != 0:
+            return None
+        return Terms(tuple((leaf, c / b if prim in DIV else c * b) for leaf, c in a.leaves),
+                     aval.dtype)
+    if prim in TO_SCALAR and len(ins) == 1:
+        return Terms(ins[0].leaves, aval.dtype)
+    return None

@@ -1,0 +1,255 @@
+"""`gv.enumeration()`: the exact algorithm for `gv.marginal` over discrete sites, and
+the pipeline that runs the engine's stages for it.
+
+`gv.marginal(model, keep=[...], algorithm=gv.enumeration())` sums the model's
+auxiliary (not kept) sites over their finite supports, as Pyro's `TraceEnum_ELBO`
+does for sites enumerated in the model. `exact_log_density` runs the stages:
+
+1. find the summed sites (`genvi.enumeration.sites`) and trace the log density once
+   per argument shapes, with their values as inputs;
+2. sites outside any `gv.scan`: read the density's factors and contract them
+   (`genvi.enumeration.factors`, `genvi.enumeration.contract`);
+3. sites in a `gv.scan`: the chain's steps are the time dimension, summed by the
+   forward recursion (`genvi.enumeration.chain`), sequential or parallel in time;
+   sites of one value (outside plates and scans) are summed over every joint value
+   around it, and plates beside chains are contracted apart, their terms split by
+   which sites they read (`_apart`);
+4. report the plan to `explain` (`EnumeratedMarginal.plans`).
+
+Elsewhere (lanes that couple, plates that cross, a scan whose carry remembers more,
+a site without a static finite support) it refuses, naming the site and why.
+Gradients flow through the exact sum (no estimator is involved).
+
+Example (a two-component mixture, its assignments summed out):
+    >>> import genvi as gv, jax.numpy as jnp
+    >>> @gv.gen
+    ... def point(mu, y):
+    ...     z = gv.flip(0.3) @ "z"
+    ...     gv.observe(gv.normal(jnp.where(z, mu, -mu), 1.0), y)
+    >>> @gv.gen
+    ... def mixture(y):
+    ...     mu = gv.normal(0.0, 3.0) @ "mu"
+    ...     gv.vmap(point, in_axes=(None, 0))(mu, y) @ "data"
+    >>> m = gv.marginal(mixture, keep=["mu"], algorithm=gv.enumeration())
+    >>> round(float(m.log_density(gv.choices({"mu": 2.0}), jnp.array([1.5, -2.5]))), 4)
+    -5.8825
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import logsumexp
+
+from genvi.core import validation
+from genvi.core.choices import ChoiceMap, choices as to_choices
+from genvi.core.context import current
+from genvi.core.mistakes import addr_name
+from genvi.core.tracing import shapes_key, trace_cached
+from genvi.enumeration.chain import forward_sums
+from genvi.enumeration.contract import Plan
+from genvi.enumeration.factors import sum_over_sites, term_dependence, terms_part
+from genvi.enumeration.sites import (MAX_JOINT, AuxSite, NotSummable, joint_values,
+                                     summed_sites)
+from genvi.gen.language import GenFn
+from genvi.inference.importance import Marginal
+
+#: the time products of a chain (`gv.enumeration(time=...)`)
+TIMES = ("auto", "sequential", "parallel")
+#: `time="auto"` multiplies a chain's steps in parallel on an accelerator from this
+#: many steps on; on a CPU always one after another (faster there at every length)
+PARALLEL_FROM = 1024
+
+
+@dataclass(frozen=True)
+class Enumeration:
+    """Exact summation of a marginal's discrete auxiliary sites (see `gv.enumeration`)."""
+
+    time: str = "auto"
+
+    def marginal(self, g: GenFn, keep: Sequence) -> "EnumeratedMarginal":
+        return EnumeratedMarginal(g, keep, self)
+
+    def parallel(self, steps: int) -> bool:
+        """Whether a chain of `steps` steps is multiplied in parallel in time."""
+        if self.time != "auto":
+            return self.time == "parallel"
+        return jax.default_backend() != "cpu" and steps >= PARALLEL_FROM
+
+
+def enumeration(time: str = "auto") -> Enumeration:
+    """The exact algorithm for `gv.marginal`: discrete auxiliary sites are summed over
+    their supports (by variable elimination over plates, by the forward algorithm over
+    the steps of a `gv.scan`).
+
+    Args:
+        time: how a chain's steps are multiplied where a step's factors depend on its
+            input alone (an HMM): "sequential" (one after another, O(T × C²) work,
+            memory O(T / 16 × C) in the backward pass), "parallel" (a balanced tree of
+            transition matrices, O(T × C³) work, log₂ T deep, memory O(T × C³)), or
+            "auto": parallel on an accelerator from 1,024 steps on, else sequential.
+            Both give the same value and gradient.
+
+    Returns:
+        an `Enumeration`, the `algorithm` of `gv.marginal`.
+
+    Example:
+        >>> import genvi as gv
+        >>> # gv.marginal(model, keep=["mu", "sigma"], algorithm=gv.enumeration())
+        >>> gv.enumeration()
+        Enumeration(time='auto')
+    """
+    if time not in TIMES:
+        raise ValueError(f"gv.enumeration: time={time!r} is not one of {TIMES}")
+    return Enumeration(time)
+
+
+class EnumeratedMarginal(Marginal):
+    """`g`'s exact marginal over `keep` (see `gv.enumeration`)."""
+
+    estimated_density = True  # a transformed program: not a plain sub-program call
+
+    def __init__(self, g: GenFn, keep: Sequence, algorithm: Enumeration):
+        super().__init__(g, keep, algorithm)
+        self.name = f"marginal({g.name}, enumeration)"
+        self._aux_cache: dict = {}
+        self._log_joints: dict = {}  # traced log densities, per argument shapes
+        self.plans: dict = {}  # the contraction's steps, per argument shapes (`explain`)
+
+    def aux_sites(self, *args: Any) -> list[AuxSite]:
+        """The discrete sites summed out, found by running `g` abstractly on `args`."""
+        key = shapes_key(args)
+        if key not in self._aux_cache:
+            sites = summed_sites(self.g, self._is_kept, args)
+            if not sites:
+                raise ValueError(f"gv.enumeration: {self.g.name} has no site outside keep="
+                                 f"{[addr_name(k) for k in self.keep]} to sum out; use the model "
+                                 "itself")
+            self._aux_cache[key] = sites
+        return self._aux_cache[key]
+
+    def log_density(self, choices: Any, *args: Any) -> jax.Array:
+        """The exact log marginal density of the kept `choices`."""
+        return exact_log_density(self, self.aux_sites(*args), to_choices(choices), args)
+
+    def sim(self, *args: Any) -> tuple[ChoiceMap, jax.Array]:
+        """A draw of the kept choices (the whole program sampled with its strategies)
+        and their exact log marginal density."""
+        self._require_objective("sim")
+        full, _ = self.g.sim(*args)
+        kept, _ = self._split(full)
+        return kept, self.log_density(kept, *args)
+
+    def estimate_log_density(self, key: jax.Array, choices: Any, *args: Any) -> jax.Array:
+        """The exact log density (`key` is not used: nothing is random)."""
+        return self.log_density(choices, *args)
+
+
+def exact_log_density(m: EnumeratedMarginal, sites: list[AuxSite], kept: ChoiceMap,
+                      args: tuple) -> jax.Array:
+    """log Σ over the sites' values of `m.g`'s density at (kept, values) (the module's
+    stages)."""
+    closed, flat_in = _traced(m, sites, kept, args)
+    dtype = closed.out_avals[0].dtype
+    scanned = [s for s in sites if s.shape != s.draw_shape]
+    scalars = [s for s in sites if s.shape == ()] if scanned else []
+    batched = [s for s in sites if s not in scanned and s not in scalars]
+    plan = Plan()
+    count = math.prod(len(s.support) for s in scalars)
+    if scalars:
+        plan.note(f"sum out {', '.join(repr(s.name) for s in scalars)} globally: every "
+                  f"joint value, {count:,} of them", 0)
+    if count > MAX_JOINT:
+        raise ValueError(f"gv.enumeration: the scalar discrete sites "
+                         f"{[s.name for s in scalars]} of {m.g.name} have {count:,} joint "
+                         f"values (more than {MAX_JOINT:,}): put repeated sites in a gv.plate "
+                         "or gv.scan, where they are summed lane by lane or step by step")
+    steps = max((s.shape[0] for s in scanned), default=0)
+    parallel = m.alg.parallel(steps)
+
+    def at(values: list) -> jax.Array:  # the sum over the other sites, scalar sites fixed
+        fixed = dict(zip([s.addr for s in scalars], values))
+        if not scanned:
+            total, contraction = sum_over_sites(closed, sites, flat_in)
+            plan.steps[:], plan.largest = contraction.steps, contraction.largest
+            return jnp.asarray(total, dtype)
+        if not batched:
+            return forward_sums(closed, sites, fixed, flat_in, plan, parallel)
+        return _apart(closed, sites, fixed, flat_in, scanned, batched, plan, parallel)
+    try:
+        total = (logsumexp(jax.vmap(at, axis_size=count)(joint_values(scalars))) if scalars
+                 else at([]))
+    except NotSummable as why:
+        raise _refusal(m.g, sites, why) from None
+    m.plans[shapes_key(args)] = plan
+    current().observer.contraction(m.name, plan)   # `explain`
+    return total
+
+
+def _apart(closed: Any, sites: list, fixed: dict, flat_in: list, scanned: list,
+           batched: list, plan: Plan, parallel: bool) -> jax.Array:
+    """Plates beside chains: where no term of the density reads both a plate's site and
+    a chain's, log Σ exp(A + B + C) = log Σ_plates exp(A + C) + log Σ_chains exp(B),
+    with A, B the terms of the plates' and the chains' sites and C the rest (a constant
+    factor of the plates' contraction)."""
+    plain = [fixed[s.addr] if s.addr in fixed else jnp.full(s.shape, s.support[0], s.dtype)
+             for s in sites]
+    deps = [{i for i in d if i < len(sites)}
+            for d in term_dependence(closed, plain + list(flat_in))]
+    plate_at = [i for i, s in enumerate(sites) if any(s is b for b in batched)]
+    chain_at = {i for i, s in enumerate(sites) if any(s is c for c in scanned)}
+    for d in deps:
+        if d & set(plate_at) and d & chain_at:
+            names = sorted(repr(sites[i].name) for i in d & (set(plate_at) | chain_at))
+            raise NotSummable(f"one term of the density depends on the plate's and the "
+                              f"scan's sites {', '.join(names)} together, so they cannot be "
+                              "summed apart: keep the sites of one of them and give them a guide")
+    n = len(sites)
+    over_plates, contraction = sum_over_sites(
+        terms_part(closed, [k for k, d in enumerate(deps) if not d & chain_at], plate_at, n),
+        [sites[i] for i in plate_at],
+        [x for i, x in enumerate(plain) if i not in plate_at] + list(flat_in))
+    for step in contraction.steps:
+        plan.note(step, 0)
+    plan.largest = max(plan.largest, contraction.largest)
+    along = [i for i in range(n) if i not in plate_at]   # the chains', and the fixed ones
+    over_chains = forward_sums(
+        terms_part(closed, [k for k, d in enumerate(deps) if d & chain_at], along, n),
+        [sites[i] for i in along], fixed, [plain[i] for i in plate_at] + list(flat_in),
+        plan, parallel)
+    return over_plates + over_chains
+
+
+def _traced(m: EnumeratedMarginal, sites: list[AuxSite], kept: ChoiceMap,
+            args: tuple) -> tuple[Any, list]:
+    """`m.g`'s log density traced with the sites' values as its first inputs: the
+    closed jaxpr and its other inputs (kept choices and arguments, flat)."""
+    g = m.g
+
+    def log_joint(aux_values, kept, *args):
+        return g.log_density(kept | ChoiceMap({s.addr: v for s, v in zip(sites, aux_values)}),
+                             *args)
+
+    placeholders = [jnp.zeros(s.shape, s.dtype) for s in sites]
+    # validation off: the traced values are placeholders for every value of the supports
+    # (a latent used as a shape was refused already, naming it, when the program itself
+    # was traced to find the sites: `genvi.core.program_mistakes.static_use_error`)
+    traced, dyn = trace_cached(m._log_joints, log_joint, (placeholders, kept) + tuple(args),
+                               lambda: validation.validation(False))
+    return traced.closed, list(dyn[len(sites):])
+
+
+def _refusal(g: GenFn, sites: list[AuxSite], why: Exception) -> ValueError:
+    names = ", ".join(repr(s.name) for s in sites)
+    return ValueError(
+        f"gv.enumeration cannot sum the discrete sites {names} of {g.name} exactly: {why}. "
+        "It sums a log density that is a sum of terms, each depending lane by lane on the "
+        "sites of nested gv.plate/gv.vmap lanes (plates of any sizes, side by side or "
+        "nested), and step by step in a gv.scan whose steps depend on the last k steps' "
+        "discrete values (a hidden Markov model of order k), the two apart where no term "
+        "reads both. Keep such a site and give it a guide "
+        "(grad=gv.ENUM), or use gv.importance.")
