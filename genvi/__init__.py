@@ -61,7 +61,7 @@ from genvi.guides.params import (Constrained, constrain, interval, lower_cholesk
 from genvi.objectives.control_variates import dreg, vimco
 from genvi.objectives.elbo import elbo, iwelbo, renyi
 from genvi.objectives.smc import fivo, smc
-from genvi.enumeration import enumeration
+from genvi.inference.enumeration import enumeration
 from genvi.interop import from_numpyro
 from genvi.inference.importance import importance, marginal, normalize
 from genvi.inference.arviz_export import to_arviz

@@ -1,5 +1,5 @@
 """What depends on a summed site alone is computed once per value, not once per lane
-(`genvi.enumeration.same`): a mixture's weights and means, a categorical's table
+(`genvi.inference.enumeration.same`): a mixture's weights and means, a categorical's table
 of log probabilities, an HMM step's transition row. Checked on the gradient step's
 jaxpr: no gather or scatter of the lanes' extent where every lane holds one value
 (a per-lane table, whose reverse is a per-lane scatter, was what made the enumerated
@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import genvi as gv
-from genvi.enumeration.same import Same
+from genvi.inference.enumeration.same import Same
 
 LANES = 37
 

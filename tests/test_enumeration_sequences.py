@@ -269,7 +269,7 @@ def test_chains_that_no_observation_reads_sum_to_one():
 
 
 def test_a_long_chain_in_blocks_gives_the_same_sum_and_gradient(monkeypatch):
-    from genvi.enumeration import time as chain_algebra
+    from genvi.inference.enumeration import time as chain_algebra
 
     def value_and_grad():
         return jax.value_and_grad(lambda m: log_density(batch_of(), TRANS, m, YS))(

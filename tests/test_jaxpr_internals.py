@@ -562,7 +562,7 @@ def test_the_rule_registry_is_keyed_by_primitive_objects():
 
     from genvi.core.axis_rules import AXIS_RULES
     from genvi.core.rules import REDUCE_SUM, SORT, STRUCTURE, Structure, structure_of
-    from genvi.enumeration.same import SAME_STRUCTURES
+    from genvi.inference.enumeration.same import SAME_STRUCTURES
     from genvi.replays.lane_rules import RULES
 
     assert all(isinstance(p, jcore.Primitive) for p in STRUCTURE)
@@ -599,7 +599,7 @@ def test_the_lane_and_enumeration_evaluators_read_one_axis_rule(fn, shape, lanes
     import math
 
     from genvi.core.axis_rules import Operand, lane_axes
-    from genvi.enumeration.same import Same, same_rule
+    from genvi.inference.enumeration.same import Same, same_rule
     from genvi.replays.lane_rules import rule_for
     from genvi.replays.values import Local
 

@@ -4,7 +4,7 @@ against a small interface: each operand's whole shape and its lane axes (`Operan
 in, the outputs' lane axes out, or None where the equation acts across a lane
 (`lane_axes`). The lane-tracked evaluator of replays (`genvi.replays.lane_rules`) and
 enumeration's evaluator of values the same in every lane
-(`genvi.enumeration.same`) both read it, and the parameters of JAX's
+(`genvi.inference.enumeration.same`) both read it, and the parameters of JAX's
 structural primitives are read here only (a parameter JAX renames is fixed here).
 
 Example:

@@ -1,7 +1,7 @@
 """One registry of how JAX's primitives move lane axes, keyed by `Primitive` objects.
 
 The lane-tracked evaluator of replays (`genvi.replays.lane_rules`) and enumeration's
-evaluator of values the same in every lane (`genvi.enumeration.same`) both
+evaluator of values the same in every lane (`genvi.inference.enumeration.same`) both
 ask two questions of an equation. What kind of structural operation is it?
 Elementwise (lanes stay where they are), a reduction over some axes, an operation
 along one axis (a cumulative sum, a sort), a broadcast, a transpose, a squeeze, a

@@ -224,7 +224,7 @@ def marginal(g: GenFn, keep: Sequence, algorithm: Any = None) -> Marginal:
     """`g`'s marginal over the addresses in `keep`; its other choices are auxiliary
     and marginalized by `algorithm`: `gv.importance()` (the default, from the prior;
     its proposal takes `(kept_choices, *args)`), or `gv.enumeration()`, which sums
-    discrete auxiliary sites exactly (`genvi.enumeration`).
+    discrete auxiliary sites exactly (`genvi.inference.enumeration`).
 
     Args:
         g: the generative function.

@@ -8,7 +8,7 @@ from typing import Any
 
 class Tracked:
     """A value an evaluator follows in place of an array: the replay engine's lane
-    values here, enumeration's (`genvi.enumeration.evaluate`) too. What is not a
+    values here, enumeration's (`genvi.inference.enumeration.evaluate`) too. What is not a
     `Tracked` is an array (or a Python scalar) that JAX computes as it is.
 
     Example:

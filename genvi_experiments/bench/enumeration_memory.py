@@ -1,6 +1,6 @@
 """Memory and time of an enumerated batch of sequences' gradient step: genvi's
 forward algorithm with every step's factors computed at once and kept (what it does
-where they fit in `genvi.enumeration.time.FACTORS_BUDGET` numbers), and in blocks
+where they fit in `genvi.inference.enumeration.time.FACTORS_BUDGET` numbers), and in blocks
 of `BLOCK` steps recomputed in the backward pass (what it does for longer chains:
 O(T / BLOCK × states) kept per sequence), beside NumPyro's on the same model
 (`genvi_experiments.bench.enumeration`'s rows: `TraceEnum_ELBO` of the `scan`, of a
@@ -21,7 +21,7 @@ import argparse
 import jax
 
 import genvi as gv
-from genvi.enumeration import time as chain_algebra
+from genvi.inference.enumeration import time as chain_algebra
 from genvi_experiments.bench.enumeration import (numpyro_methods, sequences_data,
                                                  sequences_model)
 from genvi_experiments.common.timing import describe_machine, interleaved_medians

@@ -18,6 +18,6 @@ Example:
     Enumeration(time='parallel')
 """
 
-from genvi.enumeration.marginal import EnumeratedMarginal, Enumeration, enumeration
+from genvi.inference.enumeration.marginal import EnumeratedMarginal, Enumeration, enumeration
 
 __all__ = ["EnumeratedMarginal", "Enumeration", "enumeration"]

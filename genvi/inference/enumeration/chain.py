@@ -16,7 +16,7 @@ The body is evaluated once per (history h, value v) with every lane (sequence) a
 and its state at h, so its log-density term comes out as `Terms`: a part common to
 every sequence plus one term per sequence (`_per_sequence`; a single chain is a
 batch of one, its whole term its lane's). The lanes' forward variables then run
-side by side through the time product of `genvi.enumeration.time`:
+side by side through the time product of `genvi.inference.enumeration.time`:
 
     α_0(v) = term_0(v),   α_t(v, h_1..h_{k−1}) = logsumexp_{h_k} [α_{t−1}(h) + term_t(h, v)],
 
@@ -58,12 +58,12 @@ from jax.scipy.special import logsumexp
 from genvi.core import jaxpr as jx
 from genvi.core.rules import primitives
 from genvi.core.walk import env_of, walk
-from genvi.enumeration.contract import Plan
-from genvi.enumeration.evaluate import Terms, evaluate, whole
-from genvi.enumeration.factors import sum_over_sites, term_dependence, terms_part
-from genvi.enumeration.same import Same
-from genvi.enumeration.sites import MAX_JOINT, NotSummable, joint_values
-from genvi.enumeration.time import History, blocked_chain, parallel_chain, remat
+from genvi.inference.enumeration.contract import Plan
+from genvi.inference.enumeration.evaluate import Terms, evaluate, whole
+from genvi.inference.enumeration.factors import sum_over_sites, term_dependence, terms_part
+from genvi.inference.enumeration.same import Same
+from genvi.inference.enumeration.sites import MAX_JOINT, NotSummable, joint_values
+from genvi.inference.enumeration.time import History, blocked_chain, parallel_chain, remat
 from genvi.replays.engine import Local, Tracked, is_tracked
 
 # reorderings of the stacked values on their way into the scan (vmap of a scan moves

@@ -47,7 +47,7 @@ from jax.custom_batching import custom_vmap
 from jax.scipy.special import logsumexp
 
 from genvi.core.scopes import density_scope
-from genvi.enumeration.sites import NotSummable
+from genvi.inference.enumeration.sites import NotSummable
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,12 @@ the pipeline that runs the engine's stages for it.
 auxiliary (not kept) sites over their finite supports, as Pyro's `TraceEnum_ELBO`
 does for sites enumerated in the model. `exact_log_density` runs the stages:
 
-1. find the summed sites (`genvi.enumeration.sites`) and trace the log density once
+1. find the summed sites (`genvi.inference.enumeration.sites`) and trace the log density once
    per argument shapes, with their values as inputs;
 2. sites outside any `gv.scan`: read the density's factors and contract them
-   (`genvi.enumeration.factors`, `genvi.enumeration.contract`);
+   (`genvi.inference.enumeration.factors`, `genvi.inference.enumeration.contract`);
 3. sites in a `gv.scan`: the chain's steps are the time dimension, summed by the
-   forward recursion (`genvi.enumeration.chain`), sequential or parallel in time;
+   forward recursion (`genvi.inference.enumeration.chain`), sequential or parallel in time;
    sites of one value (outside plates and scans) are summed over every joint value
    around it, and plates beside chains are contracted apart, their terms split by
    which sites they read (`_apart`);
@@ -50,10 +50,10 @@ from genvi.core.choices import ChoiceMap, choices as to_choices
 from genvi.core.context import current
 from genvi.core.mistakes import addr_name
 from genvi.core.tracing import shapes_key, trace_cached
-from genvi.enumeration.chain import forward_sums
-from genvi.enumeration.contract import Plan
-from genvi.enumeration.factors import sum_over_sites, term_dependence, terms_part
-from genvi.enumeration.sites import (MAX_JOINT, AuxSite, NotSummable, joint_values,
+from genvi.inference.enumeration.chain import forward_sums
+from genvi.inference.enumeration.contract import Plan
+from genvi.inference.enumeration.factors import sum_over_sites, term_dependence, terms_part
+from genvi.inference.enumeration.sites import (MAX_JOINT, AuxSite, NotSummable, joint_values,
                                      summed_sites)
 from genvi.gen.language import GenFn
 from genvi.inference.importance import Marginal

@@ -115,9 +115,60 @@ def same_rule(eqn: Any, ins: list) -> list | None:
         return None  # size-1 lanes reshaped keep their order only where it is kept
     vals = [x.value if isinstance(x, Same) else x for x in ins]
     params = with_lanes_of_size_one(eqn, axes)
-    outs = jx.eval_eqn(eqn, vals) if params is None else jx.eval_eqn_with(eqn, vals, params)
+    outs = None
+    if structure is Structure.GATHER:
+        outs = _selected(params or eqn.params, *vals)
+    if outs is None:
+        outs = jx.eval_eqn(eqn, vals) if params is None else jx.eval_eqn_with(eqn, vals, params)
     plain = all(x.plain for x in ins if isinstance(x, Same))
     return [Same(o, axes, first.lanes, plain) for o in outs]
+
+
+#: a table read at a site's value is read by a select over its rows up to this many
+#: rows (`_selected`), by a gather beyond
+SELECT_ROWS = 64
+
+
+def _selected(params: dict, table: Any, indices: Any) -> list | None:
+    """A gather of `table` along one axis at `indices` (a site's values, one per joint
+    value: a mixture's means, a transition table's rows), computed as a select over
+    the table's rows summed, or None where the gather is not of that form. Both are
+    exact; on a CPU the gather and its transpose (a scatter) cost several microseconds
+    a step where the select costs a fraction of one (`genvi_experiments/bench/
+    enumeration_peers.py`), and enumeration's tables are small."""
+    dn = params["dimension_numbers"]
+    batching, shape = dn.operand_batching_dims, jnp.shape(table)
+    if len(dn.start_index_map) != 1 or any(shape[d] != 1 for d in batching):
+        return None
+    # a table of one row along its batching axes (one table for every index): those
+    # axes dropped, each read at 0
+    kept = [d for d in range(len(shape)) if d not in batching]
+    table = jnp.reshape(table, [shape[d] for d in kept])
+    sizes = [params["slice_sizes"][d] for d in kept]
+    a = kept.index(dn.start_index_map[0])
+    collapsed = {kept.index(d) for d in dn.collapsed_slice_dims}
+    rows, rank = jnp.shape(table)[a], len(kept)
+    mode = jax.lax.GatherScatterMode.from_any(params["mode"])
+    fill = mode is jax.lax.GatherScatterMode.FILL_OR_DROP
+    if (rows > SELECT_ROWS or sizes[a] != 1 or not collapsed <= {a}
+            or any(sizes[d] != jnp.shape(table)[d] for d in range(rank) if d != a)
+            or (fill and not jnp.issubdtype(jnp.result_type(table), jnp.inexact))):
+        return None
+    index = indices[..., 0]
+    if not fill:   # XLA clamps an index out of range
+        index = jnp.clip(index, 0, rows - 1)
+    table = jnp.moveaxis(table, a, 0)
+    if a not in collapsed:
+        table = jnp.expand_dims(table, 1 + a)
+    hit = (index[..., None] == jnp.arange(rows, dtype=index.dtype))
+    hit = hit.reshape(hit.shape + (1,) * (table.ndim - 1))
+    out = jnp.sum(jnp.where(hit, table, jnp.zeros((), table.dtype)), axis=index.ndim)
+    if fill:
+        inside = ((index >= 0) & (index < rows)).reshape(index.shape + (1,) * (out.ndim - index.ndim))
+        value = jnp.nan if params["fill_value"] is None else params["fill_value"]
+        out = jnp.where(inside, out, jnp.asarray(value, out.dtype))
+    batch = [d for d in range(out.ndim) if d not in dn.offset_dims]
+    return [jnp.moveaxis(out, list(range(out.ndim)), batch + list(dn.offset_dims))]
 
 
 def _widened(eqn: Any, x: Same) -> list | None:

@@ -1,7 +1,7 @@
 """Stage 2 of enumeration: the log density's factors, each a tensor over the summed
 sites it depends on and the plates it lies in.
 
-The density, evaluated with its sum kept apart (`genvi.enumeration.evaluate.Terms`),
+The density, evaluated with its sum kept apart (`genvi.inference.enumeration.evaluate.Terms`),
 is read in two passes:
 
 1. **What each term depends on** (`term_lanes`): the density is evaluated once per
@@ -17,7 +17,7 @@ is read in two passes:
    `vmap`: a tensor [each site's support, the term's axes], whose axes that are no
    plate of a site are summed at once.
 
-`sum_over_sites` hands them to the contraction (`genvi.enumeration.contract`).
+`sum_over_sites` hands them to the contraction (`genvi.inference.enumeration.contract`).
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -35,10 +35,10 @@ import jax
 import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
-from genvi.enumeration.contract import Factor, Plan, contract
-from genvi.enumeration.evaluate import evaluate, term_leaves, whole
-from genvi.enumeration.same import Same
-from genvi.enumeration.sites import MAX_JOINT, NotSummable, joint_values
+from genvi.inference.enumeration.contract import Factor, Plan, contract
+from genvi.inference.enumeration.evaluate import evaluate, term_leaves, whole
+from genvi.inference.enumeration.same import Same
+from genvi.inference.enumeration.sites import MAX_JOINT, NotSummable, joint_values
 from genvi.replays.engine import Local, is_tracked
 
 

@@ -1,5 +1,5 @@
 """The time product of enumeration: a chain's steps multiplied in log space, one step
-after another or as a parallel reduction (`genvi.enumeration.chain` finds the chain).
+after another or as a parallel reduction (`genvi.inference.enumeration.chain` finds the chain).
 
 `History` numbers the last k joint values of a step's sites, (h_1, …, h_k) with h_1
 the latest, as one index h over C^k (h_1 most significant). The forward variable α
@@ -136,13 +136,14 @@ def parallel_chain(history: History, alpha: jax.Array, factors: Any,
                    rest: list) -> tuple[jax.Array, Any]:
     """`blocked_chain`'s result by a parallel product over the steps (see the module)."""
     free, m = jax.vmap(factors)(rest)                       # [T], [T, C^k, C, lanes]
-    if history.k == 1:
-        p = m                                               # P_t[h, v] = m_t[h, v]
-    else:
-        h, v = jnp.arange(history.size)[:, None], jnp.arange(history.count)[None, :]
-        target = v * (history.size // history.count) + h // history.count  # [C^k, C]
-        moves = target[..., None] == jnp.arange(history.size)           # [C^k, C, C^k]
-        p = jnp.max(jnp.where(moves[..., None], m[:, :, :, None, :], -jnp.inf), axis=2)
+    # P_t[h, h'] = m_t[h, v] where h' = (v, h_1, …, h_{k−1}): v is h''s leading digit,
+    # and h''s other digits must be h's newest k − 1 (else −inf)
+    older = history.size // history.count
+    p = jnp.repeat(m, older, axis=2)                        # [T, C^k, C^k, lanes]
+    if history.k > 1:
+        h = jnp.arange(history.size)
+        follows = (h[None, :] % older) == (h[:, None] // history.count)
+        p = jnp.where(follows[:, :, None], p, -jnp.inf)
     while p.shape[0] > 1:   # log₂ T levels: pairs of neighbours multiplied at once
         odd = p[-1:] if p.shape[0] % 2 else p[:0]
         p = jnp.concatenate([_log_matmul(p[0:-1:2], p[1::2]), odd])

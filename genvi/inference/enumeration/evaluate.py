@@ -4,10 +4,10 @@ kept apart as `Terms`.
 A log density, traced with the summed sites' values as inputs, is evaluated on:
 
 * arrays, as JAX computes them;
-* `Same` (`genvi.enumeration.same`): every lane of a site at one value, held once;
+* `Same` (`genvi.inference.enumeration.same`): every lane of a site at one value, held once;
 * `Local` (`genvi.replays.values`): slice l depends on lane l of the site only,
   carried by the replay engine's lane rules (`genvi.replays.lane_rules`);
-* markers of the chain stage (`genvi.enumeration.chain`), handled by its `other`.
+* markers of the chain stage (`genvi.inference.enumeration.chain`), handled by its `other`.
 
 All are `Tracked` (one protocol, the replay engine's). The density is a sum: each
 site's and observation's log density is the sum of one array (`reduce_sum`), and the
@@ -37,8 +37,8 @@ import jax.numpy as jnp
 from genvi.core import jaxpr as jx
 from genvi.core.rules import REDUCE_SUM, primitives
 from genvi.core.walk import env_of, walk
-from genvi.enumeration.same import Same, lazy_broadcast, same_rule
-from genvi.enumeration.sites import NotSummable
+from genvi.inference.enumeration.same import Same, lazy_broadcast, same_rule
+from genvi.inference.enumeration.sites import NotSummable
 from genvi.replays.engine import Local, Perturbed, Tracked, is_tracked, rule_for
 
 _PER_LANE = ("; the log density must be a sum of one term per lane, each depending on that "
