@@ -9,8 +9,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import pytest
+
 import genvi as gv
-from genvi.inference.enumeration.same import Same
+from genvi.core import jaxpr as jx
+from genvi.core.walk import env_of, walk
+from genvi.inference.enumeration.same import Same, _selected as same_selected
 
 LANES = 37
 
@@ -91,3 +95,47 @@ def test_a_same_value_broadcasts_to_its_lanes():
     assert z.shape == (5, 2)
     assert z.local().axes == (0,) and z.local().base.shape == (5, 2)
     assert Same(jnp.ones((1, 2)), (0,), (5,), plain=True).materialized().shape == (5, 2)
+
+
+def test_the_mixture_and_the_sequences_read_their_tables_without_a_gather():
+    # a gather and its transpose (a scatter) cost microseconds a step on a CPU: a table
+    # read at a site's value is read by a select over its rows (`same._selected`)
+    y = jnp.asarray(np.random.default_rng(0).normal(size=LANES), jnp.float32)
+    assert _indexing(_grad_jaxpr(mixture, ["w", "mu"], y), 1) == []
+    assert "gather" not in str(_grad_jaxpr(mixture, ["w", "mu"], y))
+    ys = jnp.asarray(np.random.default_rng(1).normal(size=(LANES, 6)), jnp.float32)
+    assert "gather" not in str(_grad_jaxpr(sequences, ["trans", "means"], ys))
+
+
+@pytest.mark.parametrize("read", [
+    lambda t, i: t[i], lambda t, i: t[:, i], lambda t, i: t[i, :],
+    lambda t, i: jnp.take(t, i, axis=0, mode="fill", fill_value=jnp.nan),
+    lambda t, i: jnp.take(t, i, axis=0, mode="clip"),
+    lambda t, i: jnp.take(t, i, axis=1, mode="fill", fill_value=-1.0),
+    lambda t, i: jnp.take_along_axis(t[:1], i[:1, None], axis=-1),
+], ids=["index", "column", "row", "fill", "clip", "fill value", "along an axis"])
+def test_a_select_over_rows_reads_what_the_gather_reads_with_its_gradient(read):
+    table = jnp.asarray(np.random.default_rng(2).normal(size=(4, 4)), jnp.float32)
+    index = jnp.array([0, 3, 5, -1, -6, 2])     # in range, beyond, and negative
+    selects = []
+
+    def both(t):
+        """The gather's value and the select's, stacked, on the gather's own operands."""
+        def rule(k, e, ins):
+            view = jx.view(e)
+            if isinstance(view, jx.CallEqn):
+                return walk(view.body.jaxpr, env_of(view.body, ins), rule)
+            if e.primitive is not jax.lax.gather_p:
+                return jx.eval_eqn(e, ins)
+            got = same_selected(e.params, *ins)
+            selects.append(got is not None)
+            (want,) = jx.eval_eqn(e, ins)
+            return [jnp.stack([got[0] if got is not None else want, want])]
+        closed = jax.make_jaxpr(read)(t, index)
+        (out,) = walk(closed.jaxpr, env_of(closed, [t, index]), rule)
+        return out
+    pair = both(table)
+    assert selects and all(selects)
+    np.testing.assert_array_equal(np.asarray(pair[0]), np.asarray(pair[1]))
+    grads = jax.jacobian(lambda t: jnp.nan_to_num(both(t), nan=0.0))(table)
+    np.testing.assert_array_equal(np.asarray(grads[0]), np.asarray(grads[1]))

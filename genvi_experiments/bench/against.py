@@ -9,7 +9,8 @@ reports the `genvi` it imported and a run from the wrong checkout stops the comp
 Every markdown table row the benchmark prints is parsed: its key is its non-numeric
 cells plus the cells of the `--key-columns` (sizes such as `B` or `batch`), its values
 its other numeric cells, named by the table's header. Prints, per row and column, the
-median over rounds at the base and in the tree and their ratio. `JAX_PLATFORMS=cpu`.
+median over rounds at the base and in the tree and their ratio, and the least value
+on each side (a time's fastest run) and their ratio. `JAX_PLATFORMS=cpu`.
 
     python -m genvi_experiments.bench.against [--base REV] [--rounds 3] [--keep]
         [--worktree DIR] [--key-columns B batch] NAME [-- ARGS OF THE BENCHMARK]
@@ -155,13 +156,16 @@ def main(argv: list[str] | None = None) -> None:
               f"tree: {tree_rev} ({sides['tree'][0]})")
         print(f"seconds per run: base {statistics.median(seconds['base']):.1f}, "
               f"tree {statistics.median(seconds['tree']):.1f}\n")
-        print("| row | column | base | tree | tree / base |\n|---|---|---|---|---|")
+        print("| row | column | base | tree | tree / base | base, least | tree, least "
+              "| least, tree / base |\n|---|---|---|---|---|---|---|---|")
         for cell in dict.fromkeys([*samples["base"], *samples["tree"]]):
             b, t = samples["base"].get(cell), samples["tree"].get(cell)
-            mb = statistics.median(b) if b else float("nan")
-            mt = statistics.median(t) if t else float("nan")
-            ratio = mt / mb if b and t and mb != 0 else float("nan")
-            print(f"| {cell[0]} | {cell[1]} | {mb:.4g} | {mt:.4g} | {ratio:.3f} |")
+            row = []
+            for pick in (statistics.median, min):   # a time's least: the quietest run's
+                vb, vt = (pick(x) if x else float("nan") for x in (b, t))
+                row += [vb, vt, vt / vb if b and t and vb != 0 else float("nan")]
+            print(f"| {cell[0]} | {cell[1]} | " + " | ".join(
+                f"{v:.4g}" if i % 3 != 2 else f"{v:.3f}" for i, v in enumerate(row)) + " |")
     finally:
         if created and not args.keep:
             git("worktree", "remove", "--force", str(worktree))

@@ -4,12 +4,10 @@
 module, the data flowing one way:
 
 1. `sites`: which sites are summed, and their finite supports;
-2. `evaluate` and `factors`: the log density, traced once with the sites' values as
-   inputs, evaluated on tracked values (`same`: every lane at one value) with its sum
-   kept apart, read as factors over sites and plates;
+2. `evaluate` (with `same`: every lane at one value) and `factors`: the log density,
+   traced once with the sites' values as inputs, read as factors over sites and plates;
 3. `contract` (variable elimination over sites and plates) and, for a `gv.scan`,
-   `chain` with `time` (the steps as a time dimension: one forward recursion for one
-   chain or a batch, a sequential or parallel product over time);
+   `chain` with `time` (the steps as a time dimension, multiplied in order or in a tree);
 4. `marginal`: the pipeline, and the plan it reports to `explain`.
 
 Example:

@@ -1,28 +1,11 @@
-"""Stage 2–3 of enumeration for a `gv.scan`: the chain's steps as the time dimension of
-the contraction, one forward recursion for one chain and for a batch of them.
+"""Stages 2–3 for a `gv.scan`: the chain's steps are the time dimension of the
+contraction, summed by one forward recursion for one chain and for a batch.
 
-The model's log density, traced with a site's stacked values [T, *lanes] as an input,
-holds one `scan` that reads them as its per-step input. Its body is analysed once, by
-dependence: the log-density carry (`logw_out = logw_in + term`) is the accumulator;
-the carries whose new value depends on the step's discrete value z_t are its state.
-Each must be a function of z_t alone (depth 0), or the value a carry of depth d held
-at the step's start (depth d + 1: a register of earlier values), so the state is a
-function of the last k = 1 + (largest depth) values: a chain of order k. Sites of the
-step whose values reach no carry but the log density's (a plate inside the step) are
-local to it: the step's terms that read them are contracted over them by the factor
-engine (`StepSum`), per history and value of the chain.
-
-The body is evaluated once per (history h, value v) with every lane (sequence) at v
-and its state at h, so its log-density term comes out as `Terms`: a part common to
-every sequence plus one term per sequence (`_per_sequence`; a single chain is a
-batch of one, its whole term its lane's). The lanes' forward variables then run
-side by side through the time product of `genvi.inference.enumeration.time`:
-
-    α_0(v) = term_0(v),   α_t(v, h_1..h_{k−1}) = logsumexp_{h_k} [α_{t−1}(h) + term_t(h, v)],
-
-sequential or parallel in time where a step's factors depend on its input alone.
-Results of the scan that depend on the discrete values may not be used after it
-(they would need the path); anything else raises `NotSummable` by name.
+The scan's body is analysed once, by dependence: the log-density carry is the
+accumulator; the carries whose value depends on the step's value z_t are the state,
+each a function of z_t (depth 0) or a register of what a carry of depth d held (depth
+d + 1), so a step depends on the last k = 1 + (largest depth) values. A site that
+reaches only the log density (a plate in the step) is summed within the step (`StepSum`).
 
 Example (a two-state chain of three steps, its states summed out):
     >>> import genvi as gv, jax.numpy as jnp
@@ -45,10 +28,8 @@ Example (a two-state chain of three steps, its states summed out):
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -57,17 +38,15 @@ from jax.scipy.special import logsumexp
 
 from genvi.core import jaxpr as jx
 from genvi.core.rules import primitives
-from genvi.core.walk import env_of, walk
 from genvi.inference.enumeration.contract import Plan
 from genvi.inference.enumeration.evaluate import Terms, evaluate, whole
 from genvi.inference.enumeration.factors import sum_over_sites, term_dependence, terms_part
-from genvi.inference.enumeration.same import Same
-from genvi.inference.enumeration.sites import MAX_JOINT, NotSummable, joint_values
+from genvi.inference.enumeration.same import Same, every_lane
+from genvi.inference.enumeration.sites import MAX_JOINT, NotSummable
 from genvi.inference.enumeration.time import History, blocked_chain, parallel_chain, remat
 from genvi.replays.engine import Local, Tracked, is_tracked
 
-# reorderings of the stacked values on their way into the scan (vmap of a scan moves
-# the sequences' axis behind the steps')
+# reorderings of the stacked values on their way into the scan (a vmapped scan)
 _LAYOUT = primitives(["transpose", "convert_element_type"])
 
 
@@ -87,25 +66,18 @@ class AfterScan(Tracked):
 
 def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list,
                  plan: Plan | None = None, parallel: bool = False) -> jax.Array:
-    """log Σ over the scanned sites' values of the density `closed` computes from (site
-    values, *flat_in); scalar sites' values in `fixed`; each scan's recursion noted in
-    `plan`, its time product `parallel` where its factors allow."""
+    """log Σ over the scanned sites' values of the density `closed` (of site values,
+    *flat_in), scalar sites at `fixed`; each recursion noted in `plan`."""
     inputs = [fixed[s.addr] if s.addr in fixed else Steps(s) for s in sites]
 
     def other(eqn, ins):
         if any(isinstance(x, Steps) for x in ins) and eqn.primitive in _LAYOUT:
-            # a batch of sequences: the stacked values' axes put in the scan's order
-            # (steps first); which steps and lanes are summed is checked in the scan
-            return [ins[0]]
+            return [ins[0]]   # the steps and lanes summed are checked in the scan
         if any(isinstance(x, AfterScan) for x in ins):
             raise NotSummable(f"results of a scan that depend on the discrete values are used "
                               f"at {jx.source_line(eqn)}: use them inside the scan (a step sees "
                               "the previous step's values), or keep the site")
-        out = _forward(eqn, ins, plan, parallel)
-        if out is None:
-            raise NotSummable(f"`{jx.name_of(eqn)}` at {jx.source_line(eqn)} uses the "
-                              "discrete values outside the scan")
-        return out
+        return _forward(eqn, ins, plan, parallel)
     (out,) = evaluate(closed, inputs + list(flat_in), other)
     if isinstance(out, Terms):
         out = out.total("the log density")
@@ -114,11 +86,12 @@ def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list,
     return out
 
 
-def _forward(eqn: Any, ins: list, plan: Plan | None, parallel: bool) -> list | None:
-    """The scan `eqn` with its steps' sites summed (see the module), or None."""
+def _forward(eqn: Any, ins: list, plan: Plan | None, parallel: bool) -> list:
+    """The scan `eqn` with its steps' sites summed (see the module)."""
     scan = jx.view(eqn)
     if not isinstance(scan, jx.ScanEqn):
-        return None
+        raise NotSummable(f"`{jx.name_of(eqn)}` at {jx.source_line(eqn)} uses the "
+                          "discrete values outside the scan")
     where = jx.source_line(eqn)
     first_init = scan.split(ins)[1]  # unbroadcast where they are (`Same`)
     ins = [x.materialized() if isinstance(x, Same) else x for x in ins]
@@ -128,31 +101,23 @@ def _forward(eqn: Any, ins: list, plan: Plan | None, parallel: bool) -> list | N
             not isinstance(x, Steps) and is_tracked(x) for x in ins):
         raise NotSummable(f"the scan at {where} reads them other than as its per-step input")
     deps = scan.dependence()
-    # the carry the interpreter accumulates the log density in (`genvi.gen.interpret`
-    # puts it last): `out = in + term`, its input used nowhere else
+    # the log density's carry: last (`genvi.gen.interpret`), `out = in + term`
     if not ncar or ncar - 1 not in scan.accumulators(subtract=False, sole_use=False):
         raise NotSummable(f"the scan at {where} is not a gv.scan of the model")
     a = ncar - 1
-    # sites whose values reach no carry but the log density's: summed within each step
     carried = [p for p in zpos if any(p in deps[j] for j in range(ncar) if j != a)]
     local = [p for p in zpos if p not in carried] if carried else []
     chain = [p for p in zpos if p not in local]
-    state: set = set()
-    changed = True
-    while changed:  # carries whose value depends on the discrete values
-        changed = False
-        for j in range(ncar):
-            if j != a and j not in state and (
-                    any(p in deps[j] for p in chain)
-                    or any(scan.carry_input(s) in deps[j] for s in state)):
-                state.add(j)
-                changed = True
-    depth = _depths(scan, state, deps, where)
+    state: set = set()   # carries whose value depends on the discrete values
+    while grown := {j for j in range(ncar) if j != a and j not in state and (
+            any(p in deps[j] for p in chain)
+            or any(scan.carry_input(s) in deps[j] for s in state))}:
+        state |= grown
+    depth, echo = _registers(scan, state, deps, [scan.scanned_index(p) for p in chain], where)
     if len({tuple(scan.body_in_aval(p).shape) for p in chain}) > 1:
-        raise NotSummable(f"the discrete sites of the scan at {where} have different shapes "
-                          f"per step ({', '.join(ins[p].site.name for p in zpos)}): they are "
-                          "summed jointly only where each step holds one value of each per "
-                          "sequence")
+        raise NotSummable(f"the discrete sites of the scan at {where} have different shapes per "
+                          f"step ({', '.join(ins[p].site.name for p in zpos)}): they are summed "
+                          "jointly only where each step holds one value of each per sequence")
     steps = StepValues(scan, ins, chain, [ins[p].site for p in chain], first_init, local)
     step_sum = StepSum(scan, a, local, [ins[p].site for p in local]) if local else None
     history = History(steps.count, 1 + max(depth.values(), default=0))
@@ -160,7 +125,6 @@ def _forward(eqn: Any, ins: list, plan: Plan | None, parallel: bool) -> list | N
         raise NotSummable(f"the chain of the scan at {where} remembers {history.k} steps of "
                           f"{history.count} joint values: {history.size * history.count:,} "
                           f"joint values per step (more than {MAX_JOINT:,})")
-    echo = _echoes(scan, state, steps, depth)
     recursion = _Recursion(steps, history, echo, a, state, step_sum, where)
     parallel = parallel and recursion.invariant
     if plan is not None:
@@ -203,26 +167,22 @@ class _Recursion:
         self.invariant = scan.length > 1 and set(echo) == state and all(
             scan.passes_through(j) for j in range(scan.carry_count) if j != a and j not in state)
 
-    def _tracked(self, x: Any, j: int) -> Any:
-        return Local(x, x, self.state_axes[j]) if j in self.state_axes else x
-
-    def _state_at(self, j: int, h: Any, carry: list | None) -> Any:
+    def _state_at(self, j: int, h: Any, carry: list) -> Any:
         """State carry j in history h: a site's own value (an HMM's z_{t−1}) built from
         h, so XLA folds what depends on it alone (the transition row), else read."""
         if j in self.echo:
             i, back = self.echo[j]
-            return self.steps.value(i, self.history.value_at(h, back), bool(self.steps.lanes))
-        return self._tracked(carry[j][h], j)
+            return self.steps.value(i, self.history.value_at(h, back))
+        x = carry[j][h]
+        return Local(x, x, self.state_axes[j]) if j in self.state_axes else x
 
     def _step(self, carry: list, x_t: list, c: Any) -> tuple:
         """One step at joint value c: (its part common to every sequence, its term per
         sequence, unscaled, [lanes], the new carries)."""
-        steps, a = self.steps, self.a
-        scan, lanes = steps.scan, steps.lanes
-        carry = list(carry)
-        carry[a] = jnp.zeros_like(carry[a])
-        inputs = list(steps.consts) + carry + steps.inputs(x_t, c, bool(lanes))
-        outs = evaluate(scan.body, inputs)
+        steps, a, lanes = self.steps, self.a, self.steps.lanes
+        carry = [jnp.zeros_like(x) if j == a else x for j, x in enumerate(carry)]
+        inputs = list(steps.consts) + carry + steps.inputs(x_t, c)
+        outs = evaluate(steps.scan.body, inputs)
         term, extra = outs[a], (0.0, 0.0)
         if self.step_sum is not None:  # the local sites' terms, summed sequence by sequence
             term, *extra = self.step_sum.split(inputs, len(lanes))
@@ -231,53 +191,46 @@ class _Recursion:
         if not lanes:   # a single chain: its whole term is its one lane's
             free, per_lane = jnp.zeros_like(free), per_lane + free
         new = []
-        for j, o in enumerate(scan.split_outs(outs)[0]):
+        for j, o in enumerate(steps.scan.split_outs(outs)[0]):
             if j == a:  # the log density's accumulator: its term is read above
-                new.append(jnp.zeros_like(steps.init[a]))
-                continue
+                o = jnp.zeros_like(steps.init[a])
             if isinstance(o, Terms):
                 o = o.total(f"the carry of the scan at {self.where}")
             if isinstance(o, Same):
                 o = o.local()
-            if isinstance(o, Local):
-                axes = tuple(range(len(lanes)))
-                if j not in self.state or o.axes not in (axes, self.state_axes.get(j, o.axes)):
-                    raise NotSummable(f"the carry of the scan at {self.where} mixes the "
-                                      "sequences")
+            # a state carry's lanes: the sequences', in one order from its first evaluation
+            if isinstance(o, Local) and j in self.state and o.axes in (
+                    tuple(range(len(lanes))), self.state_axes.get(j, o.axes)):
                 self.state_axes[j] = o.axes
                 o = o.base
-            elif is_tracked(o):
+            if is_tracked(o):
                 raise NotSummable(f"the carry of the scan at {self.where} mixes the sequences")
             new.append(o)
         return free, per_lane / self.scale, new
 
-    def _pairs(self, carry: list | None, x_t: list) -> tuple:
+    def _pairs(self, carry: list, x_t: list) -> tuple:
         """`_step` for every history h and value v, stacked [histories, values, ...]."""
-        ncar, steps = self.steps.scan.carry_count, self.steps
-
         def pair(h, v):
-            cin = [self._state_at(j, h, carry) if j in self.state
-                   else (carry[j] if carry is not None else steps.init[j]) for j in range(ncar)]
+            cin = [self._state_at(j, h, carry) if j in self.state else x
+                   for j, x in enumerate(carry)]
             return self._step(cin, x_t, v)
-        return jax.vmap(lambda h: jax.vmap(lambda v: pair(h, v))(jnp.arange(steps.count)))(
+        return jax.vmap(lambda h: jax.vmap(lambda v: pair(h, v))(jnp.arange(self.steps.count)))(
             jnp.arange(self.history.size))
 
     def run(self, parallel: bool) -> list:
         """The scan's carries out: the log density's summed, the state's unusable."""
         steps, history, state, a = self.steps, self.history, self.state, self.a
-        free0, alpha, carry = jax.vmap(lambda c: self._step(steps.first_init, steps.first, c))(
+        free, alpha, carry = jax.vmap(lambda c: self._step(steps.first_init, steps.first, c))(
             jnp.arange(steps.count))
-        alpha = history.first(alpha)                            # [C^k, lanes]
+        free, alpha = free[0], history.first(alpha)            # alpha: [C^k, lanes]
         carry = [history.carried(c) if j in state else c[0] for j, c in enumerate(carry)]
-        free = free0[0]
         if self.invariant:   # a step's factors depend on its input alone: a time product
             def factors(x_t):
-                f, m, _ = self._pairs(None, x_t)
+                f, m, _ = self._pairs(steps.init, x_t)
                 return f[0, 0], m
             product = parallel_chain if parallel else blocked_chain
-            alpha, free_rest = product(history, alpha, factors, steps.rest)
-            free = free + free_rest
-            carry = [steps.init[j] if j not in state else carry[j] for j in range(len(carry))]
+            alpha, rest = product(history, alpha, factors, steps.rest)
+            free, carry = free + rest, list(steps.init)   # the others pass through
         elif steps.scan.length > 1:
             def step(c, x_t):
                 alpha, carry, free = c
@@ -291,8 +244,7 @@ class _Recursion:
 
 
 def _per_sequence(term: Any, count: int, dtype: Any, where: str) -> tuple[Any, Any]:
-    """A step's log-density term as (its part common to every sequence, its term per
-    sequence [count])."""
+    """A step's log-density term as (its part common to every sequence, one each [count])."""
     free, per_lane = jnp.zeros((), dtype), jnp.zeros((count,), dtype)
     for leaf, coeff in (term.leaves if isinstance(term, Terms) else ((term, 1.0),)):
         if isinstance(leaf, Same):
@@ -301,8 +253,7 @@ def _per_sequence(term: Any, count: int, dtype: Any, where: str) -> tuple[Any, A
             base, axes = leaf.base, leaf.axes
             rest = tuple(d for d in range(jnp.ndim(base)) if d not in axes)
             lane = jnp.sum(base, axis=rest) if rest else base
-            order = sorted(axes)
-            lane = jnp.transpose(lane, [order.index(d) for d in axes])
+            lane = jnp.transpose(lane, [sorted(axes).index(d) for d in axes])
             per_lane = per_lane + coeff * lane.reshape(-1).astype(dtype)
         elif is_tracked(leaf):
             raise NotSummable(f"the log density of a step of the scan at {where} is not a sum "
@@ -312,12 +263,11 @@ def _per_sequence(term: Any, count: int, dtype: Any, where: str) -> tuple[Any, A
     return free, per_lane
 
 
-def _depths(scan: Any, state: set, deps: list, where: str) -> dict:
-    """Each state carry's depth: 0 where its new value is computed from the step's
-    discrete values (and no state carry), d + 1 where it is the value a carry of depth
-    d held at the step's start (a register of the chain's earlier values); the chain
-    then remembers the last 1 + (largest depth) steps. Anything else is refused."""
+def _registers(scan: Any, state: set, deps: list, scanned: list, where: str) -> tuple:
+    """Each state carry's depth (see the module; anything else is refused), and those that
+    hold a site's own value d steps back (an HMM's z_{t−1}): {carry: (index in `scanned`, d)}."""
     depth = {j: 0 for j in state if not any(scan.carry_input(s) in deps[j] for s in state)}
+    echo = {j: (i, 0) for j in state for i, k in enumerate(scanned) if scan.carries_input(j, k)}
     changed = True
     while changed:
         changed = False
@@ -325,6 +275,8 @@ def _depths(scan: Any, state: set, deps: list, where: str) -> dict:
             source = next((s for s in sorted(depth) if scan.shifts(j, s)), None)
             if source is not None:
                 depth[j] = depth[source] + 1
+                if source in echo:
+                    echo[j] = (echo[source][0], echo[source][1] + 1)
                 changed = True
     if state - depth.keys():
         raise NotSummable(f"the carry of the scan at {where} remembers more than the last "
@@ -332,27 +284,13 @@ def _depths(scan: Any, state: set, deps: list, where: str) -> dict:
                           "last k steps' values): carry the step's discrete values, or values "
                           "computed from them alone, and pass earlier ones on unchanged (a "
                           "k-th order chain carries its last k values)")
-    return depth
-
-
-def _echoes(scan: Any, state: set, steps: StepValues, depth: dict) -> dict:
-    """The state carries that hold a site's value itself, d steps back (an HMM's
-    z_{t−1}, a second-order chain's z_{t−2}): {carry: (site position, d)}."""
-    echo = {j: (i, 0) for j in state for i, k in enumerate(steps.where)
-            if scan.carries_input(j, k)}
-    for j in sorted(state, key=depth.get):
-        if j not in echo:
-            source = next((s for s in echo if scan.shifts(j, s)), None)
-            if source is not None:
-                echo[j] = (echo[source][0], echo[source][1] + 1)
-    return echo
+    return depth, echo
 
 
 class StepValues:
-    """The scan's operands with the discrete sites' stacked values taken out: the
-    other per-step inputs (`first` step, the `rest`), and the joint values of the
-    sites at one step, `count` of them, put back in their places by `inputs(x_t, c)`
-    (`tracked`: every lane at combination c, as a `Same`)."""
+    """The scan's operands with the discrete sites' stacked values taken out (the other
+    per-step inputs: `first` step, the `rest`), and the sites' `count` joint values at
+    one step, put back in their places by `inputs(x_t, c)` (lanes as a `Same`)."""
 
     def __init__(self, scan: Any, ins: list, zpos: list, sites: list, first_init: list,
                  local: list = ()):
@@ -367,23 +305,23 @@ class StepValues:
                      for p in local}
         others = [x for i, x in enumerate(xs) if i not in self.where and i not in self.held]
         self.first, self.rest = [x[0] for x in others], [x[1:] for x in others]
-        self.table = joint_values(sites)
-        self.count = int(self.table[0].shape[0])
+        self.count = math.prod(len(s.support) for s in sites)
         self.dtypes = [scan.body_in_aval(p).dtype for p in zpos]
         self.lanes = tuple(scan.body_in_aval(zpos[0]).shape)
 
-    def value(self, i: int, c: Any, tracked: bool = False) -> Any:
-        """Site i's value in combination c, as the body reads it."""
-        v = self.table[i][c].astype(self.dtypes[i])
-        if not tracked:
-            return v
-        one = jnp.full((1,) * len(self.lanes), v, self.dtypes[i])
-        return Same(one, tuple(range(len(self.lanes))), self.lanes)
+    def value(self, i: int, c: Any) -> Any:
+        """Site i's value in combination c, as the body reads it: c's digit of site i, as
+        a value of its support read by a select (no gather: see `same._selected`)."""
+        below = math.prod(len(s.support) for s in self.sites[i + 1:])
+        digit = (c // below) % len(self.sites[i].support)
+        values = jnp.asarray(self.sites[i].support, self.dtypes[i])
+        v = jnp.sum(jnp.where(digit == jnp.arange(len(values)), values, 0)).astype(values.dtype)
+        return every_lane(v, self.lanes, self.dtypes[i])
 
-    def inputs(self, x_t: list, c: Any, tracked: bool = False) -> list:
+    def inputs(self, x_t: list, c: Any) -> list:
         """The step's inputs with the sites' values in combination c in their places."""
         x_t = list(x_t)
-        placed = {k: self.value(i, c, tracked) for i, k in enumerate(self.where)}
+        placed = {k: self.value(i, c) for i, k in enumerate(self.where)}
         for k in sorted({**placed, **self.held}):
             x_t.insert(k, placed[k] if k in placed else self.held[k])
         return x_t
@@ -394,48 +332,24 @@ class StepSum:
     `positions`, `sites` their `AuxSite`s), split by `split(inputs, lanes)`."""
 
     def __init__(self, scan: Any, a: int, positions: list, sites: list):
-        body = scan.body
-        avals = [scan.body_in_aval(i) for i in range(len(body.jaxpr.invars))]
-        self.positions = list(positions)
-        self.others = [i for i in range(len(avals)) if i not in self.positions]
-        self.sites = [dataclasses.replace(s, shape=tuple(avals[p].shape),
-                                          draw_shape=tuple(avals[p].shape))
-                      for p, s in zip(self.positions, sites)]
-
-        def term(local: list, others: list) -> Any:
-            full: list = [None] * len(avals)
-            for i, v in zip(self.positions, local):
-                full[i] = v
-            for i, v in zip(self.others, others):
-                full[i] = v
-            return walk(body.jaxpr, env_of(body, full), lambda i, e, ins: jx.eval_eqn(e, ins))[a]
-        self.closed = jax.make_jaxpr(term)([jnp.zeros(avals[i].shape, avals[i].dtype)
-                                            for i in self.positions],
-                                           [jnp.zeros(avals[i].shape, avals[i].dtype)
-                                            for i in self.others])
+        body, n = scan.body, len(scan.body.in_avals)
+        self.others = [i for i in range(n) if i not in positions]
+        self.sites = [replace(s, shape=tuple(scan.body_in_aval(p).shape),
+                              draw_shape=tuple(scan.body_in_aval(p).shape))
+                      for p, s in zip(positions, sites)]
+        # its terms that read a local site, and the others: each of (local, other inputs)
+        deps = term_dependence(body, [jnp.zeros(v.shape, v.dtype) for v in body.in_avals], output=a)
+        reads = [k for k, d in enumerate(deps) if d & set(positions)]
+        self.reads, self.rest = (terms_part(body, ks, positions, n, output=a) for ks in (
+            reads, [k for k in range(len(deps)) if k not in reads]))
 
     def split(self, inputs: list, lanes: int) -> tuple[Any, Any, Any]:
-        """A step at the body inputs `inputs` (the local ones are not read), whose local
-        sites' first `lanes` axes are the sequences': (its terms that read no local
-        site, evaluated as they are; then those that do, summed over the local sites
-        sequence by sequence: the part common to every sequence and one term per
-        sequence)."""
-        reads, rest_part = self._parts
+        """A step at the body `inputs` (the local ones not read): its terms that read no
+        local site; then those that do, summed over the local sites per sequence (their
+        first `lanes` axes): a part common to every sequence, and one term each."""
         placeholders = [jnp.zeros(s.shape, s.dtype) for s in self.sites]
-        (rest,) = evaluate(rest_part, placeholders + [inputs[i] for i in self.others])
+        (rest,) = evaluate(self.rest, placeholders + [inputs[i] for i in self.others])
         others = [whole(inputs[i]) for i in self.others]
-        out, _ = sum_over_sites(reads, self.sites, others, lanes_kept=lanes)
+        out, _ = sum_over_sites(self.reads, self.sites, others, lanes_kept=lanes)
         free, per_lane = out if lanes else (out, jnp.zeros((), jnp.result_type(out)))
         return rest, free, per_lane.reshape(-1)
-
-    @functools.cached_property
-    def _parts(self) -> tuple[Any, Any]:
-        """The step's term as (the terms that read a local site, the others), each a
-        closed jaxpr of the same inputs as `closed`."""
-        n = len(self.positions)
-        zeros = [jnp.zeros(a.shape, a.dtype) for a in self.closed.in_avals]
-        deps = term_dependence(self.closed, zeros)
-        reads = [k for k, d in enumerate(deps) if any(i < n for i in d)]
-        return (terms_part(self.closed, reads),
-                terms_part(self.closed, [k for k in range(len(deps)) if k not in reads]))
-

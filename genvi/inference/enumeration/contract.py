@@ -1,31 +1,11 @@
-"""Stage 3 of enumeration: the contraction, log Σ over discrete sites of a product of
-factors over plates, by variable elimination in log space.
+"""Stage 3: log Σ over discrete sites of a product of factors over plates, by variable
+elimination in log space (Pyro's tensor variable elimination).
 
-A `Factor` is a tensor of log values with one axis per summed site it depends on (the
-site's value, per lane) and one axis per plate it lies in (lanes). The density is
-the product of every factor, with the sites summed over their supports lane by lane
-and the plates multiplied over their lanes. `contract` computes its logarithm as
-Pyro's tensor variable elimination does:
-
-* the factors are grouped by their plates; a group with the most plates goes first
-  (no other group lies inside it);
-* its sites that lie in exactly those plates are summed out, one at a time, each time
-  the site whose sum makes the smallest intermediate (as `opt_einsum`'s greedy path
-  chooses): by a `logsumexp` of the factors' join where the join is no larger than
-  the factors (one site in one plate: a mixture), else by an `einsum` of their
-  shifted exponentials (`_sum_out_of`, a matrix product that never builds the join),
-  with the logsumexp of their join taken instead wherever the einsum would lose
-  digits (`_guarded`: decided from the shapes, so it costs nothing where no einsum
-  runs);
-* what is left of each factor depends on sites of fewer plates only; it is
-  multiplied over the plates those sites do not lie in (a sum of logs over their
-  axes, times the plate's scale: a subsampled plate's lanes count `size / lanes`
-  times) and joins the group of the plates that remain.
-
-Factors whose remaining sites do not lie in nested plates (a site of one plate and a
-site of another in one factor) cannot be contracted plate by plate: `contract`
-raises `NotSummable` there (Pyro refuses such models too). `Plan` records each step for
-`explain`, with the size of the largest intermediate.
+`contract` takes the group of factors with the most plates first; sums out its sites
+that lie in exactly those plates, each time the site whose sum makes the smallest
+intermediate (a `logsumexp` of the factors' join, or an `einsum` where that is a real
+matrix product, guarded against lost digits); multiplies what is left over the plates
+its sites do not lie in; and goes on with the plates that remain.
 
 Example:
     >>> import jax.numpy as jnp
@@ -81,13 +61,10 @@ class Plan:
 
 def _aligned(f: Factor, sites: tuple, plates: tuple) -> Any:
     """`f.values` with its axes placed among (sites, plates), size 1 where it has none."""
-    order = list(f.sites) + list(f.plates)
-    target = list(sites) + list(plates)
+    order, target = f.sites + f.plates, tuple(sites) + tuple(plates)
     values = jnp.transpose(f.values, [order.index(d) for d in target if d in order])
-    shape, it = [], iter(jnp.shape(values))
-    for d in target:
-        shape.append(next(it) if d in order else 1)
-    return jnp.reshape(values, shape)
+    it = iter(jnp.shape(values))
+    return jnp.reshape(values, [next(it) if d in order else 1 for d in target])
 
 
 def join(factors: list) -> Factor:
@@ -96,30 +73,24 @@ def join(factors: list) -> Factor:
         return factors[0]
     sites = tuple(dict.fromkeys(s for f in factors for s in f.sites))
     plates = tuple(dict.fromkeys(p for f in factors for p in f.plates))
-    total = sum(_aligned(f, sites, plates) for f in factors)
-    return Factor(total, sites, plates)
+    return Factor(sum(_aligned(f, sites, plates) for f in factors), sites, plates)
 
 
-def _sum_out(f: Factor, site: Any) -> Factor:
-    axis = f.sites.index(site)
-    return Factor(logsumexp(f.values, axis=axis), f.sites[:axis] + f.sites[axis + 1:], f.plates)
+def _sizes(factors: list) -> dict:
+    """Each axis's size among `factors` (an axis of size 1: one value per lane)."""
+    sizes: dict = {}
+    for f in factors:
+        for d, n in zip(f.sites + f.plates, jnp.shape(f.values)):
+            sizes[d] = max(sizes.get(d, 1), n)
+    return sizes
 
 
 def _sum_out_of(hits: list, site: Any) -> tuple[Factor, Any]:
-    """log Σ over `site` of the product of `hits` (two or more factors that have it),
-    by Pyro's log-space einsum, and where that is exact.
-
-    Each factor is shifted by its maximum over the site and exponentiated, the product
-    is summed over the site by one `einsum` (a matrix product; the joined tensor is
-    never exponentiated: 2-3× faster than a logsumexp of the join on CPU), and the
-    shifts are added back to its log. An entry is exact unless the sum fell to where
-    float products lose digits (the factors' likeliest values of the site disagree by
-    about 87 nats in float32); `contract` recomputes such a contraction from the joins.
-    """
-    sizes: dict = {}
-    for f in hits:
-        for d, n in zip(f.sites + f.plates, jnp.shape(f.values)):
-            sizes[d] = max(sizes.get(d, 1), n)
+    """log Σ over `site` of the product of `hits`, by one `einsum` of the factors shifted
+    by their maxima over the site and exponentiated (no join: 2-3× faster than its
+    logsumexp on a CPU), and where each entry is exact: not where float products lose
+    digits (the factors' likeliest values disagree by about 87 nats in float32)."""
+    sizes = _sizes(hits)
     sites = tuple(dict.fromkeys(s for f in hits for s in f.sites if s != site))
     plates = tuple(dict.fromkeys(p for f in hits for p in f.plates))
     out = sites + plates
@@ -158,21 +129,6 @@ def _anywhere_batched(axis_size: int, in_batched: list, flags: Any) -> tuple:
     return jnp.any(flags), False
 
 
-def _multiply_over(f: Factor, plates: list, scales: dict, sizes: dict) -> Factor:
-    """The product over the lanes of `plates` (a sum of logs, scaled per plate); an axis
-    of size 1 holds one value for every lane of its plate."""
-    values = f.values
-    for p in plates:
-        axis = len(f.sites) + f.plates.index(p)
-        held = jnp.shape(values)[axis]
-        values = jnp.sum(values, axis=axis, keepdims=True) * (
-            scales.get(p, 1.0) * sizes.get(p, held) / held)
-    keep = [i for i, p in enumerate(f.plates) if p not in plates]
-    shape = jnp.shape(values)[:len(f.sites)] + tuple(jnp.shape(values)[len(f.sites) + i]
-                                                     for i in keep)
-    return Factor(jnp.reshape(values, shape), f.sites, tuple(f.plates[i] for i in keep))
-
-
 def contract(factors: list, site_plates: dict, scales: dict, names: dict | None = None,
              sizes: dict | None = None, keep: tuple = ()) -> tuple[Any, Plan]:
     """log of the product of `factors` summed over every site (see the module).
@@ -184,13 +140,11 @@ def contract(factors: list, site_plates: dict, scales: dict, names: dict | None 
         names: how `Plan` names sites and plates (default: `str`).
         sizes: each plate's lanes, where a factor holds one value for all of them (an
             axis of size 1); missing: the axis's size.
-        keep: plates not multiplied out (a batch of chains' sequences, whose lanes the
-            forward algorithm sums one by one).
+        keep: plates not multiplied out (a batch of chains' sequences).
 
     Returns:
-        The scalar log of the contracted product, and the `Plan` of its steps; with
-        `keep`, the log as (a scalar, an array over the kept plates, in their order)
-        whose sum over the kept plates' lanes is the contraction.
+        The log of the contracted product and the `Plan` of its steps; with `keep`, the
+        log as (a scalar, an array over the kept plates in their order) adding up to it.
 
     Example:
         >>> import jax.numpy as jnp
@@ -202,11 +156,9 @@ def contract(factors: list, site_plates: dict, scales: dict, names: dict | None 
     name = (names or {}).get
     plan = Plan()
 
-    def run(values: list, fast: bool, plan: Plan | None = None) -> tuple[Any, list]:
-        """The contraction of the factors with these `values`: (its log, the flags of
-        where an einsum lost digits); `fast`: einsums (`_sum_out_of`), else logsumexps of
-        joins, exact at any values."""
-        note = plan.note if plan is not None else (lambda *_: None)
+    def run(values: list, fast: bool, note: Any = lambda *_: None) -> tuple[Any, list]:
+        """(The contraction at these `values`, the flags of where an einsum lost digits);
+        not `fast`: logsumexps of joins only, exact at any values."""
         pending = [Factor(v, f.sites, f.plates) for v, f in zip(values, factors)]
         total, inexact = 0.0, []
         per_lane = jnp.zeros([(sizes or {})[p] for p in keep], values[0].dtype)
@@ -218,16 +170,21 @@ def contract(factors: list, site_plates: dict, scales: dict, names: dict | None 
                      if leaf else "globally")
             local = {s for f in group for s in f.sites if site_plates[s] == leaf}
             while local:
-                site = min(sorted(local, key=str), key=lambda s: _joined_size(group, s))
-                hits = [f for f in group if site in f.sites]
-                size = _joined_size(group, site)
+                joined = {s: math.prod(_sizes([f for f in group if s in f.sites]).values())
+                          for s in local}
+                site = min(sorted(local, key=str), key=joined.get)
+                hits, size = [f for f in group if site in f.sites], joined[site]
                 note(f"sum out {name(site, site)} {where}: {len(hits)} factor"
                      f"{'s' if len(hits) > 1 else ''}, {size:,} entries", size)
-                if fast and _contracts(hits, size):
+                # an einsum saves work where it is a matrix product, not a broadcast
+                if fast and len(hits) > 1 and size > sum(f.size for f in hits):
                     summed, exact = _sum_out_of(hits, site)
                     inexact.append(jnp.any(~exact))
-                else:
-                    summed = _sum_out(join(hits), site)
+                else:   # a logsumexp of the join
+                    product = join(hits)
+                    axis = product.sites.index(site)
+                    summed = Factor(logsumexp(product.values, axis=axis),
+                                    product.sites[:axis] + product.sites[axis + 1:], product.plates)
                 group = [f for f in group if site not in f.sites] + [summed]
                 local.discard(site)
             for f in group:
@@ -244,7 +201,7 @@ def contract(factors: list, site_plates: dict, scales: dict, names: dict | None 
     values = [f.values for f in factors]
     # the plan, and whether any site is summed by an einsum: one pass on shapes only
     shapes = [jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v)) for v in values]
-    einsums = jax.eval_shape(lambda v: run(v, fast=True, plan=plan)[1], shapes)
+    einsums = jax.eval_shape(lambda v: run(v, fast=True, note=plan.note)[1], shapes)
     # a log density: its choices among equal values are not discontinuities of it
     with density_scope():
         if not einsums:   # every site summed from one factor: logsumexps, exact already
@@ -254,9 +211,8 @@ def contract(factors: list, site_plates: dict, scales: dict, names: dict | None 
 
 
 def _guarded(fast: Any, exact: Any) -> Any:
-    """`fast(values)` = (value, flags), with its derivative; where a flag is set, the
-    value and derivative of `exact(values)` instead, computed only then (for every
-    particle at once under `vmap`: `_anywhere`)."""
+    """`fast(values)` = (value, flags) and its derivative, or where a flag is set those of
+    `exact(values)`, computed only then (for every particle at once: `_anywhere`)."""
     @jax.custom_jvp
     def guarded(values: list) -> Any:
         value, flags = fast(values)
@@ -274,34 +230,24 @@ def _guarded(fast: Any, exact: Any) -> Any:
 
 def _multiplied(f: Factor, site_plates: dict, scales: dict, sizes: dict, name: Any,
                 note: Any, keep: tuple = ()) -> Factor:
-    """`f` multiplied over its plates that none of its sites lies in (but `keep`)."""
-    target = frozenset().union(*(site_plates[s] for s in f.sites))
+    """`f` multiplied over its plates that none of its sites lies in (but `keep`): a sum
+    of logs, scaled per plate; an axis of size 1 holds one value for every lane."""
     if any(not site_plates[s] <= site_plates[t] and not site_plates[t] <= site_plates[s]
            for s in f.sites for t in f.sites):
-        raise NotSummable(
-            "sites of different plates (" + ", ".join(
-                f"{name(s, s)!s}" for s in f.sites) + ") meet in one term that lies in "
-            "plates neither of them encloses, so the plates cannot be multiplied out "
-            "one at a time (Pyro refuses such models too): sum them in one plate, or "
-            "keep one of them")
+        names = ", ".join(str(name(s, s)) for s in f.sites)
+        raise NotSummable(f"sites of different plates ({names}) meet in one term that lies in "
+                          "plates neither of them encloses, so the plates cannot be multiplied "
+                          "out one at a time (Pyro refuses such models too): sum them in one "
+                          "plate, or keep one of them")
+    target = frozenset().union(*(site_plates[s] for s in f.sites))
     drop = [p for p in f.plates if p not in target and p not in keep]
-    if drop:
-        f = _multiply_over(f, drop, scales, sizes)
-        note(f"multiply over {{{', '.join(str(name(p, p)) for p in drop)}}}", f.size)
+    if not drop:
+        return f
+    values, axes = f.values, tuple(len(f.sites) + f.plates.index(p) for p in drop)
+    for axis, p in zip(axes, drop):
+        held = jnp.shape(values)[axis]
+        values = jnp.sum(values, axis=axis, keepdims=True) * (
+            scales.get(p, 1.0) * sizes.get(p, held) / held)
+    f = Factor(jnp.squeeze(values, axes), f.sites, tuple(p for p in f.plates if p not in drop))
+    note(f"multiply over {{{', '.join(str(name(p, p)) for p in drop)}}}", f.size)
     return f
-
-
-def _contracts(hits: list, joined: int) -> bool:
-    """Whether an einsum of `hits` saves work over their join's logsumexp: their
-    product is larger than the factors together (a matrix product, not a broadcast)."""
-    return len(hits) > 1 and joined > sum(f.size for f in hits)
-
-
-def _joined_size(group: list, site: Any) -> int:
-    """Entries of the product of the factors of `group` that have `site`."""
-    dims: dict = {}
-    for f in group:
-        if site in f.sites:
-            for d, n in zip(f.sites + f.plates, jnp.shape(f.values)):
-                dims[d] = max(dims.get(d, 1), n)   # an axis of size 1: one value per lane
-    return math.prod(dims.values())

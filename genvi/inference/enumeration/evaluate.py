@@ -1,23 +1,8 @@
-"""The one evaluator of enumeration: a traced log density on tracked values, its sum
-kept apart as `Terms`.
-
-A log density, traced with the summed sites' values as inputs, is evaluated on:
-
-* arrays, as JAX computes them;
-* `Same` (`genvi.inference.enumeration.same`): every lane of a site at one value, held once;
-* `Local` (`genvi.replays.values`): slice l depends on lane l of the site only,
-  carried by the replay engine's lane rules (`genvi.replays.lane_rules`);
-* markers of the chain stage (`genvi.inference.enumeration.chain`), handled by its `other`.
-
-All are `Tracked` (one protocol, the replay engine's). The density is a sum: each
-site's and observation's log density is the sum of one array (`reduce_sum`), and the
-interpreter adds them up, times plate factors. The evaluator keeps that sum apart: a
-`Terms` holds the arrays (its leaves, tracked or not) and their constant
-coefficients instead of adding them. The factor stage reads which sites each leaf
-depends on and along which axes; the chain stage reads a step's leaves as a part
-common to every sequence and one term per sequence. A sum over lanes used other than
-added up, a branch or loop chosen by a site, or lanes that couple raise
-`NotSummable`, naming the primitive and its source line.
+"""The one evaluator of enumeration: a traced log density on arrays and tracked values
+(`Same`, the replay engine's `Local`, the chain stage's markers), its sum of arrays'
+sums kept apart as `Terms`, for the factor and chain stages to read which sites each
+term depends on. Lanes that couple, a branch chosen by a site, or a sum over lanes used
+other than added up raise `NotSummable`.
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -41,16 +26,13 @@ from genvi.inference.enumeration.same import Same, lazy_broadcast, same_rule
 from genvi.inference.enumeration.sites import NotSummable
 from genvi.replays.engine import Local, Perturbed, Tracked, is_tracked, rule_for
 
-_PER_LANE = ("; the log density must be a sum of one term per lane, each depending on that "
-             "lane's discrete values only: compute each lane's terms inside the "
-             "gv.vmap/gv.plate body and let the plate add them")
-
-#: the primitives that keep a sum a sum: adding, subtracting, negating, scaling by a
-#: constant (a product or a quotient), and those that pass a scalar on
+#: the primitives that keep a sum a sum (`_terms_rule`)
 ADD, SUB, NEG, SCALE, DIV = (primitives(names) for names in (
     ["add", "add_any"], ["sub"], ["neg"], ["mul", "div"], ["div"]))
 TO_SCALAR = primitives(["convert_element_type", "copy", "copy_p", "reduce_sum", "reshape",
                         "broadcast_in_dim", "squeeze"])
+_SCORE_EACH = ("score each lane inside the gv.vmap/gv.plate body (gv.observe, gv.factor) "
+               "instead of using their sum")
 
 
 @dataclass
@@ -67,16 +49,10 @@ class Terms(Tracked):
             if isinstance(leaf, Same) and leaf.plain:
                 leaf = leaf.materialized()
             if is_tracked(leaf):
-                raise sum_used(where)
+                raise NotSummable(f"a sum over lanes is used by {where}, so the log density "
+                                  "is not a sum of per-lane terms; " + _SCORE_EACH)
             parts.append(jnp.sum(leaf) * coeff)
         return jnp.asarray(sum(parts), self.dtype)
-
-
-def sum_used(where: str) -> NotSummable:
-    """The refusal of a sum over a site's lanes used at `where` other than added up."""
-    return NotSummable(f"a sum over lanes is used by {where}, so the log density is not a "
-                       "sum of per-lane terms; score each lane inside the gv.vmap/gv.plate "
-                       "body (gv.observe, gv.factor) instead of using their sum")
 
 
 def term_leaves(out: Any) -> tuple:
@@ -94,12 +70,10 @@ def whole(x: Any) -> Any:
     return x.base if isinstance(x, Local) else x
 
 
-def evaluate(closed: Any, inputs: list, other: Callable | None = None,
-             lazy: bool = False) -> list:
-    """Evaluate a closed jaxpr on arrays and tracked values (see the module); `other(eqn,
-    ins)` handles equations on markers the rules do not (None: refuse). Broadcasts that
-    do not depend on the sites stay unbroadcast inside (`Same`); outputs are broadcast
-    unless `lazy`."""
+def evaluate(closed: Any, inputs: list, other: Callable | None = None, lazy: bool = False) -> list:
+    """Evaluate a closed jaxpr on arrays and tracked values; `other(eqn, ins)` handles
+    equations on markers the rules do not (None: refuse). Broadcasts that do not depend
+    on the sites are held once (`Same`), and broadcast at the end unless `lazy`."""
     outs = walk(closed.jaxpr, env_of(closed, inputs), lambda i, eqn, ins: _eqn(eqn, ins, other))
     if lazy:
         return outs
@@ -111,13 +85,11 @@ def _eqn(eqn: Any, ins: list, other: Callable | None) -> list:
         out = _terms_rule(eqn, ins)
         if out is not None:
             return [out]
-        where = f"`{jx.name_of(eqn)}` ({jx.source_line(eqn)})"
-        ins = [x.total(where) if isinstance(x, Terms) else x for x in ins]
+        ins = [x.total(_at(eqn)) if isinstance(x, Terms) else x for x in ins]
     site = any(is_tracked(x) and not (isinstance(x, Same) and x.plain) for x in ins)
-    # what replaces the equation keeps its source line and name scopes (a call's, for the
-    # equations of its body): the smoothness check reads a log density's support tests as
-    # such (density scope). Plain calls are opened (their sums are terms); a custom
-    # derivative rule stays with its equation unless a site reaches it
+    # what replaces an equation keeps its source line and name scopes (the smoothness check
+    # reads a log density's support tests by them). Plain calls are opened (their sums are
+    # terms); a custom derivative rule stays with its equation unless a site reaches it
     view = jx.view(eqn)
     if (isinstance(view, jx.CallEqn) and (site or not isinstance(view, jx.CustomEqn))
             and len(view.body.jaxpr.invars) == len(ins)):
@@ -130,17 +102,13 @@ def _eqn(eqn: Any, ins: list, other: Callable | None) -> list:
         x = ins[0]
         if (isinstance(x, (Local, Same)) and not getattr(x, "plain", False)
                 and set(x.axes) & set(jx.reduced_axes(eqn))):
-            raise NotSummable(f"their lanes are summed at `{jx.name_of(eqn)}` "
-                              f"({jx.source_line(eqn)}) and the sum is used other than added "
-                              "to the log density: score each lane inside the gv.vmap/gv.plate "
-                              "body (gv.observe, gv.factor) instead of using their sum")
+            raise NotSummable(f"their lanes are summed at {_at(eqn)} and the sum is used other "
+                              "than added to the log density: " + _SCORE_EACH)
     if not any(is_tracked(x) for x in ins):
         return lazy_broadcast(eqn, ins) or jx.eval_eqn(eqn, ins)
     with jx.emitted_as(eqn):
         raw = ins
         if any(isinstance(x, Same) for x in ins):
-            # every lane at one value: computed once where the equation allows, else
-            # broadcast to the lanes for the lane rules
             outs = same_rule(eqn, ins)
             if outs is not None:
                 return outs
@@ -151,24 +119,22 @@ def _eqn(eqn: Any, ins: list, other: Callable | None) -> list:
         # carry unbroadcast)
         outs = other(eqn, raw) if other is not None else None
         if outs is None:
-            outs = _lane_rule(eqn, ins)
-    if any(isinstance(x, Perturbed) for x in outs):
-        raise NotSummable(f"their lanes couple at `{jx.name_of(eqn)}` "
-                          f"({jx.source_line(eqn)})" + _PER_LANE)
+            if view is not None:
+                raise NotSummable(f"a {jx.name_of(eqn)} at {jx.source_line(eqn)} depends on them; "
+                                  "a branch or loop chosen by a summed site is not summed lane by "
+                                  "lane: select values with jnp.where instead, or keep the site")
+            rule = rule_for(eqn)
+            outs = None if rule is None else rule(eqn, ins)
+    if outs is None or any(isinstance(x, Perturbed) for x in outs):
+        raise NotSummable(f"their lanes couple at {_at(eqn)}; the log density must be a sum of "
+                          "one term per lane, each depending on that lane's discrete values "
+                          "only: compute each lane's terms inside the gv.vmap/gv.plate body "
+                          "and let the plate add them")
     return outs
 
 
-def _lane_rule(eqn: Any, ins: list) -> list:
-    if jx.view(eqn) is not None:
-        raise NotSummable(f"a {jx.name_of(eqn)} at {jx.source_line(eqn)} depends on them; a "
-                          "branch or loop chosen by a summed site is not summed lane by lane: "
-                          "select values with jnp.where instead, or keep the site")
-    rule = rule_for(eqn)
-    out = None if rule is None else rule(eqn, ins)
-    if out is None:
-        raise NotSummable(f"their lanes couple at `{jx.name_of(eqn)}` "
-                          f"({jx.source_line(eqn)})" + _PER_LANE)
-    return out
+def _at(eqn: Any) -> str:
+    return f"`{jx.name_of(eqn)}` ({jx.source_line(eqn)})"
 
 
 def _scalar_leaves(x: Any) -> tuple | None:
@@ -179,7 +145,8 @@ def _scalar_leaves(x: Any) -> tuple | None:
 
 
 def _terms_rule(eqn: Any, ins: list) -> Terms | None:
-    """Adding, negating, scaling by a constant and converting keep a `Terms` a sum."""
+    """Adding, subtracting, negating, scaling by a constant (a product or a quotient) and
+    passing a scalar on keep a `Terms` a sum."""
     aval = eqn.outvars[0].aval
     if aval.shape != ():
         return None

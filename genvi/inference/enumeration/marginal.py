@@ -1,24 +1,6 @@
-"""`gv.enumeration()`: the exact algorithm for `gv.marginal` over discrete sites, and
-the pipeline that runs the engine's stages for it.
-
-`gv.marginal(model, keep=[...], algorithm=gv.enumeration())` sums the model's
-auxiliary (not kept) sites over their finite supports, as Pyro's `TraceEnum_ELBO`
-does for sites enumerated in the model. `exact_log_density` runs the stages:
-
-1. find the summed sites (`genvi.inference.enumeration.sites`) and trace the log density once
-   per argument shapes, with their values as inputs;
-2. sites outside any `gv.scan`: read the density's factors and contract them
-   (`genvi.inference.enumeration.factors`, `genvi.inference.enumeration.contract`);
-3. sites in a `gv.scan`: the chain's steps are the time dimension, summed by the
-   forward recursion (`genvi.inference.enumeration.chain`), sequential or parallel in time;
-   sites of one value (outside plates and scans) are summed over every joint value
-   around it, and plates beside chains are contracted apart, their terms split by
-   which sites they read (`_apart`);
-4. report the plan to `explain` (`EnumeratedMarginal.plans`).
-
-Elsewhere (lanes that couple, plates that cross, a scan whose carry remembers more,
-a site without a static finite support) it refuses, naming the site and why.
-Gradients flow through the exact sum (no estimator is involved).
+"""`gv.enumeration()`, the exact algorithm of `gv.marginal` over discrete sites, and
+`exact_log_density`, the pipeline of its stages (see `genvi.inference.enumeration`).
+Gradients flow through the exact sum: no estimator is involved.
 
 Example (a two-component mixture, its assignments summed out):
     >>> import genvi as gv, jax.numpy as jnp
@@ -53,8 +35,8 @@ from genvi.core.tracing import shapes_key, trace_cached
 from genvi.inference.enumeration.chain import forward_sums
 from genvi.inference.enumeration.contract import Plan
 from genvi.inference.enumeration.factors import sum_over_sites, term_dependence, terms_part
-from genvi.inference.enumeration.sites import (MAX_JOINT, AuxSite, NotSummable, joint_values,
-                                     summed_sites)
+from genvi.inference.enumeration.sites import (MAX_JOINT, AuxSite, NotSummable,
+                                               joint_values, summed_sites)
 from genvi.gen.language import GenFn
 from genvi.inference.importance import Marginal
 
@@ -137,11 +119,9 @@ class EnumeratedMarginal(Marginal):
         return exact_log_density(self, self.aux_sites(*args), to_choices(choices), args)
 
     def sim(self, *args: Any) -> tuple[ChoiceMap, jax.Array]:
-        """A draw of the kept choices (the whole program sampled with its strategies)
-        and their exact log marginal density."""
+        """A draw of the kept choices (the whole program sampled) and their log density."""
         self._require_objective("sim")
-        full, _ = self.g.sim(*args)
-        kept, _ = self._split(full)
+        kept, _ = self._split(self.g.sim(*args)[0])
         return kept, self.log_density(kept, *args)
 
     def estimate_log_density(self, key: jax.Array, choices: Any, *args: Any) -> jax.Array:
@@ -151,10 +131,18 @@ class EnumeratedMarginal(Marginal):
 
 def exact_log_density(m: EnumeratedMarginal, sites: list[AuxSite], kept: ChoiceMap,
                       args: tuple) -> jax.Array:
-    """log Σ over the sites' values of `m.g`'s density at (kept, values) (the module's
-    stages)."""
-    closed, flat_in = _traced(m, sites, kept, args)
-    dtype = closed.out_avals[0].dtype
+    """log Σ over the sites' values of `m.g`'s density at (kept, values): sites of one
+    value at every joint value around the plates or chains, plates beside chains `_apart`."""
+    def log_joint(aux_values, kept, *args):
+        return m.g.log_density(kept | ChoiceMap({s.addr: v for s, v in zip(sites, aux_values)}),
+                               *args)
+    # traced with the sites' values as its first inputs, validation off: they stand for
+    # every value of the supports (a latent used as a shape was refused when the program
+    # was traced to find the sites: `genvi.core.program_mistakes.static_use_error`)
+    placeholders = [jnp.zeros(s.shape, s.dtype) for s in sites]
+    traced, dyn = trace_cached(m._log_joints, log_joint, (placeholders, kept) + tuple(args),
+                               lambda: validation.validation(False))
+    closed, flat_in = traced.closed, list(dyn[len(sites):])
     scanned = [s for s in sites if s.shape != s.draw_shape]
     scalars = [s for s in sites if s.shape == ()] if scanned else []
     batched = [s for s in sites if s not in scanned and s not in scalars]
@@ -168,15 +156,14 @@ def exact_log_density(m: EnumeratedMarginal, sites: list[AuxSite], kept: ChoiceM
                          f"{[s.name for s in scalars]} of {m.g.name} have {count:,} joint "
                          f"values (more than {MAX_JOINT:,}): put repeated sites in a gv.plate "
                          "or gv.scan, where they are summed lane by lane or step by step")
-    steps = max((s.shape[0] for s in scanned), default=0)
-    parallel = m.alg.parallel(steps)
+    parallel = m.alg.parallel(max((s.shape[0] for s in scanned), default=0))
 
     def at(values: list) -> jax.Array:  # the sum over the other sites, scalar sites fixed
         fixed = dict(zip([s.addr for s in scalars], values))
         if not scanned:
             total, contraction = sum_over_sites(closed, sites, flat_in)
             plan.steps[:], plan.largest = contraction.steps, contraction.largest
-            return jnp.asarray(total, dtype)
+            return jnp.asarray(total, closed.out_avals[0].dtype)
         if not batched:
             return forward_sums(closed, sites, fixed, flat_in, plan, parallel)
         return _apart(closed, sites, fixed, flat_in, scanned, batched, plan, parallel)
@@ -184,7 +171,14 @@ def exact_log_density(m: EnumeratedMarginal, sites: list[AuxSite], kept: ChoiceM
         total = (logsumexp(jax.vmap(at, axis_size=count)(joint_values(scalars))) if scalars
                  else at([]))
     except NotSummable as why:
-        raise _refusal(m.g, sites, why) from None
+        raise ValueError(
+            "gv.enumeration cannot sum the discrete sites "
+            f"{', '.join(repr(s.name) for s in sites)} of {m.g.name} exactly: {why}. It sums a log "
+            "density that is a sum of terms, each depending lane by lane on the sites of nested "
+            "gv.plate/gv.vmap lanes (plates of any sizes, side by side or nested), and step by "
+            "step in a gv.scan whose steps depend on the last k steps' discrete values (a hidden "
+            "Markov model of order k), the two apart where no term reads both. Keep such a site "
+            "and give it a guide (grad=gv.ENUM), or use gv.importance.") from None
     m.plans[shapes_key(args)] = plan
     current().observer.contraction(m.name, plan)   # `explain`
     return total
@@ -213,43 +207,10 @@ def _apart(closed: Any, sites: list, fixed: dict, flat_in: list, scanned: list,
         terms_part(closed, [k for k, d in enumerate(deps) if not d & chain_at], plate_at, n),
         [sites[i] for i in plate_at],
         [x for i, x in enumerate(plain) if i not in plate_at] + list(flat_in))
-    for step in contraction.steps:
-        plan.note(step, 0)
+    plan.steps += contraction.steps
     plan.largest = max(plan.largest, contraction.largest)
     along = [i for i in range(n) if i not in plate_at]   # the chains', and the fixed ones
-    over_chains = forward_sums(
+    return over_plates + forward_sums(
         terms_part(closed, [k for k, d in enumerate(deps) if d & chain_at], along, n),
         [sites[i] for i in along], fixed, [plain[i] for i in plate_at] + list(flat_in),
         plan, parallel)
-    return over_plates + over_chains
-
-
-def _traced(m: EnumeratedMarginal, sites: list[AuxSite], kept: ChoiceMap,
-            args: tuple) -> tuple[Any, list]:
-    """`m.g`'s log density traced with the sites' values as its first inputs: the
-    closed jaxpr and its other inputs (kept choices and arguments, flat)."""
-    g = m.g
-
-    def log_joint(aux_values, kept, *args):
-        return g.log_density(kept | ChoiceMap({s.addr: v for s, v in zip(sites, aux_values)}),
-                             *args)
-
-    placeholders = [jnp.zeros(s.shape, s.dtype) for s in sites]
-    # validation off: the traced values are placeholders for every value of the supports
-    # (a latent used as a shape was refused already, naming it, when the program itself
-    # was traced to find the sites: `genvi.core.program_mistakes.static_use_error`)
-    traced, dyn = trace_cached(m._log_joints, log_joint, (placeholders, kept) + tuple(args),
-                               lambda: validation.validation(False))
-    return traced.closed, list(dyn[len(sites):])
-
-
-def _refusal(g: GenFn, sites: list[AuxSite], why: Exception) -> ValueError:
-    names = ", ".join(repr(s.name) for s in sites)
-    return ValueError(
-        f"gv.enumeration cannot sum the discrete sites {names} of {g.name} exactly: {why}. "
-        "It sums a log density that is a sum of terms, each depending lane by lane on the "
-        "sites of nested gv.plate/gv.vmap lanes (plates of any sizes, side by side or "
-        "nested), and step by step in a gv.scan whose steps depend on the last k steps' "
-        "discrete values (a hidden Markov model of order k), the two apart where no term "
-        "reads both. Keep such a site and give it a guide "
-        "(grad=gv.ENUM), or use gv.importance.")

@@ -1,12 +1,6 @@
-"""Stage 1 of enumeration: which sites are summed, and over what.
-
-`summed_sites` runs the model abstractly and returns an `AuxSite` per discrete site
-outside `keep`: its address, its choice's shape (steps of a `gv.scan` and lanes of a
-`gv.plate`/`gv.vmap` included), one draw's shape, and its finite support, read from
-the distribution at the parameters the site saw (those fixed when the program is
-traced are values: a binomial's `n`). A site with no static finite support is
-refused, naming it. `NotSummable` is the engine's refusal, which the marginal turns
-into an error naming the model's sites.
+"""Stage 1 of enumeration: which sites are summed (`summed_sites`), and over what
+finite supports; `NotSummable`, the engine's refusal, which the marginal names the
+sites in.
 
 Example:
     >>> from types import SimpleNamespace as S
@@ -42,9 +36,8 @@ class NotSummable(Exception):
 
 @dataclass(frozen=True)
 class AuxSite:
-    """A discrete auxiliary site: address, its choice's shape (scan steps and lanes
-    included), one draw's shape, its support, and the product of its enclosing
-    `gv.plate` scales."""
+    """A discrete auxiliary site: its choice's shape (scan steps and lanes included),
+    one draw's shape, its support, and the product of its enclosing `gv.plate` scales."""
 
     addr: tuple
     shape: tuple
@@ -64,7 +57,8 @@ class _NotStatic(Exception):
 
 
 def summed_sites(g: Any, is_kept: Callable[[tuple], bool], args: tuple) -> list[AuxSite]:
-    """The discrete sites of `g` not kept, found by running `g` abstractly on `args`."""
+    """The discrete sites of `g` not kept, found by running `g` abstractly on `args`, each
+    with its support at the parameters it saw (a site without a finite one is refused)."""
     dyn, static, treedef, mask = split_args(args)
     handler = RecordSites()
 
@@ -127,8 +121,7 @@ def _aux_site(g: Any, addr: tuple, sd: Any, dist: Any, params: tuple, scale: flo
 
 
 def joint_values(sites: list) -> list:
-    """Every joint value of `sites`, each over its support: one array [C] per site (the
-    last site varying fastest)."""
+    """Every joint value of `sites`: one array [C] per site, the last varying fastest."""
     combos = list(itertools.product(*[range(len(s.support)) for s in sites]))
     return [jnp.asarray(np.array([s.support[c[i]] for c in combos]), s.dtype)
             for i, s in enumerate(sites)]

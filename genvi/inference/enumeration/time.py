@@ -1,29 +1,15 @@
-"""The time product of enumeration: a chain's steps multiplied in log space, one step
-after another or as a parallel reduction (`genvi.inference.enumeration.chain` finds the chain).
+"""The time product of enumeration: a chain's steps multiplied in log space.
 
 `History` numbers the last k joint values of a step's sites, (h_1, …, h_k) with h_1
 the latest, as one index h over C^k (h_1 most significant). The forward variable α
-holds log p(observations so far, history h) for every h; a step with log factors
-m[h, v] (v the step's value) advances it:
+holds log p(observations so far, history h); a step with log factors m[h, v] (v the
+step's value) advances it, O(C^{k+1}) per step:
 
-    α'(v, h_1, …, h_{k−1}) = logsumexp over h_k of α(h) + m[h, v],
+    α'(v, h_1, …, h_{k−1}) = logsumexp over h_k of α(h) + m[h, v].
 
-O(C^{k+1}) per step: a first-order chain (k = 1) is the hidden Markov model's
-recursion, a second-order one its pair-state form. Where a step's factors depend on
-its input alone, the steps' product is computed one of two ways, equal in value and
-gradient:
-
-* `sequential` (`blocked_chain`): α through the steps by a `lax.scan`, in blocks
-  whose factors are recomputed in the backward pass: O(T × C^{k+1}) work, T deep,
-  memory O(T / BLOCK × C^k);
-* `parallel` (`parallel_chain`): each step as a transition matrix over histories,
-  P_t[h, h'] = m_t[h, v] where h' = (v, h_1, …, h_{k−1}), multiplied in log space
-  by a balanced tree (funsor's `sequential_sum_product`; only the total is needed,
-  so a reduction, not `lax.associative_scan`'s prefixes): O(T × C^{3k}) work,
-  log₂ T deep, memory O(T × C^{3k}).
-
-`remat` rematerializes a step of the general recursion (a chain whose other
-carries change, always sequential).
+Where a step's factors depend on its input alone, the steps are multiplied by
+`blocked_chain` (sequential: O(T × C^{k+1}) work, T deep) or `parallel_chain` (a
+balanced tree: O(T × C^{3k}) work, log₂ T deep), equal in value and gradient.
 
 Example:
     >>> import jax.numpy as jnp
@@ -92,15 +78,10 @@ FACTORS_BUDGET = 1 << 22
 
 def blocked_chain(history: History, alpha: jax.Array, factors: Any,
                   rest: list) -> tuple[jax.Array, Any]:
-    """α [C^k, lanes] carried through steps 1 … T − 1, whose factors (a lane-free part
-    and m_t [C^k, C, lanes]) depend on each step's input alone: `factors(x_t)`. The
-    steps go in blocks of `BLOCK`: a block's factors are computed at once under
-    `vmap`, then α runs through them; the blocks are a scan whose body is
-    rematerialized (`remat`), so the backward pass keeps α at each block's start,
-    O(T / BLOCK × C^k) per lane, and recomputes a block's factors, O(BLOCK × C^{k+1}),
-    instead of keeping every step's, O(T × C^{k+1}). Where every step's factors fit in
-    `FACTORS_BUDGET` numbers they are computed at once and kept (one block, no
-    recomputation: about 30% faster for small chains)."""
+    """α [C^k, lanes] through steps 1 … T − 1 of inputs `rest`, whose `factors(x_t)` (a
+    lane-free part, m_t [C^k, C, lanes]) depend on the input alone, and the lane-free
+    parts' sum: a scan over blocks of `BLOCK` steps, recomputed in the backward pass, or
+    one block, kept, where all fit in `FACTORS_BUDGET` numbers (30% faster when small)."""
     length = jax.tree_util.tree_leaves(rest)[0].shape[0]
     fits = length * history.size * history.count * alpha.shape[1] <= FACTORS_BUDGET
     block = length if fits else min(BLOCK, length)
@@ -118,23 +99,22 @@ def blocked_chain(history: History, alpha: jax.Array, factors: Any,
         return jnp.where(valid, history.advance(al, m_t), al), None
 
     def run_block(c, inp):
-        al, free_total = c
-        xb, valid = inp
+        (al, free_total), (xb, valid) = c, inp
         free, m = jax.vmap(factors)(xb)                      # [block], [block, C^k, C, lanes]
         al, _ = jax.lax.scan(forward, al, (m, valid))
         return (al, free_total + jnp.sum(jnp.where(valid, free, 0.0))), None
 
     start = (alpha, jnp.zeros((), alpha.dtype))
     if blocks == 1:
-        (alpha, free_total), _ = run_block(start, jax.tree_util.tree_map(lambda x: x[0], inputs))
-        return alpha, free_total
-    (alpha, free_total), _ = jax.lax.scan(remat(run_block), start, inputs)
-    return alpha, free_total
+        return run_block(start, jax.tree_util.tree_map(lambda x: x[0], inputs))[0]
+    return jax.lax.scan(remat(run_block), start, inputs)[0]
 
 
 def parallel_chain(history: History, alpha: jax.Array, factors: Any,
                    rest: list) -> tuple[jax.Array, Any]:
-    """`blocked_chain`'s result by a parallel product over the steps (see the module)."""
+    """`blocked_chain`'s result by the steps' transition matrices over histories
+    multiplied in log space by a balanced tree (funsor's `sequential_sum_product`; a
+    reduction, not `lax.associative_scan`'s prefixes: only the total is needed)."""
     free, m = jax.vmap(factors)(rest)                       # [T], [T, C^k, C, lanes]
     # P_t[h, h'] = m_t[h, v] where h' = (v, h_1, …, h_{k−1}): v is h''s leading digit,
     # and h''s other digits must be h's newest k − 1 (else −inf)
@@ -146,18 +126,13 @@ def parallel_chain(history: History, alpha: jax.Array, factors: Any,
         p = jnp.where(follows[:, :, None], p, -jnp.inf)
     while p.shape[0] > 1:   # log₂ T levels: pairs of neighbours multiplied at once
         odd = p[-1:] if p.shape[0] % 2 else p[:0]
-        p = jnp.concatenate([_log_matmul(p[0:-1:2], p[1::2]), odd])
+        a, b = p[0:-1:2], p[1::2]   # log(exp(a) @ exp(b)) per pair and lane
+        p = jnp.concatenate([_logsumexp(a[:, :, :, None] + b[:, None], axis=2), odd])
     return _logsumexp(alpha[:, None] + p[0], axis=0), jnp.sum(free)
 
 
-def _log_matmul(a: jax.Array, b: jax.Array) -> jax.Array:
-    """log(exp(a) @ exp(b)) per step and lane: a, b [T, S, S, lanes]."""
-    return _logsumexp(a[:, :, :, None] + b[:, None], axis=2)
-
-
 def _logsumexp(x: jax.Array, axis: int) -> jax.Array:
-    """logsumexp whose value is −inf and derivative 0 where every entry is −inf (a
-    history no step reaches), instead of NaN."""
+    """logsumexp, but −inf with derivative 0 (not NaN) where every entry is −inf."""
     top = jax.lax.stop_gradient(jnp.max(x, axis=axis, keepdims=True))
     top = jnp.where(jnp.isfinite(top), top, 0.0)
     total = jnp.sum(jnp.exp(x - top), axis=axis)
@@ -165,12 +140,7 @@ def _logsumexp(x: jax.Array, axis: int) -> jax.Array:
     return jnp.where(total > 0, out, -jnp.inf)
 
 
-#: whether a step is recomputed in the backward pass (see `remat`)
-REMAT = True
-
-
 def remat(step: Any) -> Any:
-    """The forward algorithm's step, rematerialized for reverse mode: the backward pass
-    keeps each step's α and carried state, O(T × values) (× lanes), and recomputes the
-    step's pair evaluations, instead of storing them all, O(T × values²)."""
-    return jax.checkpoint(step, prevent_cse=False) if REMAT else step
+    """A step rematerialized for reverse mode: the backward pass keeps each step's α
+    and state, O(T × C^k), and recomputes its pair evaluations, O(T × C^{k+1})."""
+    return jax.checkpoint(step, prevent_cse=False)
