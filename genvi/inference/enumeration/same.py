@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from genvi.core import jaxpr as jx
-from genvi.core.axis_rules import (Operand, gather_reads_by_lane, lane_axes, repeated_axes,
-                                   with_lanes_of_size_one)
+from genvi.core.axis_rules import (Operand, gather_by_select, gather_reads_by_lane, lane_axes,
+                                   repeated_axes, with_lanes_of_size_one)
 from genvi.core.rules import Structure, structure_of
 from genvi.replays.engine import Local, Tracked
 
@@ -83,6 +83,10 @@ def _holds_one_value(eqn: Any, ins: list, structure: Structure) -> bool:
     return all(isinstance(x, Same) or (isinstance(x, _ARRAYS) and jnp.ndim(x) == 0) for x in ins)
 
 
+#: the most rows of a table read at a site's value by a select, not a gather
+SELECT_ROWS = 64
+
+
 def same_rule(eqn: Any, ins: list) -> list | None:
     """`eqn` on operands some of which are `Same`: its outputs computed once on the size-1
     lanes, or None where the lanes must be broadcast (it meets lane data, reshapes them)."""
@@ -103,59 +107,11 @@ def same_rule(eqn: Any, ins: list) -> list | None:
     params = with_lanes_of_size_one(eqn, axes)
     outs = None
     if structure is Structure.GATHER:
-        outs = _selected(params or eqn.params, *vals)
+        outs = gather_by_select(eqn, params, *vals, max_rows=SELECT_ROWS)
     if outs is None:
         outs = jx.eval_eqn(eqn, vals) if params is None else jx.eval_eqn_with(eqn, vals, params)
     plain = all(x.plain for x in ins if isinstance(x, Same))
     return [Same(o, axes, first.lanes, plain) for o in outs]
-
-
-#: the most rows of a table read at a site's value by a select (`_selected`), not a gather
-SELECT_ROWS = 64
-
-
-def _selected(params: dict, table: Any, indices: Any) -> list | None:
-    """A gather of `table` rows at `indices` (a site's values: a mixture's means) as a
-    sum of a select over the rows, or None where it is not of that form. On a CPU the
-    gather and its transpose (a scatter) cost several microseconds a step where the
-    select costs a fraction of one (`genvi_experiments/bench/enumeration_peers.py`)."""
-    dn, shape = params["dimension_numbers"], jnp.shape(table)
-    mode = jax.lax.GatherScatterMode.from_any(params["mode"])
-    fill = mode is jax.lax.GatherScatterMode.FILL_OR_DROP
-    # an index of an axis read whole is clamped to 0 (unless filled): not read; a table
-    # of one row along its batching axes is the same for every index: read at 0
-    read = [j for j, d in enumerate(dn.start_index_map)
-            if fill or params["slice_sizes"][d] != shape[d]]
-    if len(read) != 1 or any(shape[d] != 1 for d in dn.operand_batching_dims):
-        return None
-    kept = [d for d in range(len(shape)) if d not in dn.operand_batching_dims]
-    table = jnp.reshape(table, [shape[d] for d in kept])
-    sizes = [params["slice_sizes"][d] for d in kept]
-    a = kept.index(dn.start_index_map[read[0]])
-    collapsed = {kept.index(d) for d in dn.collapsed_slice_dims}
-    rows = jnp.shape(table)[a]
-    if (rows > SELECT_ROWS or sizes[a] != 1 or not collapsed <= {a}
-            or any(sizes[d] != jnp.shape(table)[d] for d in range(len(kept)) if d != a)
-            or (fill and not jnp.issubdtype(jnp.result_type(table), jnp.inexact))):
-        return None
-    index = indices[..., read[0]]
-    inside = (index >= 0) & (index < rows)
-    if not fill:   # XLA clamps an index out of range
-        index = jnp.clip(index, 0, rows - 1)
-    table = jnp.moveaxis(table, a, 0)
-    if a not in collapsed:
-        table = jnp.expand_dims(table, 1 + a)
-    hit = (index[..., None] == jnp.arange(rows, dtype=index.dtype))
-    hit = hit.reshape(hit.shape + (1,) * (table.ndim - 1))
-    out = jnp.sum(jnp.where(hit, table, jnp.zeros((), table.dtype)), axis=index.ndim)
-    inside = inside.reshape(index.shape + (1,) * (out.ndim - index.ndim))
-    if fill:
-        value = jnp.nan if params["fill_value"] is None else params["fill_value"]
-        out = jnp.where(inside, out, jnp.asarray(value, out.dtype))
-    elif mode is jax.lax.GatherScatterMode.PROMISE_IN_BOUNDS:   # its scatter drops them
-        out = jnp.where(inside, out, jax.lax.stop_gradient(out))
-    batch = [d for d in range(out.ndim) if d not in dn.offset_dims]
-    return [jnp.moveaxis(out, list(range(out.ndim)), batch + list(dn.offset_dims))]
 
 
 def lazy_broadcast(eqn: Any, ins: list) -> list | None:
