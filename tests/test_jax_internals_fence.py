@@ -121,3 +121,25 @@ def test_the_name_fence_finds_each_form():
            "d = eqn.primitive is sin_p\ne = '''eqn.primitive.name in a docstring'''")
     assert _by_name(ast.parse(src)) == {"kind", "primitive.name", "eqns"}
     assert _by_name(ast.parse("d = eqn.primitive is sin_p")) == set()
+
+
+def test_every_primitive_set_is_built_by_name_in_core_rules_only():
+    found = {}
+    for path in _outside_core():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("primitives", "primitive")):
+                found.setdefault(str(path.relative_to(ROOT)), []).append(node.lineno)
+    assert not found, ("primitive sets built from names outside genvi/core/rules.py: "
+                       f"{found}")
+
+
+def test_a_name_the_running_jax_lacks_is_an_error_not_an_omission(monkeypatch):
+    import pytest
+
+    from genvi.core import rules
+    without_lt = {k: v for k, v in rules._BY_NAME.items() if k != "lt"}
+    monkeypatch.setattr(rules, "_BY_NAME", without_lt)
+    # the discontinuity check's comparisons, built on a JAX that renamed `lt`: refused
+    with pytest.raises(rules.MissingPrimitive, match=r"no primitive named lt: .*rules\.py"):
+        rules.primitives("lt le gt ge eq ne".split())

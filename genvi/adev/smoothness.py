@@ -49,7 +49,8 @@ from typing import Any, Sequence
 
 from genvi.core import jaxpr as jx
 from genvi.core.primitives import SAMPLES, SiteEqn, sample_p
-from genvi.core.rules import primitives
+from genvi.core.rules import (COMPARISONS, CONVERT_ELEMENT_TYPE, EQUALITIES, IS_FINITE, LOGIC,
+                              SELECT_N, SORT, STEP_FUNCTIONS)
 from genvi.core.walk import scan_fixed_point, walk, while_fixed_point
 from genvi.core.scopes import CONTINUOUS_SCOPE, DENSITY_SCOPE
 from genvi.core.address import Address
@@ -62,18 +63,11 @@ class DiscontinuityError(ValueError):
 
 # -- the rules: which primitives are discontinuous, which make steps -----------------
 
-_STEP_FUNCTIONS = {  # smooth value in, piecewise-constant value out
+_STEP_FUNCTIONS = {  # how a user writes each of `STEP_FUNCTIONS` (the messages)
     "floor": "jnp.floor", "ceil": "jnp.ceil", "round": "jnp.round", "sign": "jnp.sign",
     "rem": "jnp.mod / %", "nextafter": "jnp.nextafter", "argmax": "jnp.argmax",
     "argmin": "jnp.argmin",
 }
-_STEPS = primitives(_STEP_FUNCTIONS)
-_COMPARISONS = primitives(["lt", "le", "gt", "ge", "eq", "ne"])
-_EQUALITIES = primitives(["eq", "ne"])
-_LOGIC = primitives(["and", "or", "not", "xor"])
-_IS_FINITE, _SELECT_N, _SORT, _CONVERT = (
-    next(iter(primitives([name]))) for name in ("is_finite", "select_n", "sort",
-                                                 "convert_element_type"))
 _WHAT = {"select_n": "jnp.where / lax.select", "cond": "lax.cond / lax.switch",
          "while": "a while loop's predicate", "convert_element_type": "a cast to float",
          "gather": "an index", "dynamic_slice": "an index",
@@ -172,23 +166,23 @@ def _rule(eqn: Any, ins: list, trusted: bool, live: bool, at: Any) -> list:
     # a custom derivative is taken as continuous (its rule is the user's word)
     if trusted or isinstance(view, jx.CustomEqn) or jx.sub_jaxprs(eqn):
         return [None if merged is None else merged.smooth()] * n_out
-    if prim is _IS_FINITE or (prim in _EQUALITIES and not merged.is_step):
+    if prim is IS_FINITE or (prim in EQUALITIES and not merged.is_step):
         # a guard (x == c, isnan, isinf): its answer changes on a set of probability
         # zero for a continuous draw, so it moves no mass with the parameters
         return [None] * n_out
-    if prim in _COMPARISONS:
+    if prim in COMPARISONS:
         return [merged.stepped(eqn, at) if merged.moves or merged.is_step else merged] * n_out
-    if prim is _SELECT_N:
+    if prim is SELECT_N:
         if _decides(ins[0]) and live:
             _refuse(eqn, ins[0], at)
         cases = _merge(ins[1:])
         return [None if cases is None else cases.smooth()]
-    if prim in _STEPS or _argsort(eqn, ins) or _to_integer(eqn):
+    if prim in STEP_FUNCTIONS or _argsort(eqn, ins) or _to_integer(eqn):
         if merged.moves and live:
             _refuse(eqn, merged, at)
         return [merged] * n_out
     if merged.is_step:
-        if prim in _LOGIC or not any(jx.is_float_aval(v.aval) for v in eqn.outvars):
+        if prim in LOGIC or not any(jx.is_float_aval(v.aval) for v in eqn.outvars):
             return [merged] * n_out  # still a step: logic, integer arithmetic
         if live:
             _refuse(eqn, merged, at)
@@ -241,12 +235,12 @@ def _join(a: "_Taint | None", b: "_Taint | None") -> "_Taint | None":
 
 def _argsort(eqn: Any, ins: list) -> bool:
     """A sort that carries other operands along a sorted key: argsort's indices."""
-    return eqn.primitive is _SORT and len(eqn.invars) > jx.sort_keys(eqn)
+    return eqn.primitive is SORT and len(eqn.invars) > jx.sort_keys(eqn)
 
 
 def _to_integer(eqn: Any) -> bool:
     """A cast of a float to an integer or boolean type."""
-    if eqn.primitive is not _CONVERT:
+    if eqn.primitive is not CONVERT_ELEMENT_TYPE:
         return False
     return jx.is_float_aval(eqn.invars[0].aval) and not jx.is_float_aval(eqn.outvars[0].aval)
 

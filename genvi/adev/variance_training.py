@@ -48,14 +48,10 @@ from typing import Any, Sequence
 
 from genvi.core import jaxpr as jx
 from genvi.core.primitives import SiteEqn, sample_p
-from genvi.core.rules import primitives
+from genvi.core.rules import ZERO_DERIVATIVE
 from genvi.core.strategy import Strategy
 from genvi.core.walk import scan_fixed_point, walk, while_fixed_point
 from genvi.core.address import Address
-
-
-# functions whose derivative is zero wherever it exists: what they return has no tangent
-_ZERO_DERIVATIVE = primitives(["stop_gradient", "floor", "ceil", "round", "sign"])
 
 
 class VarianceTrainingError(ValueError):
@@ -102,7 +98,7 @@ class _Reach:
         n_out = len(eqn.outvars)
         if eqn.primitive is sample_p:
             return [self.site(eqn, ins)]
-        if eqn.primitive in _ZERO_DERIVATIVE:
+        if eqn.primitive in ZERO_DERIVATIVE:
             return [0] * n_out
         view = jx.view(eqn)
         if isinstance(view, jx.CallEqn):   # a call or a custom derivative: its body

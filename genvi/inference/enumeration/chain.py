@@ -37,7 +37,7 @@ import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
 from genvi.core import jaxpr as jx
-from genvi.core.rules import primitives
+from genvi.core.rules import LAYOUT
 from genvi.inference.enumeration.contract import Plan
 from genvi.inference.enumeration.evaluate import Terms, evaluate, whole
 from genvi.inference.enumeration.factors import sum_over_sites, term_dependence, terms_part
@@ -46,8 +46,6 @@ from genvi.inference.enumeration.sites import MAX_JOINT, NotSummable
 from genvi.inference.enumeration.time import History, blocked_chain, parallel_chain, remat
 from genvi.replays.engine import Local, Tracked, is_tracked
 
-# reorderings of the stacked values on their way into the scan (a vmapped scan)
-_LAYOUT = primitives(["transpose", "convert_element_type"])
 
 
 @dataclass
@@ -71,7 +69,7 @@ def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list,
     inputs = [fixed[s.addr] if s.addr in fixed else Steps(s) for s in sites]
 
     def other(eqn, ins):
-        if any(isinstance(x, Steps) for x in ins) and eqn.primitive in _LAYOUT:
+        if any(isinstance(x, Steps) for x in ins) and eqn.primitive in LAYOUT:
             return [ins[0]]   # the steps and lanes summed are checked in the scan
         if any(isinstance(x, AfterScan) for x in ins):
             raise NotSummable(f"results of a scan that depend on the discrete values are used "

@@ -20,17 +20,12 @@ from typing import Any, Callable
 import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
-from genvi.core.rules import REDUCE_SUM, primitives
+from genvi.core.rules import ADD, DIV, NEG, REDUCE_SUM, SCALE, SUB, TO_SCALAR
 from genvi.core.walk import env_of, walk
 from genvi.inference.enumeration.same import Same, lazy_broadcast, same_rule
 from genvi.inference.enumeration.sites import NotSummable
 from genvi.replays.engine import Local, Perturbed, Tracked, is_tracked, rule_for
 
-#: the primitives that keep a sum a sum (`_terms_rule`)
-ADD, SUB, NEG, SCALE, DIV = (primitives(names) for names in (
-    ["add", "add_any"], ["sub"], ["neg"], ["mul", "div"], ["div"]))
-TO_SCALAR = primitives(["convert_element_type", "copy", "copy_p", "reduce_sum", "reshape",
-                        "broadcast_in_dim", "squeeze"])
 _SCORE_EACH = ("score each lane inside the gv.vmap/gv.plate body (gv.observe, gv.factor) "
                "instead of using their sum")
 
