@@ -1,8 +1,8 @@
 """The time product of `gv.enumeration`: a chain's steps multiplied one after another
 (`time="sequential"`) or by a balanced tree of transition matrices (`time="parallel"`)
 give the same value and gradient, on an order-1 and an order-2 chain and on a batch of
-padded sequences, against a float64 numpy forward algorithm; T = 10⁴ steps compile to
-bounded memory in both."""
+padded sequences (the order-2 models of `test_enumeration_chains`), against a float64
+numpy forward algorithm; T = 10⁴ steps compile to bounded memory in both."""
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +12,7 @@ from scipy.special import logsumexp
 from scipy.stats import norm
 
 import genvi as gv
+from test_enumeration_chains import many_chains as chains2, one_chain as chain2
 
 K, SD = 3, 0.7
 TRANS = np.array([[0.80, 0.15, 0.05], [0.10, 0.70, 0.20], [0.25, 0.05, 0.70]], np.float32)
@@ -31,36 +32,6 @@ def step(carry, y):
 def hmm(ys):
     means = gv.normal(jnp.zeros(K), 2.0) @ "means"
     gv.scan(step)((0, jnp.asarray(TRANS), means), ys) @ "steps"
-
-
-# p(z_t | z_{t-1}, z_{t-2}) over two states, and a padded batch of such chains
-TRANS2 = np.array([[[0.3, 0.7], [0.8, 0.2]], [[0.6, 0.4], [0.1, 0.9]]], np.float32)
-
-
-@gv.gen
-def step2(carry, inputs):
-    prev, prev2, trans, means = carry
-    y, valid = inputs
-    z = gv.categorical(jnp.log(trans[prev2, prev])) @ "z"
-    gv.factor(jnp.where(valid, gv.normal.log_prob(y, means[z], SD), 0.0))
-    return (z, prev, trans, means), None
-
-
-@gv.gen
-def sequence2(means, ys, valid):
-    gv.scan(step2)((0, 0, jnp.asarray(TRANS2), means), (ys, valid)) @ "steps"
-
-
-@gv.gen
-def chain2(ys, valid):
-    means = gv.normal(jnp.zeros(2), 2.0) @ "means"
-    sequence2(means, ys, valid) @ "chain"
-
-
-@gv.gen
-def chains2(ys, valid):
-    means = gv.normal(jnp.zeros(2), 2.0) @ "means"
-    gv.vmap(sequence2, in_axes=(None, 0, 0))(means, ys, valid) @ "seqs"
 
 
 def value_and_grad(model, time, means, *args):
