@@ -42,7 +42,7 @@ from genvi.distributions.discrete import Binomial, Categorical, Geometric, Poiss
 from genvi.distributions.time_series import GaussianRandomWalk
 from genvi.distributions.priors import (Exponential, HalfCauchy, HalfNormal, Laplace, LogNormal,
                                         StudentT)
-from genvi.distributions.tfp import from_tfp
+from genvi.interop.tfp import from_tfp
 import sys as _sys
 
 from genvi.gen import handlers

@@ -7,7 +7,7 @@ event-space bijector, `dist.event_bijector(*params)`) or None (unknown: automati
 the site). Discrete distributions are recognized by their integer or boolean values.
 
 `bijector(domain, bounds)` gives the TFP JAX bijector (imported lazily, as
-`genvi.distributions.tfp` does) from the unconstrained space onto that domain; the
+`genvi.interop.tfp` does) from the unconstrained space onto that domain; the
 automatic guides (`genvi.guides.auto`) and the constrained parameters
 (`genvi.guides.params`) both use it, so a constrained value's density carries the
 exact log-Jacobian TFP computes.

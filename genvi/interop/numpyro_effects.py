@@ -7,7 +7,7 @@ the bottom of that stack, so the model's own handlers (plates, `mask`, `scale`,
 `condition`, `substitute`, `block`, `reparam`) have had their say when it answers:
 
 * a latent `sample` becomes a genvi site at the NumPyro name, its distribution wrapped
-  (`genvi.distributions.numpyro_wrapper`): the value is the site's, the strategy from the
+  (`genvi.interop.numpyro_distributions`): the value is the site's, the strategy from the
   site's `infer={"grad": ...}` or the program's `strategies=`; an observed one (`obs=`,
   `condition`, `substitute`) a named observation; `numpyro.factor` an unnamed one;
 * a plate's scale (size / subsample_size) and a static `handlers.scale` bracket the site
@@ -30,9 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import numpyro
+import numpyro.distributions as nd
 from numpyro import handlers as nh
-from numpyro.contrib.control_flow.scan import PytreeTrace, scan_wrapper
-from numpyro.primitives import Messenger, _PYRO_STACK
+from numpyro.primitives import Messenger
 
 from genvi.adev.strategies import REINFORCE
 from genvi.core import jaxpr as jx
@@ -40,7 +40,9 @@ from genvi.core.address import Address
 from genvi.core.addressing import current_prefix, nested, prefixed, sample_site
 from genvi.core.primitives import scaled_by
 from genvi.distributions.base import DistCall
-from genvi.distributions.numpyro_wrapper import Subsample, wrap
+from genvi.interop.numpyro_distributions import Subsample, wrap
+from genvi.interop.numpyro_internals import (answer_scan, handlers_above, is_scan,
+                                             plate_sizes, read_scan, sample_shape)
 from genvi.gen.observations import deterministic, factor, observe
 from genvi.guides.params import Constrained
 
@@ -157,7 +159,7 @@ class GenviEffects(Messenger):
                 "not run by genvi; gv.marginal(program, keep, gv.enumeration()) sums a "
                 "model's discrete sites in parallel, exactly (mark them 'parallel', or "
                 "leave the mark out)")
-        shape = tuple(msg["kwargs"].get("sample_shape", ()))
+        shape = sample_shape(msg)
         if shape:
             fn = fn.expand(shape + tuple(fn.batch_shape))
         scale = _static_scale(msg.get("scale"))
@@ -177,7 +179,7 @@ class GenviEffects(Messenger):
                 factor(jnp.asarray(msg["scale"]) * fn.log_prob(msg["value"]))
             else:
                 dist, params = wrap(fn)
-                auxiliary = infer.get("is_auxiliary") or type(fn).__name__ == "Unit"
+                auxiliary = infer.get("is_auxiliary") or type(fn) is nd.Unit
                 with scaled_by(scale):   # numpyro.factor: an unnamed weight, no datum
                     observe(dist(*params), msg["value"], name=None if auxiliary else leaf)
 
@@ -213,18 +215,17 @@ class GenviEffects(Messenger):
     def _plate(self, msg: dict) -> None:
         if msg["value"] is not None:   # the whole plate, or a subsample given by substitute
             return
-        size, count = msg["args"]
+        size, count = plate_sizes(msg)
         with _under(msg["name"]) as leaf:
             call = DistCall(Subsample(size, count), (jnp.zeros((), jnp.int8),), REINFORCE)
             msg["value"] = sample_site(call, leaf)
 
     # -- contrib.control_flow.scan ---------------------------------------------------
     def _scan(self, msg: dict) -> None:
-        if msg["fn"] is not scan_wrapper:
+        if not is_scan(msg):
             raise NumPyroError(f"{self.program}: a NumPyro control-flow primitive other than "
                                "contrib.control_flow.scan is not run by genvi")
-        f, init, xs, length, reverse = msg["args"]
-        subs = list(msg["kwargs"].get("substitute_stack", ()))
+        f, init, xs, length, reverse, subs = read_scan(msg)
         if any(kind not in ("condition", "substitute") for kind, _ in subs):
             raise NumPyroError(f"{self.program}: numpyro.handlers.replay around "
                                "contrib.control_flow.scan is not run by genvi; a genvi "
@@ -251,12 +252,11 @@ class GenviEffects(Messenger):
                                       length=length, reverse=reverse)
         self.named |= inner.named
         # nothing for NumPyro's scan to send again: the steps' sites are genvi's already
-        msg["value"] = ((length, None, carry), (PytreeTrace({}), ys))
+        answer_scan(msg, length, carry, ys)
 
     def _check_outer_handlers(self) -> None:
         """Refuse a mask or scale around a scan (they would not reach its steps' sites)."""
-        above = _PYRO_STACK[_PYRO_STACK.index(self) + 1:]
-        for handler in above:
+        for handler in handlers_above(self):
             if isinstance(handler, (nh.mask, nh.scale)):
                 raise NumPyroError(
                     f"{self.program}: numpyro.handlers.{type(handler).__name__} around "

@@ -19,7 +19,7 @@ from numpyro import handlers as nh
 from numpyro.distributions import constraints as nc
 
 from genvi.core.strategy import Strategy
-from genvi.distributions.numpyro_wrapper import base_constraint
+from genvi.interop.numpyro_distributions import base_constraint
 from genvi.gen.language import GenFn
 from genvi.guides import params as gp
 from genvi.interop.numpyro_effects import GenviEffects, NumPyroError

@@ -1,5 +1,5 @@
-"""NumPyro distributions as genvi distributions. The only module of this floor importing
-NumPyro, lazily (on first use): `import genvi` never loads it.
+"""NumPyro distributions as genvi distributions (`gv.from_numpyro`'s sites). Imported with
+`numpyro_program`, on `gv.from_numpyro`'s first call: `import genvi` never loads NumPyro.
 
 `wrap(d)` turns a `numpyro.distributions.Distribution` instance into a genvi
 distribution and its parameters: the instance's pytree leaves are the site's operands
@@ -33,13 +33,13 @@ Example:
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpyro.distributions as nd
 
 from genvi.core.address import Address
 from genvi.distributions.base import Distribution
@@ -48,42 +48,39 @@ from genvi.distributions.continuous import Normal
 from genvi.distributions.discrete import Categorical, Poisson
 
 
-@functools.lru_cache(maxsize=None)
-def _numpyro() -> Any:
-    import numpyro.distributions as nd  # noqa: PLC0415 (optional dependency, loaded on use)
-    return nd
-
-
 #: NumPyro classes whose `sample` draws each lane from that lane's parameters alone
-#: (elementwise samplers): lane-local replays follow such draws in O(lanes)
+#: (elementwise samplers): lane-local replays follow such draws in O(lanes). Keyed by
+#: the class itself: a user's class of the same name is none of them.
 _LANEWISE = frozenset({
-    "Normal", "LogNormal", "HalfNormal", "Cauchy", "HalfCauchy", "Laplace", "Exponential",
-    "Uniform", "Gamma", "Beta", "StudentT", "Gumbel", "Logistic", "BernoulliProbs",
-    "BernoulliLogits", "CategoricalProbs", "CategoricalLogits", "Poisson", "Delta"})
+    nd.Normal, nd.LogNormal, nd.HalfNormal, nd.Cauchy, nd.HalfCauchy, nd.Laplace,
+    nd.Exponential, nd.Uniform, nd.Gamma, nd.Beta, nd.StudentT, nd.Gumbel, nd.Logistic,
+    nd.BernoulliProbs, nd.BernoulliLogits, nd.CategoricalProbs, nd.CategoricalLogits,
+    nd.Poisson, nd.Delta})
 #: NumPyro classes whose law is a genvi distribution's with the same parameters (by
 #: NumPyro's names, in genvi's order): MVD's and SD's terms come from genvi's formulas
-_TWINS = {"Normal": (Normal(), ("loc", "scale")), "BernoulliProbs": (Flip(), ("probs",)),
-          "BernoulliLogits": (Bernoulli(), ("logits",)),
-          "CategoricalLogits": (Categorical(), ("logits",)), "Poisson": (Poisson(), ("rate",))}
+_TWINS = {nd.Normal: (Normal(), ("loc", "scale")), nd.BernoulliProbs: (Flip(), ("probs",)),
+          nd.BernoulliLogits: (Bernoulli(), ("logits",)),
+          nd.CategoricalLogits: (Categorical(), ("logits",)), nd.Poisson: (Poisson(), ("rate",))}
 #: wrappers that leave each element's law and its parameters as they are (a mask does not)
-_SAME_LAW = frozenset({"Independent", "ExpandedDistribution"})
+_SAME_LAW = frozenset({nd.Independent, nd.ExpandedDistribution})
 #: wrappers that sample through their base distribution unchanged per lane
-_THROUGH = _SAME_LAW | {"MaskedDistribution"}
+_THROUGH = _SAME_LAW | {nd.MaskedDistribution}
 
 
 def _unwrapped(d: Any, wrappers: frozenset) -> Any:
-    """`d` with the wrapper classes named in `wrappers` taken off (their `base_dist`)."""
-    while type(d).__name__ in wrappers:
+    """`d` with the wrapper classes in `wrappers` taken off (their `base_dist`)."""
+    while type(d) in wrappers:
         d = d.base_dist
     return d
 
 
 def _twin(treedef: Any, count: int) -> tuple[Any, tuple[int, ...]] | None:
     """(genvi distribution, the operand index of each of its parameters) where the
-    instance is one of `_TWINS`, expanded or made independent at most."""
+    instance is one of `_TWINS`, expanded or made independent at
+    most."""
     probe = jax.tree_util.tree_unflatten(treedef, list(range(count)))  # leaf i -> i
     probe = _unwrapped(probe, _SAME_LAW)
-    twin = _TWINS.get(type(probe).__name__)
+    twin = _TWINS.get(type(probe))
     if twin is None:
         return None
     where = [probe.__dict__.get(name) for name in twin[1]]
@@ -101,7 +98,7 @@ def base_constraint(constraint: Any) -> Any:
         >>> base_constraint(constraints.real_vector) is constraints.real
         True
     """
-    while isinstance(constraint, _numpyro().constraints.independent):
+    while isinstance(constraint, nd.constraints.independent):
         constraint = constraint.base_constraint
     return constraint
 
@@ -109,7 +106,7 @@ def base_constraint(constraint: Any) -> Any:
 def _constraint_domain(support: Any) -> str | None:
     """genvi's domain for a NumPyro support whose genvi bijector is NumPyro's own
     (`biject_to`: identity, exp, sigmoid), else None."""
-    c = _numpyro().constraints
+    c = nd.constraints
     support = base_constraint(support)
     if support is c.real:
         return "real"
@@ -267,7 +264,7 @@ class NumPyroDistribution(Distribution):
         given `own_support_params`."""
         support = (self._fixed_support if self._fixed_support is not None
                    else self.instance(*params).support)
-        return _NumPyroBijector(_numpyro().transforms.biject_to(support))
+        return _NumPyroBijector(nd.transforms.biject_to(support))
 
     def check_value(self, value, *params):
         ok = self._per_lane(lambda d, v: d.support(v), params, jnp.asarray(value))
@@ -361,6 +358,6 @@ def wrap(d: Any) -> tuple[NumPyroDistribution, tuple]:
     fixed = d.support if not jax.tree_util.tree_leaves(d.support) else None
     dist = NumPyroDistribution(
         treedef, tuple(jnp.ndim(x) for x in leaves), type(d).__name__, bool(d.has_rsample),
-        _static_support(d), domain, type(base).__name__ in _LANEWISE, len(d.event_shape),
+        _static_support(d), domain, type(base) in _LANEWISE, len(d.event_shape),
         fixed)
     return dist, (jnp.zeros((), jnp.int8),) + leaves

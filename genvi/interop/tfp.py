@@ -1,4 +1,5 @@
-"""Wrapping TensorFlow Probability's JAX distributions. The only module importing TFP.
+"""TensorFlow Probability's JAX distributions as genvi distributions (`gv.from_tfp`): the
+only module importing TFP's distributions (`genvi.guides.supports` reads its bijectors).
 
 TFP is imported lazily, on first use: `import genvi` never loads it. The released
 `tensorflow-probability` 0.25.0 fails to import under current JAX, so genvi pins a
@@ -33,7 +34,7 @@ class TFPDistribution(Distribution):
         self.domain = "own"  # its own default event-space bijector (automatic guides)
         self.name = f"tfp.{cls.__name__}"
         self.reparameterized = reparameterized
-        if cls.__name__ in _FINITE:  # ENUM and gv.enumeration sum it over its support
+        if cls in _finite():  # ENUM and gv.enumeration sum it over its support
             self.support = self._finite_support
 
     def instance(self, *params: Any) -> Any:
@@ -55,7 +56,7 @@ class TFPDistribution(Distribution):
     def _finite_support(self, *params: Any) -> Any:
         """One lane's support, from the parameters' shapes or static values."""
         given = dict(zip(self.param_names, params), **dict(self.static))
-        return _FINITE[self.cls.__name__](given)
+        return _finite()[self.cls](given)
 
     def __eq__(self, other):
         return (isinstance(other, TFPDistribution) and other.cls is self.cls
@@ -80,10 +81,13 @@ def _counts(given: dict) -> Any:
     return jnp.arange(top + 1, dtype=jnp.float32)
 
 
-#: TFP classes with a finite support known when the program is traced: one lane's
-#: support from the parameters (by name)
-_FINITE = {"Bernoulli": lambda given: jnp.array([0, 1], jnp.int32),
-           "Categorical": _classes, "Binomial": _counts}
+@functools.lru_cache(maxsize=None)
+def _finite() -> dict:
+    """TFP classes with a finite support known when the program is traced: one lane's
+    support from the parameters (by name), keyed by the class itself."""
+    tfd = _tfp().distributions
+    return {tfd.Bernoulli: lambda given: jnp.array([0, 1], jnp.int32),
+            tfd.Categorical: _classes, tfd.Binomial: _counts}
 
 
 def from_tfp(cls: Any, **static: Any):
