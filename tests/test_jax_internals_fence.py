@@ -143,3 +143,41 @@ def test_a_name_the_running_jax_lacks_is_an_error_not_an_omission(monkeypatch):
     # the discontinuity check's comparisons, built on a JAX that renamed `lt`: refused
     with pytest.raises(rules.MissingPrimitive, match=r"no primitive named lt: .*rules\.py"):
         rules.primitives("lt le gt ge eq ne".split())
+
+
+VIEWS = {"ScanEqn", "CondEqn", "CallEqn", "CustomEqn", "WhileEqn"}
+
+
+def _dispatch_by_view(tree: ast.AST) -> list[int]:
+    """Lines that dispatch on a control-flow equation's kind by hand: `isinstance` on
+    a typed view, or `jx.view(eqn)` (the `Hooks` of genvi.core.walk hand an
+    interpreter each kind's view instead)."""
+    def names_view(node: ast.AST) -> bool:
+        return any(isinstance(n, (ast.Attribute, ast.Name))
+                   and (n.attr if isinstance(n, ast.Attribute) else n.id) in VIEWS
+                   for n in ast.walk(node))
+
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        if (isinstance(node.func, ast.Name) and node.func.id == "isinstance"
+                and len(node.args) == 2 and names_view(node.args[1])):
+            lines.append(node.lineno)
+        elif isinstance(node.func, ast.Attribute) and node.func.attr == "view" and (
+                isinstance(node.func.value, ast.Name) and node.func.value.id == "jx"):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_every_interpreter_receives_control_flow_through_hooks():
+    found = {str(p.relative_to(ROOT)): lines for p in _outside_core()
+             if (lines := _dispatch_by_view(ast.parse(p.read_text())))}
+    assert not found, ("control flow dispatched by hand outside genvi/core (subclass "
+                       f"genvi.core.walk.Hooks instead): {found}")
+
+
+def test_the_hooks_fence_finds_each_form():
+    src = ("a = isinstance(v, jx.ScanEqn)\nb = isinstance(v, (jx.CondEqn, int))\n"
+           "c = jx.view(eqn)\nd = isinstance(v, Local)\ne = isinstance(v, CustomEqn)\n")
+    assert _dispatch_by_view(ast.parse(src)) == [1, 2, 3, 5]

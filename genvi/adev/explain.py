@@ -71,14 +71,11 @@ def note_site(log: dict | None, eqn: Any, dist: Any, strategy: Any, value: Any,
     if log is None or id(eqn) in log:
         return
     within = [f"draw of {label}" for label in draws]
-    views = [jx.view(s) for s in steps if hasattr(s, "primitive")]  # steps holds indices too
-    for view in views:
-        if isinstance(view, jx.ScanEqn):
-            within.append(f"scan({view.length})")
-        elif isinstance(view, jx.CondEqn):
-            within.append("cond")
+    # steps holds indices too; a scan's or cond's nesting in words and runs
+    nestings = [n for s in steps if hasattr(s, "primitive") and (n := jx.nesting(s))]
+    within += [words for words, _ in nestings]
     addr = SiteEqn.of(eqn).addr
-    repeat = math.prod(view.length for view in views if isinstance(view, jx.ScanEqn))
+    repeat = math.prod(runs for _, runs in nestings)
     log[id(eqn)] = dict(addr=Address(addr).shown(),
                         dist=getattr(dist, "label", "?"), strategy=repr(strategy),
                         shape=tuple(getattr(value, "shape", ())), within=within,

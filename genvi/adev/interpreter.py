@@ -296,7 +296,7 @@ class _Level(Hooks):
         # derivative's body is not differentiated (its rule is): its conds are JAX's.
         return (jx.nests(eqn, RANDOMNESS)
                 or (any(x.tangent is not None for x in ins) and _holds_cond(eqn)
-                    and not isinstance(jx.view(eqn), jx.CustomEqn)))
+                    and not jx.has_custom_rule(eqn)))
 
     def _body(self, outs_terms: tuple) -> list:
         outs, (s, o) = outs_terms

@@ -51,7 +51,7 @@ from genvi.core import jaxpr as jx
 from genvi.core.primitives import SAMPLES, SiteEqn, sample_p
 from genvi.core.rules import (COMPARISONS, CONVERT_ELEMENT_TYPE, EQUALITIES, IS_FINITE, LOGIC,
                               SELECT_N, SORT, STEP_FUNCTIONS)
-from genvi.core.walk import scan_fixed_point, walk, while_fixed_point
+from genvi.core.walk import Hooks, scan_fixed_point, walk, while_fixed_point
 from genvi.core.scopes import CONTINUOUS_SCOPE, DENSITY_SCOPE
 from genvi.core.address import Address
 
@@ -136,9 +136,7 @@ def _analyze(jaxpr: Any, in_taints: list, trusted: bool, at: Any = None) -> list
     env: dict = dict.fromkeys(jaxpr.constvars)  # constants carry no taint
     env.update(zip(jaxpr.invars, in_taints))
     live = jx.live_equations(jaxpr, kept=SAMPLES)   # a site is live: it draws
-    return walk(jaxpr, env, lambda i, eqn, ins: _rule(eqn, ins, trusted or _scoped(eqn),
-                                                      live[i], at),
-                literal=lambda _: None)
+    return walk(jaxpr, env, _Taints(trusted, live, at), literal=lambda _: None)
 
 
 def _scoped(eqn: Any) -> bool:
@@ -146,47 +144,82 @@ def _scoped(eqn: Any) -> bool:
     return DENSITY_SCOPE in stack or CONTINUOUS_SCOPE in stack
 
 
-def _rule(eqn: Any, ins: list, trusted: bool, live: bool, at: Any) -> list:
-    prim = eqn.primitive
-    n_out = len(eqn.outvars)
-    if prim is sample_p:
-        return [_sample_taint(eqn, ins, trusted, live, at)]
-    merged = _merge(ins)
-    if merged is None and not jx.sub_jaxprs(eqn):
-        return [None] * n_out
-    view = jx.view(eqn)
-    if isinstance(view, jx.CondEqn):
-        return _cond(view, ins, live, trusted, at)
-    if isinstance(view, jx.ScanEqn):
-        return _scan(view, ins, trusted, at)
-    if isinstance(view, jx.WhileEqn):
-        return _while(view, ins, live, trusted, at)
-    if isinstance(view, jx.CallEqn) and not isinstance(view, jx.CustomEqn):
-        return _analyze(view.body.jaxpr, ins, trusted, at or eqn)
-    # a custom derivative is taken as continuous (its rule is the user's word)
-    if trusted or isinstance(view, jx.CustomEqn) or jx.sub_jaxprs(eqn):
-        return [None if merged is None else merged.smooth()] * n_out
-    if prim is IS_FINITE or (prim in EQUALITIES and not merged.is_step):
-        # a guard (x == c, isnan, isinf): its answer changes on a set of probability
-        # zero for a continuous draw, so it moves no mass with the parameters
-        return [None] * n_out
-    if prim in COMPARISONS:
-        return [merged.stepped(eqn, at) if merged.moves or merged.is_step else merged] * n_out
-    if prim is SELECT_N:
-        if _decides(ins[0]) and live:
-            _refuse(eqn, ins[0], at)
-        cases = _merge(ins[1:])
-        return [None if cases is None else cases.smooth()]
-    if prim in STEP_FUNCTIONS or _argsort(eqn, ins) or _to_integer(eqn):
-        if merged.moves and live:
-            _refuse(eqn, merged, at)
-        return [merged] * n_out
-    if merged.is_step:
-        if prim in LOGIC or not any(jx.is_float_aval(v.aval) for v in eqn.outvars):
-            return [merged] * n_out  # still a step: logic, integer arithmetic
-        if live:
-            _refuse(eqn, merged, at)
-    return [merged.smooth()] * n_out
+class _Taints(Hooks):
+    """One walk of the analysis: each equation's outputs' taints from its operands'.
+    `live[i]`: whether equation i is live (refusals are made only there); `trusted`
+    and `at` as `_analyze`'s. Every control-flow equation is walked into (its hooks)
+    but a custom derivative, taken as continuous (its rule is the user's word)."""
+
+    rules = {sample_p: lambda self, i, eqn, ins: [
+        _sample_taint(eqn, ins, self.trusts(eqn), self.live[i], self.at)]}
+
+    def __init__(self, trusted: bool, live: Sequence[bool], at: Any):
+        self.trusted, self.live, self.at = trusted, live, at
+
+    def trusts(self, eqn: Any) -> bool:
+        return self.trusted or _scoped(eqn)
+
+    def interprets(self, eqn: Any, ins: list) -> bool:
+        return bool(jx.sub_jaxprs(eqn))
+
+    def _walker(self, eqn: Any) -> Any:
+        trusted = self.trusts(eqn)
+        return lambda jaxpr, ins: _analyze(jaxpr, ins, trusted, self.at)
+
+    def call(self, i: int, view: jx.CallEqn, ins: list) -> list:
+        return _analyze(view.body.jaxpr, ins, self.trusts(view.eqn), self.at or view.eqn)
+
+    def cond(self, i: int, view: jx.CondEqn, ins: list) -> list:
+        if _decides(ins[0]) and self.live[i] and not self.trusts(view.eqn):
+            _refuse(view.eqn, ins[0], self.at)
+        outs = [self._walker(view.eqn)(b.jaxpr, ins[1:]) for b in view.branches]
+        return [_merge([ins[0]] + list(col)) for col in zip(*outs)]
+
+    def scan(self, i: int, view: jx.ScanEqn, ins: list) -> list:
+        return scan_fixed_point(view, ins, self._walker(view.eqn), _join)
+
+    def while_(self, i: int, view: jx.WhileEqn, ins: list) -> list:
+        carry, pred = while_fixed_point(view, ins, self._walker(view.eqn), _join)
+        if _decides(pred) and self.live[i] and not self.trusts(view.eqn):
+            _refuse(view.eqn, pred, self.at)
+        return carry
+
+    def custom(self, i: int, view: jx.CustomEqn, ins: list) -> list:
+        return self.unsupported(i, view.eqn, ins)
+
+    def unsupported(self, i: int, eqn: Any, ins: list) -> list:
+        merged = _merge(ins)
+        return [None if merged is None else merged.smooth()] * len(eqn.outvars)
+
+    def other(self, i: int, eqn: Any, ins: list) -> list:
+        prim, n_out, at = eqn.primitive, len(eqn.outvars), self.at
+        live = self.live[i]
+        merged = _merge(ins)
+        if merged is None:
+            return [None] * n_out
+        if self.trusts(eqn):
+            return [merged.smooth()] * n_out
+        if prim is IS_FINITE or (prim in EQUALITIES and not merged.is_step):
+            # a guard (x == c, isnan, isinf): its answer changes on a set of probability
+            # zero for a continuous draw, so it moves no mass with the parameters
+            return [None] * n_out
+        if prim in COMPARISONS:
+            return [merged.stepped(eqn, at) if merged.moves or merged.is_step else merged] * n_out
+        if prim is SELECT_N:
+            if _decides(ins[0]) and live:
+                _refuse(eqn, ins[0], at)
+            cases = _merge(ins[1:])
+            return [None if cases is None else cases.smooth()]
+        if prim in STEP_FUNCTIONS or _argsort(eqn, ins) or _to_integer(eqn):
+            if merged.moves and live:
+                _refuse(eqn, merged, at)
+            return [merged] * n_out
+        if merged.is_step:
+            if prim in LOGIC or not any(jx.is_float_aval(v.aval) for v in eqn.outvars):
+                return [merged] * n_out  # still a step: logic, integer arithmetic
+            if live:
+                _refuse(eqn, merged, at)
+        return [merged.smooth()] * n_out
 
 
 def _decides(t: "_Taint | None") -> bool:
@@ -205,28 +238,6 @@ def _sample_taint(eqn: Any, ins: list, trusted: bool, live: bool, at: Any) -> "_
     where = repr(str(Address(site.addr))) if site.addr else "an unnamed gv.sample"
     return _Taint(where, f"gv.{site.dist.name}, grad={site.strategy!r}",
                   params is not None and params.param)
-
-
-def _cond(view: jx.CondEqn, ins: list, live: bool, trusted: bool, at: Any) -> list:
-    if _decides(ins[0]) and live and not trusted:
-        _refuse(view.eqn, ins[0], at)
-    outs = [_analyze(b.jaxpr, ins[1:], trusted, at) for b in view.branches]
-    return [_merge([ins[0]] + list(col)) for col in zip(*outs)]
-
-
-def _scan(view: jx.ScanEqn, ins: list, trusted: bool, at: Any) -> list:
-    return scan_fixed_point(view, ins, _walker(trusted, at), _join)
-
-
-def _while(view: jx.WhileEqn, ins: list, live: bool, trusted: bool, at: Any) -> list:
-    carry, pred = while_fixed_point(view, ins, _walker(trusted, at), _join)
-    if _decides(pred) and live and not trusted:
-        _refuse(view.eqn, pred, at)
-    return carry
-
-
-def _walker(trusted: bool, at: Any) -> Any:
-    return lambda jaxpr, ins: _analyze(jaxpr, ins, trusted, at)
 
 
 def _join(a: "_Taint | None", b: "_Taint | None") -> "_Taint | None":

@@ -50,7 +50,7 @@ from genvi.core import jaxpr as jx
 from genvi.core.primitives import SiteEqn, sample_p
 from genvi.core.rules import ZERO_DERIVATIVE
 from genvi.core.strategy import Strategy
-from genvi.core.walk import scan_fixed_point, walk, while_fixed_point
+from genvi.core.walk import Hooks, scan_fixed_point, walk, while_fixed_point
 from genvi.core.address import Address
 
 
@@ -74,11 +74,15 @@ def check(closed: Any, differentiated: Sequence[bool], names: Sequence[str]) -> 
             _refuse(SiteEqn.of(eqn), [n for i, n in enumerate(names) if both >> i & 1])
 
 
-class _Reach:
+class _Reach(Hooks):
     """The dataflow: each variable's bit set of the differentiated inputs its tangent
     can depend on. `trained` collects, per site whose strategy trains its operands (by
     id: the equation and its bit set), what those read, and `laws` what any site's
-    distribution reads."""
+    distribution reads. Every control-flow equation is walked into (its hooks)."""
+
+    rules = {sample_p: lambda self, i, eqn, ins: [self.site(eqn, ins)],
+             # their derivative is zero: they cut
+             **{p: lambda self, i, eqn, ins: [0] * len(eqn.outvars) for p in ZERO_DERIVATIVE}}
 
     def __init__(self):
         self.trained: dict = {}
@@ -87,31 +91,37 @@ class _Reach:
     def run(self, jaxpr: Any, in_masks: list) -> list:
         env: dict = dict.fromkeys(jaxpr.constvars, 0)  # constants: no input
         env.update(zip(jaxpr.invars, in_masks))
-        return walk(jaxpr, env, self.rule, literal=lambda _: 0)
+        return walk(jaxpr, env, self, literal=lambda _: 0)
 
-    def rule(self, i: int, eqn: Any, ins: list) -> list:
-        outs = self.reached(eqn, ins)
+    def __call__(self, i: int, eqn: Any, ins: list) -> list:
+        outs = super().__call__(i, eqn, ins)
         # an integer or boolean value has no tangent
         return [m if jx.is_float_aval(v.aval) else 0 for m, v in zip(outs, eqn.outvars)]
 
-    def reached(self, eqn: Any, ins: list) -> list:
-        n_out = len(eqn.outvars)
-        if eqn.primitive is sample_p:
-            return [self.site(eqn, ins)]
-        if eqn.primitive in ZERO_DERIVATIVE:
-            return [0] * n_out
-        view = jx.view(eqn)
-        if isinstance(view, jx.CallEqn):   # a call or a custom derivative: its body
-            return self.run(view.body.jaxpr, ins)
-        if isinstance(view, jx.CondEqn):
-            index, operands = view.split(ins)
-            outs = [self.run(b.jaxpr, operands) for b in view.branches]
-            return [index | _union(col) for col in zip(*outs)]
-        if isinstance(view, jx.ScanEqn):
-            return self.scan(view, ins)
-        if isinstance(view, jx.WhileEqn):
-            return self.loop(view, ins)
-        return [_union(ins)] * n_out
+    def interprets(self, eqn: Any, ins: list) -> bool:
+        return bool(jx.sub_jaxprs(eqn))
+
+    def other(self, i: int, eqn: Any, ins: list) -> list:
+        return [_union(ins)] * len(eqn.outvars)
+
+    unsupported = other
+
+    def call(self, i: int, view: jx.CallEqn, ins: list) -> list:
+        return self.run(view.body.jaxpr, ins)
+
+    custom = call   # a custom derivative's body: what its rule differentiates, at most
+
+    def cond(self, i: int, view: jx.CondEqn, ins: list) -> list:
+        index, operands = view.split(ins)
+        outs = [self.run(b.jaxpr, operands) for b in view.branches]
+        return [index | _union(col) for col in zip(*outs)]
+
+    def scan(self, i: int, view: jx.ScanEqn, ins: list) -> list:
+        return scan_fixed_point(view, ins, self.run, operator.or_)
+
+    def while_(self, i: int, view: jx.WhileEqn, ins: list) -> list:
+        carry, pred = while_fixed_point(view, ins, self.run, operator.or_)
+        return [c | pred for c in carry]
 
     def site(self, eqn: Any, ins: list) -> int:
         site = SiteEqn.of(eqn)
@@ -124,13 +134,6 @@ class _Reach:
             _, before = self.trained.get(id(eqn), (eqn, 0))
             self.trained[id(eqn)] = (eqn, before | trained)
         return law
-
-    def scan(self, scan: jx.ScanEqn, ins: list) -> list:
-        return scan_fixed_point(scan, ins, self.run, operator.or_)
-
-    def loop(self, loop: jx.WhileEqn, ins: list) -> list:
-        carry, pred = while_fixed_point(loop, ins, self.run, operator.or_)
-        return [c | pred for c in carry]
 
 
 def _union(masks: Sequence[int]) -> int:

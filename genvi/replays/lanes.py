@@ -49,7 +49,7 @@ from genvi.replays.markov_scan import markov_scan, scans_over_lanes
 from genvi.replays.replay import Replay, same_site, split_keys
 from genvi.replays.values import Coupled, Local, Perturbed, is_tracked
 from genvi.core import jaxpr as jx
-from genvi.core.walk import env_of, walk
+from genvi.core.walk import Hooks, env_of, walk
 from genvi.core.draws import DrawEqn, draw_p
 from genvi.core.primitives import RANDOMNESS, sample_p, site_parts
 
@@ -118,39 +118,8 @@ class LaneEval:
     # -- evaluation -----------------------------------------------------------------
     def level(self, jaxpr: Any, start: int, env: dict, keys: dict, steps: tuple) -> list:
         """Evaluate `jaxpr`'s equations from the `start`-th on, lane-tracked (a walk on
-        `genvi.core.walk`)."""
-        def at(i, eqn, ins):
-            outs = self._at(eqn, ins, keys.get(i), steps)
-            self.once_elements += sum(math.prod(v.aval.shape) for v in eqn.outvars)
-            self.per_lane_elements += sum(jnp.size(o.values) for o in outs
-                                          if isinstance(o, Perturbed)
-                                          and jnp.size(o.values) > self.lanes)
-            return outs
-        return walk(jaxpr, env, at, start=start)
-
-    def _at(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
-        same = all(not is_tracked(x) for x in ins)
-        if eqn.primitive is sample_p:
-            return [self._sample(eqn, ins, key, steps)]
-        if eqn.primitive is draw_p:  # a draw of an expectation: its lanes are its own
-            if not same:
-                raise Coupled("an expectation's draw")
-            return [DrawEqn.of(eqn).estimate(key, ins)[0]]
-        view = jx.view(eqn)
-        if not isinstance(view, jx.CallEqn) and jx.nests(eqn, RANDOMNESS):
-            if isinstance(view, jx.ScanEqn) and (not same or self._holds_target(eqn, steps)):
-                return self._scan(eqn, ins, key, steps)
-            if same:
-                return self.replay.control(eqn, ins, key, steps)
-            if not isinstance(view, jx.CondEqn) or self._holds_target(eqn, steps):
-                raise Coupled(jx.name_of(eqn))
-            # sites in a cond on lane-tracked values: each lane's replay evaluates the
-            # cond as a whole replay does (same key), so the lanes stay exact
-            return self._general(eqn, ins,
-                                 lambda *a: self.replay.control(eqn, list(a), key, steps))
-        if same and not self._holds_target(eqn, steps):
-            return jx.eval_eqn(eqn, ins)
-        return self._eqn(eqn, ins, key, steps)
+        `genvi.core.walk`, by `_Level`'s hooks)."""
+        return walk(jaxpr, env, _Level(self, keys, steps), start=start)
 
     def _holds_target(self, eqn: Any, steps: tuple) -> bool:
         """Whether `eqn` (at `steps`) holds the site that becomes lane-tracked."""
@@ -200,20 +169,117 @@ class LaneEval:
             self.coupled.append(f"gv.{getattr(dist, 'name', '?')} sample")
         return Perturbed(self._per_lane(ins, lambda *a: replay_site(eqn, list(a), key, steps)))
 
-    def _eqn(self, eqn: Any, ins: list, key: Any, steps: tuple) -> list:
-        view = jx.view(eqn)
-        if isinstance(view, jx.CallEqn):  # jit, remat, a custom derivative: its body
-            body = view.body
-            if body is not None and len(body.jaxpr.invars) == len(ins):
-                sub_keys = split_keys(body.jaxpr, key)
-                return self.level(body.jaxpr, 0, env_of(body, ins), sub_keys, steps + (eqn,))
-        if isinstance(view, jx.ScanEqn):
-            return self._scan(eqn, ins, key, steps)
-        if any(isinstance(x, Perturbed) for x in ins) or view is not None:
-            return self._general(eqn, ins)
+
+class _Level(Hooks):
+    """One level of a lane-tracked evaluation (a jaxpr's equations, at `steps`, with the
+    run's `keys`). An equation on values none of which is lane-tracked, and that holds
+    no site becoming lane-tracked, is JAX's; a control-flow equation holding sampling
+    sites is replayed whole where its operands are the same in every lane, a scan is
+    tracked through (`LaneEval._scan`), a cond on lane-tracked values runs per lane's
+    replay, anything else holding sites couples the lanes; a call is walked into; every
+    other equation goes by its lane rule (`rule_for`) or per lane's replay."""
+
+    rules = {
+        sample_p: lambda self, i, eqn, ins: [
+            self.ev._sample(eqn, ins, self.keys.get(i), self.steps)],
+        draw_p: lambda self, i, eqn, ins: self._draw(i, eqn, ins),
+    }
+
+    def __init__(self, ev: LaneEval, keys: dict, steps: tuple):
+        self.ev, self.keys, self.steps = ev, keys, steps
+
+    def __call__(self, i: int, eqn: Any, ins: list) -> list:
+        outs = super().__call__(i, eqn, ins)
+        ev = self.ev
+        ev.once_elements += sum(math.prod(v.aval.shape) for v in eqn.outvars)
+        ev.per_lane_elements += sum(jnp.size(o.values) for o in outs
+                                    if isinstance(o, Perturbed) and jnp.size(o.values) > ev.lanes)
+        return outs
+
+    def interprets(self, eqn: Any, ins: list) -> bool:
+        return bool(jx.sub_jaxprs(eqn))
+
+    def _draw(self, i: int, eqn: Any, ins: list) -> list:
+        if not _same(ins):   # a draw of an expectation: its lanes are its own
+            raise Coupled("an expectation's draw")
+        return [DrawEqn.of(eqn).estimate(self.keys.get(i), ins)[0]]
+
+    def _for_jax(self, eqn: Any, ins: list) -> bool:
+        """Whether JAX evaluates `eqn` as it is: no lane-tracked operand, and not holding
+        the site that becomes lane-tracked."""
+        return _same(ins) and not self.ev._holds_target(eqn, self.steps)
+
+    def _replayed(self, i: int, eqn: Any, ins: list) -> list:
+        """A control-flow equation holding sites, on the same values in every lane: as a
+        whole replay evaluates it."""
+        return self.ev.replay.control(eqn, ins, self.keys.get(i), self.steps)
+
+    def call(self, i: int, view: jx.CallEqn, ins: list) -> list:
+        if self._for_jax(view.eqn, ins):
+            return jx.eval_eqn(view.eqn, ins)
+        body = view.body   # jit, remat, a custom derivative: its body
+        if body is not None and len(body.jaxpr.invars) == len(ins):
+            sub_keys = split_keys(body.jaxpr, self.keys.get(i))
+            return self.ev.level(body.jaxpr, 0, env_of(body, ins), sub_keys,
+                                 self.steps + (view.eqn,))
+        return self.ev._general(view.eqn, ins)
+
+    custom = call
+
+    def scan(self, i: int, view: jx.ScanEqn, ins: list) -> list:
+        eqn = view.eqn
+        if not _same(ins) or self.ev._holds_target(eqn, self.steps):
+            return self.ev._scan(eqn, ins, self.keys.get(i), self.steps)
+        if jx.nests(eqn, RANDOMNESS):
+            return self._replayed(i, eqn, ins)
+        return jx.eval_eqn(eqn, ins)
+
+    def cond(self, i: int, view: jx.CondEqn, ins: list) -> list:
+        eqn = view.eqn
+        if jx.nests(eqn, RANDOMNESS):
+            if _same(ins):
+                return self._replayed(i, eqn, ins)
+            if self.ev._holds_target(eqn, self.steps):
+                raise Coupled(jx.name_of(eqn))
+            # sites in a cond on lane-tracked values: each lane's replay evaluates the
+            # cond as a whole replay does (same key), so the lanes stay exact
+            return self.ev._general(eqn, ins, lambda *a: self._replayed(i, eqn, list(a)))
+        if self._for_jax(eqn, ins):
+            return jx.eval_eqn(eqn, ins)
+        return self.ev._general(eqn, ins)
+
+    def _holding_sites(self, i: int, eqn: Any, ins: list) -> list:
+        """Another equation holding sites (a while loop): replayed whole where every
+        lane is the same, else its lanes couple."""
+        if _same(ins):
+            return self._replayed(i, eqn, ins)
+        raise Coupled(jx.name_of(eqn))
+
+    def while_(self, i: int, view: jx.WhileEqn, ins: list) -> list:
+        if jx.nests(view.eqn, RANDOMNESS):
+            return self._holding_sites(i, view.eqn, ins)
+        if self._for_jax(view.eqn, ins):
+            return jx.eval_eqn(view.eqn, ins)
+        return self.ev._general(view.eqn, ins)
+
+    def unsupported(self, i: int, eqn: Any, ins: list) -> list:
+        if jx.nests(eqn, RANDOMNESS):
+            return self._holding_sites(i, eqn, ins)
+        return self.other(i, eqn, ins)
+
+    def other(self, i: int, eqn: Any, ins: list) -> list:
+        if self._for_jax(eqn, ins):
+            return jx.eval_eqn(eqn, ins)
+        if any(isinstance(x, Perturbed) for x in ins):
+            return self.ev._general(eqn, ins)
         rule = rule_for(eqn)
         out = None if rule is None else rule(eqn, ins)
-        return self._general(eqn, ins) if out is None else out
+        return self.ev._general(eqn, ins) if out is None else out
+
+
+def _same(ins: list) -> bool:
+    """Whether no operand is lane-tracked (every lane's replay sees the same values)."""
+    return all(not is_tracked(x) for x in ins)
 
 
 def _at(location: tuple, here: tuple) -> bool:

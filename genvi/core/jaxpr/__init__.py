@@ -34,8 +34,8 @@ from genvi.core.jaxpr.basics import (GENVI_DIR, JAX_DIR, ClosedJaxpr, Jaxpr, Lit
                                      not_the_users, output_dependence,
                                      quiet_callback_errors, read, source_line)
 from genvi.core.jaxpr.views import (CallEqn, CondEqn, CustomEqn, ScanEqn, WhileEqn, call_body,
-                                    cond_branches, kind, name_of, reduced_axes, shaped,
-                                    sort_keys, view)
+                                    cond_branches, has_custom_rule, kind, name_of, nesting,
+                                    reduced_axes, shaped, sort_keys, view)
 from genvi.core.jaxpr.analyses import (CONDS, consumers, contains, equations, live_equations,
                                        nests, sub_jaxprs)
 from genvi.core.jaxpr.batching import (cond_token, genvi_conds, register_batching_by_broadcasting,
@@ -44,9 +44,10 @@ from genvi.core.jaxpr.batching import (cond_token, genvi_conds, register_batchin
 __all__ = [
     "CONDS", "GENVI_DIR", "JAX_DIR", "CallEqn", "ClosedJaxpr", "CondEqn", "Jaxpr", "Literal",
     "CustomEqn", "ScanEqn", "WhileEqn", "call_body", "cond_branches", "cond_token", "consumers", "contains",
-    "emitted_as", "equations", "eval_eqn", "eval_eqn_with", "genvi_conds", "is_drop",
+    "emitted_as", "equations", "eval_eqn", "eval_eqn_with", "genvi_conds", "has_custom_rule",
+    "is_drop",
     "is_float", "is_float_aval", "jvp_eqn", "kind", "live_equations", "make_primitive", "name_of",
-    "name_stack", "nests", "not_the_users", "output_dependence", "quiet_callback_errors", "read", "reduced_axes",
+    "name_stack", "nesting", "nests", "not_the_users", "output_dependence", "quiet_callback_errors", "read", "reduced_axes",
     "register_batching_by_broadcasting", "register_fancy_batching", "set_cond_batching",
     "shaped", "sort_keys", "source_line", "sub_jaxprs", "trace", "view",
 ]

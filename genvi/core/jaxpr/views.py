@@ -58,6 +58,40 @@ def view(eqn: Any) -> "ScanEqn | CondEqn | CallEqn | WhileEqn | None":
     return None
 
 
+def has_custom_rule(eqn: Any) -> bool:
+    """Whether `eqn` is a call with a custom derivative (`custom_jvp`, `custom_vjp`),
+    whose rule, not its body, is what JAX differentiates.
+
+    Example:
+        >>> import jax
+        >>> f = jax.custom_jvp(lambda x: x * 2.0)
+        >>> f.defjvp(lambda p, t: (p[0] * 2.0, t[0] * 2.0))
+        <function <lambda> at ...>
+        >>> [has_custom_rule(e) for e in jax.make_jaxpr(lambda x: f(x) + 1.0)(1.0).eqns]
+        [True, False]
+    """
+    return kind(eqn) == "custom"
+
+
+def nesting(eqn: Any) -> tuple[str, int] | None:
+    """How an equation nests what runs inside it, in words and as a count of runs: a
+    scan's `("scan(N)", N)`, a cond's `("cond", 1)`; None for any other equation.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> f = lambda xs: jax.lax.scan(lambda c, x: (c + x, c), 0.0, xs)
+        >>> [nesting(e) for e in jax.make_jaxpr(f)(jnp.zeros(4)).eqns]
+        [('scan(4)', 4)]
+    """
+    k = kind(eqn)
+    if k == "scan":
+        length = ScanEqn.of(eqn).length
+        return f"scan({length})", length
+    if k == "cond":
+        return "cond", 1
+    return None
+
+
 def name_of(eqn: Any) -> str:
     """The name of an equation's primitive, for messages only (never for dispatch:
     compare `eqn.primitive` with a primitive object, or use `view`).

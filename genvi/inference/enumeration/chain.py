@@ -39,7 +39,7 @@ from jax.scipy.special import logsumexp
 from genvi.core import jaxpr as jx
 from genvi.core.rules import LAYOUT
 from genvi.inference.enumeration.contract import Plan
-from genvi.inference.enumeration.evaluate import Terms, evaluate, whole
+from genvi.inference.enumeration.evaluate import Evaluator, Terms, evaluate, whole
 from genvi.inference.enumeration.factors import sum_over_sites, term_dependence, terms_part
 from genvi.inference.enumeration.same import Same, every_lane
 from genvi.inference.enumeration.sites import MAX_JOINT, NotSummable
@@ -67,16 +67,7 @@ def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list,
     """log Σ over the scanned sites' values of the density `closed` (of site values,
     *flat_in), scalar sites at `fixed`; each recursion noted in `plan`."""
     inputs = [fixed[s.addr] if s.addr in fixed else Steps(s) for s in sites]
-
-    def other(eqn, ins):
-        if any(isinstance(x, Steps) for x in ins) and eqn.primitive in LAYOUT:
-            return [ins[0]]   # the steps and lanes summed are checked in the scan
-        if any(isinstance(x, AfterScan) for x in ins):
-            raise NotSummable(f"results of a scan that depend on the discrete values are used "
-                              f"at {jx.source_line(eqn)}: use them inside the scan (a step sees "
-                              "the previous step's values), or keep the site")
-        return _forward(eqn, ins, plan, parallel)
-    (out,) = evaluate(closed, inputs + list(flat_in), other)
+    (out,) = evaluate(closed, inputs + list(flat_in), evaluator=_Forward(plan, parallel))
     if isinstance(out, Terms):
         out = out.total("the log density")
     if is_tracked(out):
@@ -84,12 +75,36 @@ def forward_sums(closed: Any, sites: list, fixed: dict, flat_in: list,
     return out
 
 
-def _forward(eqn: Any, ins: list, plan: Plan | None, parallel: bool) -> list:
-    """The scan `eqn` with its steps' sites summed (see the module)."""
-    scan = jx.view(eqn)
-    if not isinstance(scan, jx.ScanEqn):
+class _Forward(Evaluator):
+    """The evaluator with the scanned sites' markers (`Steps`): a scan that reads them
+    has its steps' sites summed (`_forward`); the scan's results that depend on them
+    (`AfterScan`) are refused, as is any other use of them outside the scan."""
+
+    def __init__(self, plan: Plan | None, parallel: bool):
+        self.plan, self.parallel = plan, parallel
+
+    def markers(self, eqn: Any, ins: list) -> list | None:
+        if any(isinstance(x, Steps) for x in ins) and eqn.primitive in LAYOUT:
+            return [ins[0]]   # the steps and lanes summed are checked in the scan
+        _no_results_after(eqn, ins)
         raise NotSummable(f"`{jx.name_of(eqn)}` at {jx.source_line(eqn)} uses the "
                           "discrete values outside the scan")
+
+    def scan_sites(self, view: jx.ScanEqn, ins: list) -> list:
+        _no_results_after(view.eqn, ins)
+        return _forward(view, ins, self.plan, self.parallel)
+
+
+def _no_results_after(eqn: Any, ins: list) -> None:
+    if any(isinstance(x, AfterScan) for x in ins):
+        raise NotSummable(f"results of a scan that depend on the discrete values are used "
+                          f"at {jx.source_line(eqn)}: use them inside the scan (a step sees "
+                          "the previous step's values), or keep the site")
+
+
+def _forward(scan: jx.ScanEqn, ins: list, plan: Plan | None, parallel: bool) -> list:
+    """The scan `scan` with its steps' sites summed (see the module)."""
+    eqn = scan.eqn
     where = jx.source_line(eqn)
     first_init = scan.split(ins)[1]  # unbroadcast where they are (`Same`)
     ins = [x.materialized() if isinstance(x, Same) else x for x in ins]

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
 from genvi.core.rules import ADD, DIV, NEG, REDUCE_SUM, SCALE, SUB, TO_SCALAR
-from genvi.core.walk import env_of, walk
+from genvi.core.walk import Hooks, env_of, walk
 from genvi.inference.enumeration.same import Same, lazy_broadcast, same_rule
 from genvi.inference.enumeration.sites import NotSummable
 from genvi.replays.engine import Local, Perturbed, Tracked, is_tracked, rule_for
@@ -65,67 +65,121 @@ def whole(x: Any) -> Any:
     return x.base if isinstance(x, Local) else x
 
 
-def evaluate(closed: Any, inputs: list, other: Callable | None = None, lazy: bool = False) -> list:
-    """Evaluate a closed jaxpr on arrays and tracked values; `other(eqn, ins)` handles
-    equations on markers the rules do not (None: refuse). Broadcasts that do not depend
-    on the sites are held once (`Same`), and broadcast at the end unless `lazy`."""
-    outs = walk(closed.jaxpr, env_of(closed, inputs), lambda i, eqn, ins: _eqn(eqn, ins, other))
+def evaluate(closed: Any, inputs: list, lazy: bool = False,
+             evaluator: "Evaluator | None" = None) -> list:
+    """Evaluate a closed jaxpr on arrays and tracked values by `evaluator` (default: an
+    `Evaluator`, which refuses equations on markers it does not know). Broadcasts that
+    do not depend on the sites are held once (`Same`), and broadcast at the end unless
+    `lazy`."""
+    outs = walk(closed.jaxpr, env_of(closed, inputs), evaluator or Evaluator())
     if lazy:
         return outs
     return [x.materialized() if isinstance(x, Same) and x.plain else x for x in outs]
 
 
-def _eqn(eqn: Any, ins: list, other: Callable | None) -> list:
-    if any(isinstance(x, Terms) for x in ins):
-        out = _terms_rule(eqn, ins)
-        if out is not None:
-            return [out]
-        ins = [x.total(_at(eqn)) if isinstance(x, Terms) else x for x in ins]
-    site = any(is_tracked(x) and not (isinstance(x, Same) and x.plain) for x in ins)
-    # what replaces an equation keeps its source line and name scopes (the smoothness check
-    # reads a log density's support tests by them). Plain calls are opened (their sums are
-    # terms); a custom derivative rule stays with its equation unless a site reaches it
-    view = jx.view(eqn)
-    if (isinstance(view, jx.CallEqn) and (site or not isinstance(view, jx.CustomEqn))
-            and len(view.body.jaxpr.invars) == len(ins)):
+def _reaches_site(ins: list) -> bool:
+    """Whether an operand depends on a summed site (more than a value held once)."""
+    return any(is_tracked(x) and not (isinstance(x, Same) and x.plain) for x in ins)
+
+
+class Evaluator(Hooks):
+    """The evaluator's rule on `genvi.core.walk`: sums kept as `Terms`, plain calls
+    opened (their sums are terms), a custom derivative's call opened only where a site
+    reaches it (its rule stays with it otherwise), every other equation through
+    `Same`'s rules and the replay engine's lane rules. What replaces an equation keeps
+    its source line and name scopes (the smoothness check reads a log density's
+    support tests by them).
+
+    A stage that tracks markers of its own (the chain stage's steps) subclasses it:
+    `markers(eqn, ins)` answers an equation on them (None: not one it knows), and
+    `scan_sites(view, ins)` a scan that reads them."""
+
+    def __call__(self, i: int, eqn: Any, ins: list) -> Any:
+        if any(isinstance(x, Terms) for x in ins):
+            out = _terms_rule(eqn, ins)
+            if out is not None:
+                return [out]
+            ins = [x.total(_at(eqn)) if isinstance(x, Terms) else x for x in ins]
+        return super().__call__(i, eqn, ins)
+
+    def interprets(self, eqn: Any, ins: list) -> bool:
+        return bool(jx.sub_jaxprs(eqn))
+
+    def markers(self, eqn: Any, ins: list) -> list | None:
+        return None
+
+    def scan_sites(self, view: jx.ScanEqn, ins: list) -> list | None:
+        return self.markers(view.eqn, ins)
+
+    def _opened(self, view: jx.CallEqn, ins: list) -> list:
+        with jx.emitted_as(view.eqn):
+            return evaluate(view.body, ins, lazy=True, evaluator=self)
+
+    def call(self, i: int, view: jx.CallEqn, ins: list) -> list:
+        if len(view.body.jaxpr.invars) == len(ins):
+            return self._opened(view, ins)
+        return self._general(view.eqn, ins, self.markers, control=True)
+
+    def custom(self, i: int, view: jx.CustomEqn, ins: list) -> list:
+        if _reaches_site(ins) and len(view.body.jaxpr.invars) == len(ins):
+            return self._opened(view, ins)
+        return self._general(view.eqn, ins, self.markers, control=True)
+
+    def scan(self, i: int, view: jx.ScanEqn, ins: list) -> list:
+        return self._general(view.eqn, ins, lambda eqn, raw: self.scan_sites(view, raw),
+                             control=True)
+
+    def cond(self, i: int, view: jx.CondEqn, ins: list) -> list:
+        return self._general(view.eqn, ins, self.markers, control=True)
+
+    def while_(self, i: int, view: jx.WhileEqn, ins: list) -> list:
+        return self._general(view.eqn, ins, self.markers, control=True)
+
+    def unsupported(self, i: int, eqn: Any, ins: list) -> list:
+        return self._general(eqn, ins, self.markers, control=True)
+
+    def other(self, i: int, eqn: Any, ins: list) -> list:
+        aval = eqn.outvars[0].aval if eqn.outvars else None
+        if eqn.primitive is REDUCE_SUM and aval.shape == ():
+            if jx.is_float_aval(aval):
+                return [Terms(((ins[0], 1.0),), aval.dtype)]
+            x = ins[0]
+            if (isinstance(x, (Local, Same)) and not getattr(x, "plain", False)
+                    and set(x.axes) & set(jx.reduced_axes(eqn))):
+                raise NotSummable(f"their lanes are summed at {_at(eqn)} and the sum is used "
+                                  "other than added to the log density: " + _SCORE_EACH)
+        return self._general(eqn, ins, self.markers, control=False)
+
+    def _general(self, eqn: Any, ins: list, markers: Callable, control: bool) -> list:
+        if not any(is_tracked(x) for x in ins):
+            return lazy_broadcast(eqn, ins) or jx.eval_eqn(eqn, ins)
+        site = _reaches_site(ins)
         with jx.emitted_as(eqn):
-            return evaluate(view.body, ins, other, lazy=True)
-    aval = eqn.outvars[0].aval if eqn.outvars else None
-    if eqn.primitive is REDUCE_SUM and aval.shape == ():
-        if jx.is_float_aval(aval):
-            return [Terms(((ins[0], 1.0),), aval.dtype)]
-        x = ins[0]
-        if (isinstance(x, (Local, Same)) and not getattr(x, "plain", False)
-                and set(x.axes) & set(jx.reduced_axes(eqn))):
-            raise NotSummable(f"their lanes are summed at {_at(eqn)} and the sum is used other "
-                              "than added to the log density: " + _SCORE_EACH)
-    if not any(is_tracked(x) for x in ins):
-        return lazy_broadcast(eqn, ins) or jx.eval_eqn(eqn, ins)
-    with jx.emitted_as(eqn):
-        raw = ins
-        if any(isinstance(x, Same) for x in ins):
-            outs = same_rule(eqn, ins)
-            if outs is not None:
-                return outs
-            ins = [x.materialized() if isinstance(x, Same) else x for x in ins]
-            if not site:
-                return jx.eval_eqn(eqn, ins)
-        # `other` reads the operands as they came (a scan's first step reads its initial
-        # carry unbroadcast)
-        outs = other(eqn, raw) if other is not None else None
-        if outs is None:
-            if view is not None:
-                raise NotSummable(f"a {jx.name_of(eqn)} at {jx.source_line(eqn)} depends on them; "
-                                  "a branch or loop chosen by a summed site is not summed lane by "
-                                  "lane: select values with jnp.where instead, or keep the site")
-            rule = rule_for(eqn)
-            outs = None if rule is None else rule(eqn, ins)
-    if outs is None or any(isinstance(x, Perturbed) for x in outs):
-        raise NotSummable(f"their lanes couple at {_at(eqn)}; the log density must be a sum of "
-                          "one term per lane, each depending on that lane's discrete values "
-                          "only: compute each lane's terms inside the gv.vmap/gv.plate body "
-                          "and let the plate add them")
-    return outs
+            raw = ins
+            if any(isinstance(x, Same) for x in ins):
+                outs = same_rule(eqn, ins)
+                if outs is not None:
+                    return outs
+                ins = [x.materialized() if isinstance(x, Same) else x for x in ins]
+                if not site:
+                    return jx.eval_eqn(eqn, ins)
+            # the markers' rules read the operands as they came (a scan's first step
+            # reads its initial carry unbroadcast)
+            outs = markers(eqn, raw)
+            if outs is None:
+                if control:
+                    raise NotSummable(
+                        f"a {jx.name_of(eqn)} at {jx.source_line(eqn)} depends on them; a "
+                        "branch or loop chosen by a summed site is not summed lane by lane: "
+                        "select values with jnp.where instead, or keep the site")
+                rule = rule_for(eqn)
+                outs = None if rule is None else rule(eqn, ins)
+        if outs is None or any(isinstance(x, Perturbed) for x in outs):
+            raise NotSummable(f"their lanes couple at {_at(eqn)}; the log density must be a sum "
+                              "of one term per lane, each depending on that lane's discrete "
+                              "values only: compute each lane's terms inside the "
+                              "gv.vmap/gv.plate body and let the plate add them")
+        return outs
 
 
 def _at(eqn: Any) -> str:
