@@ -14,9 +14,9 @@ ENV PYTHONDONTWRITEBYTECODE=1 PIP_DISABLE_PIP_VERSION_CHECK=1 MPLBACKEND=Agg
 WORKDIR /genvi
 COPY pyproject.toml README.md ./
 COPY genvi ./genvi
-COPY genvi_experiments ./genvi_experiments
+COPY experiments ./experiments
 COPY scripts ./scripts
-# the same install steps as CI and tests/test_install.py
-RUN GENVI_DEVICE="$DEVICE" sh scripts/install.sh
+# the same install steps as CI and tests/test_install.py; genvi's experiments too
+RUN GENVI_DEVICE="$DEVICE" GENVI_EXPERIMENTS=1 sh scripts/install.sh
 
 CMD ["genvi", "run", "demo"]

@@ -4,8 +4,11 @@ Each experiment writes its table (`results.md`) and figures (PNG) to `--out`
 (default `out/NAME`); options after NAME go to the experiment (`--steps N`, ...).
 
 Where experiments come from: `demo` (`genvi.demo`) is built in; every other one is
-an entry point in the `genvi.experiments` group of an installed package (genvi's own
-experiments are the package `genvi_experiments`, installed with genvi). `genvi list`
+an entry point in the `genvi.experiments` group of an installed package. genvi's own
+experiments are the package `genvi_experiments`, a project of its own in the
+repository's `experiments/` folder, not in genvi's wheel: installed
+(`GENVI_EXPERIMENTS=1 scripts/install.sh`), they register like any other package's,
+and in a checkout `genvi run` finds them there without installing. `genvi list`
 reads the entry points' records without importing the experiments; `genvi run NAME`
 imports NAME's module only then. A third-party package registers an experiment in
 its pyproject.toml:
@@ -34,9 +37,11 @@ import copy
 import importlib
 import importlib.metadata
 import itertools
+import pathlib
 import re
 import sys
 import textwrap
+import tomllib
 from typing import Any, NamedTuple
 
 from genvi.core.compile_cache import use_compilation_cache
@@ -115,6 +120,23 @@ def announce(message: str) -> None:
 
 
 GROUP = "genvi.experiments"  # the entry-point group experiments register in
+#: genvi's own experiments in a checkout of the repository: a project beside `genvi/`
+CHECKOUT = pathlib.Path(__file__).resolve().parents[1] / "experiments"
+
+
+def _checkout_entry_points() -> list[importlib.metadata.EntryPoint]:
+    """The experiments of a checkout's `experiments/` project (its pyproject.toml's
+    entry points), its folder appended to `sys.path` so that they import where the
+    project is not installed (an installed copy comes first on the path). None outside
+    a checkout (genvi installed from its wheel)."""
+    project = CHECKOUT / "pyproject.toml"
+    if not project.is_file():
+        return []
+    declared = tomllib.loads(project.read_text())["project"].get("entry-points", {})
+    if str(CHECKOUT) not in sys.path:
+        sys.path.append(str(CHECKOUT))
+    return [importlib.metadata.EntryPoint(name, value, GROUP)
+            for name, value in declared.get(GROUP, {}).items()]
 
 
 class _Record(NamedTuple):
@@ -134,7 +156,8 @@ BUILTIN = {"demo": _Record("genvi.demo", "a short VI run checked against the exa
 def experiments() -> dict[str, Any]:
     """The experiments `genvi run` knows, name -> record (`module`, `about`, `time`):
     the built-in demo, then every `genvi.experiments` entry point of the installed
-    packages. Loading an entry point imports only the module holding its record, not
+    packages, and those of the checkout's `experiments/` project where genvi runs from
+    a checkout of its repository. Loading an entry point imports only the module holding its record, not
     the experiment; one that fails to load or lacks the attributes is skipped with a
     warning on stderr, and a name taken already (by the demo or another package) keeps
     its first record.
@@ -148,7 +171,10 @@ def experiments() -> dict[str, Any]:
         ('genvi_experiments.noisy_cone', '20 s')
     """
     found: list[tuple[tuple, str, Any]] = []
-    for ep in importlib.metadata.entry_points(group=GROUP):
+    installed = list(importlib.metadata.entry_points(group=GROUP))
+    seen = {(ep.name, ep.value) for ep in installed}
+    for ep in installed + [ep for ep in _checkout_entry_points()
+                           if (ep.name, ep.value) not in seen]:
         try:
             record = ep.load()
             if not all(isinstance(getattr(record, a, None), str)

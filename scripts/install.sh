@@ -8,6 +8,8 @@
 #   GENVI_DEVICE=cuda scripts/install.sh   # NVIDIA GPU: JAX's CUDA 12 plugin
 #   GENVI_EXTRAS=test scripts/install.sh   # also the test tools (pytest, nbclient, ...)
 #   GENVI_CONSTRAINTS=constraints/newest.txt scripts/install.sh   # CI's exact versions
+#   GENVI_EXPERIMENTS=1 scripts/install.sh # also genvi's experiments and benchmarks
+#                                          # (experiments/, a project beside genvi)
 #
 # Other settings: GENVI_EDITABLE=1 installs in development mode (pip -e);
 # GENVI_PIP_ARGS passes options to pip (for example --dry-run); GENVI_INSTALLER=uv
@@ -26,6 +28,12 @@ esac
 target="."
 if [ -n "$extras" ]; then target=".[$extras]"; fi
 if [ "${GENVI_EDITABLE:-0}" = "1" ]; then target="-e $target"; fi
+case "${GENVI_EXPERIMENTS:-0}" in
+  0) ;;
+  1) if [ "${GENVI_EDITABLE:-0}" = "1" ]; then target="$target -e ./experiments"
+     else target="$target ./experiments"; fi ;;
+  *) echo "install.sh: GENVI_EXPERIMENTS=${GENVI_EXPERIMENTS} is not 0 or 1" >&2; exit 2 ;;
+esac
 constraints=""
 if [ -n "${GENVI_CONSTRAINTS:-}" ]; then constraints="-c ${GENVI_CONSTRAINTS}"; fi
 

@@ -1,5 +1,5 @@
 """BENCHMARKS.md's recorded tables come from the results files the bench scripts write
-(`--record`, genvi_experiments/bench/results.py): each file's table is in BENCHMARKS.md
+(`--record`, experiments/genvi_experiments/bench/results.py): each file's table is in BENCHMARKS.md
 as rendered, and recording a result writes its file, with its provenance, and rewrites
 its block."""
 

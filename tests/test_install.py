@@ -42,6 +42,7 @@ def test_install_resolves_with_ci_versions(device, installer):
     # CUDA wheels' metadata without fetching them (pip's dry run fetches a few GB)
     import jax
     out = run_script(GENVI_DEVICE=device, GENVI_PIP_ARGS="--dry-run", GENVI_INSTALLER=installer,
+                     GENVI_EXPERIMENTS="1",
                      GENVI_CONSTRAINTS=str(constraints_of_this_jax()))
     assert out.returncode == 0, out.stderr[-2000:]
     assert f"resolved genvi for {device}" in out.stdout
@@ -65,7 +66,7 @@ def test_dependencies_are_ranges_and_constraints_pin_both_ends():
 
 def test_dockerfile_installs_with_the_script_and_runs_the_demo():
     text = (ROOT / "Dockerfile").read_text()
-    assert "ARG DEVICE=cpu" in text and 'GENVI_DEVICE="$DEVICE" sh scripts/install.sh' in text
+    assert "ARG DEVICE=cpu" in text and 'GENVI_DEVICE="$DEVICE" GENVI_EXPERIMENTS=1 sh scripts/install.sh' in text
     assert 'CMD ["genvi", "run", "demo"]' in text
     assert "scripts/install.sh" in (ROOT / ".ci" / "run").read_text()
 
@@ -74,11 +75,12 @@ def test_dockerfile_installs_with_the_script_and_runs_the_demo():
 EXPERIMENTS = {"noisy_cone", "vae", "ssvae", "cvae", "eight_schools", "logreg", "gmm", "air"}
 
 
-def build_wheel(folder: pathlib.Path) -> pathlib.Path:
-    """A wheel of the package (no dependencies), built from a copy of its sources so
-    that the checkout gets no build/ or *.egg-info from it. Offline where this
-    environment can build wheels itself (setuptools >= 70.1, or the wheel package);
-    otherwise in pip's isolated build environment, from the configured package index."""
+def build_wheel(folder: pathlib.Path, project: pathlib.Path, names: tuple) -> pathlib.Path:
+    """A wheel of the project at `project` (no dependencies), built from a copy of its
+    files `names`, so that the checkout gets no build/ or *.egg-info from it. Offline
+    where this environment can build wheels itself (setuptools >= 70.1, or the wheel
+    package); otherwise in pip's isolated build environment, from the configured
+    package index."""
     import importlib.metadata
     import importlib.util
     import shutil
@@ -86,11 +88,12 @@ def build_wheel(folder: pathlib.Path) -> pathlib.Path:
 
     source = folder / "source"
     source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, source / name)
-    for name in ("genvi", "genvi_experiments"):
-        shutil.copytree(ROOT / name, source / name,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in names:
+        if (project / name).is_dir():
+            shutil.copytree(project / name, source / name,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"))
+        else:
+            shutil.copy(project / name, source / name)
     setuptools = tuple(int(p) for p in importlib.metadata.version("setuptools").split(".")[:2])
     offline = setuptools >= (70, 1) or (setuptools >= (68, 0) and importlib.util.find_spec("wheel"))
     isolation = ["--no-build-isolation", "--no-index"] if offline else []
@@ -98,25 +101,43 @@ def build_wheel(folder: pathlib.Path) -> pathlib.Path:
                           "--wheel-dir", str(folder / "dist"), str(source)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    (wheel,) = (folder / "dist").glob("genvi-*.whl")
+    (wheel,) = (folder / "dist").glob("*.whl")
     return wheel
 
 
-def test_wheel_installs_only_genvi_and_genvi_experiments_and_registers_every_experiment(tmp_path):
-    import importlib.metadata
+def _unpacked(wheel: pathlib.Path, folder: pathlib.Path) -> tuple[list, pathlib.Path]:
+    """The wheel's file names, and its unpacked .dist-info folder."""
     import zipfile
-
-    wheel = build_wheel(tmp_path)
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
-        zf.extractall(tmp_path / "unpacked")
-    # no generic top-level name (such as `experiments`) lands in site-packages
+        zf.extractall(folder)
+    (info,) = folder.glob("*.dist-info")
+    return names, info
+
+
+def test_genvis_wheel_holds_genvi_alone_typed(tmp_path):
+    import importlib.metadata
+
+    wheel = build_wheel(tmp_path, ROOT, ("pyproject.toml", "README.md", "genvi"))
+    names, info = _unpacked(wheel, tmp_path / "unpacked")
+    # the library alone: its experiments are a project beside it (experiments/)
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
-    assert tops == {"genvi", "genvi_experiments"}, tops
-    (info,) = (tmp_path / "unpacked").glob("genvi-*.dist-info")
-    assert set((info / "top_level.txt").read_text().split()) == {"genvi", "genvi_experiments"}
+    assert tops == {"genvi"}, tops
+    assert set((info / "top_level.txt").read_text().split()) == {"genvi"}
+    assert "genvi/py.typed" in names   # PEP 561: type checkers read genvi's hints
     dist = importlib.metadata.PathDistribution(info)
     assert {ep.value for ep in dist.entry_points.select(group="console_scripts")} == {"genvi.cli:main"}
+    assert not list(dist.entry_points.select(group="genvi.experiments"))
+
+
+def test_the_experiments_wheel_registers_every_experiment(tmp_path):
+    import importlib.metadata
+
+    wheel = build_wheel(tmp_path, ROOT / "experiments", ("pyproject.toml", "genvi_experiments"))
+    names, info = _unpacked(wheel, tmp_path / "unpacked")
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith((".dist-info", ".data"))}
+    assert tops == {"genvi_experiments"}, tops
+    dist = importlib.metadata.PathDistribution(info)
     registered = {ep.name: ep for ep in dist.entry_points.select(group="genvi.experiments")}
     assert set(registered) == EXPERIMENTS, sorted(registered)
 
@@ -130,3 +151,13 @@ def test_wheel_installs_only_genvi_and_genvi_experiments_and_registers_every_exp
     for ep in registered.values():
         module = records[ep.attr].module.replace(".", "/")
         assert f"{module}.py" in names or f"{module}/__init__.py" in names, module
+
+
+def test_a_checkout_finds_its_experiments_without_installing_them(monkeypatch):
+    import importlib.metadata
+
+    from genvi import cli
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    found = cli.experiments()
+    assert EXPERIMENTS | {"demo"} == set(found)
+    assert found["noisy_cone"].module == "genvi_experiments.noisy_cone"

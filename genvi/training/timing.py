@@ -1,7 +1,7 @@
 """Interleaved, warm, median timing of alternatives in one process.
 
 Used by `gv.compare_estimators` and by the benchmark scripts in
-`genvi_experiments/bench` (which import it through `genvi_experiments.common.timing`).
+`experiments/genvi_experiments/bench` (which import it through `genvi_experiments.common.timing`).
 """
 
 from __future__ import annotations

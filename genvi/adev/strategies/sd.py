@@ -22,7 +22,7 @@ SD keeps its pool in the run through the strategy protocol's run-level hooks
 `Pruning` (`k.state(self).offer_site(key, k.location, alternatives, weights,
 magnitudes)`) and continues with `k.dual(x)`; the interpreter names no strategy.
 Pruning costs variance (each term is scaled by 1 / π_i): see
-`genvi_experiments/bench/sd_plate.py` and docs/sharp_edges.md.
+`experiments/genvi_experiments/bench/sd_plate.py` and docs/sharp_edges.md.
 """
 
 from __future__ import annotations

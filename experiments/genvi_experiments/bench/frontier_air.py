@@ -1,4 +1,4 @@
-"""The estimator frontier on AIR's z_pres: the ELBO of `genvi_experiments/air` (the
+"""The estimator frontier on AIR's z_pres: the ELBO of `experiments/genvi_experiments/air` (the
 model, guide, networks and canvases of the AIR experiment) with one strategy at the
 guide's z_pres site (a flip in each step of a `gv.scan`, followed by a `lax.cond` on
 it) per row: REINFORCE, RLOO(2), MVD, ENUM, SD, DisARM (lane by lane and whole site),

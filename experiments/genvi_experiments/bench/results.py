@@ -1,5 +1,5 @@
 """Benchmark results as files: a bench script run with `--record` writes its summary
-table to `genvi_experiments/bench/results/<name>.json`, with the command that made it
+table to `experiments/genvi_experiments/bench/results/<name>.json`, with the command that made it
 and where, when and at which commit it ran, and rewrites that table in BENCHMARKS.md
 (between the markers `<!-- results: name -->` and `<!-- /results: name -->`), so a
 rerun updates the numbers there and nobody copies them by hand.
@@ -37,7 +37,7 @@ import subprocess
 import sys
 from typing import Any, Sequence
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]   # the checkout: experiments/genvi_experiments/bench
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 BENCHMARKS = ROOT / "BENCHMARKS.md"
 # a copy of the checkout sent to another machine: where its results go instead

@@ -1,10 +1,10 @@
 """Attend-Infer-Repeat (Eslami et al. 2016) in Pyro, the same model and guide as the
-genvi AIR (`genvi_experiments/air`), so the two can be timed per training step.
+genvi AIR (`experiments/genvi_experiments/air`), so the two can be timed per training step.
 
 Sizes and priors come from `AIRConfig`. The model draws, for t < T, z_pres_t ~
 Bernoulli(pres_probs[t] · z_pres_{t-1}) and, masked by z_pres_t, z_where_t and z_what_t;
 a decoder MLP draws each object in a window placed by a spatial transformer
-(`F.affine_grid` + `F.grid_sample`, as `genvi_experiments/air/spatial.py`), and the canvas
+(`F.affine_grid` + `F.grid_sample`, as `experiments/genvi_experiments/air/spatial.py`), and the canvas
 is observed under Normal(·, likelihood_sd). The guide is an LSTM over the canvas and
 the previous latents with a predict MLP (z_pres, z_where) and an encoder MLP on the
 attended window (z_what). Three estimators: `TraceGraph_ELBO` without or with neural

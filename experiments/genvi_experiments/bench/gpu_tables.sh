@@ -5,9 +5,9 @@
 # VAEs' estimator tables (binary_vae_gpu, categorical_vae_gpu) and the categorical
 # VAE's time to a target with gv.AUTO (categorical_vae_auto_gpu); all in the folder
 # given (render them into BENCHMARKS.md with `python -m genvi_experiments.bench.results`
-# once the files are in genvi_experiments/bench/results/).
+# once the files are in experiments/genvi_experiments/bench/results/).
 #
-#   GENVI_BENCH_COMMIT=$(git rev-parse --short HEAD) genvi_experiments/bench/gpu_tables.sh OUT [TABLE...]
+#   GENVI_BENCH_COMMIT=$(git rev-parse --short HEAD) experiments/genvi_experiments/bench/gpu_tables.sh OUT [TABLE...]
 #
 # TABLE: vae_784, air, vae_64, frontier, frontier_auto (default: all, in that order).
 #

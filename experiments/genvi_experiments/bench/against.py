@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-TREE = Path(__file__).resolve().parents[2]
+TREE = Path(__file__).resolve().parents[3]   # the checkout: experiments/genvi_experiments/bench
 # The child: note which genvi it imports, then run the benchmark module as `python -m` would.
 PROBE = ("import runpy, sys, genvi; print('against: genvi from', genvi.__file__, file=sys.stderr, "
          "flush=True); runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)")
@@ -57,9 +57,21 @@ def base_worktree(rev: str, where: str | None) -> tuple[Path, bool]:
     return path, True
 
 
+def layout(root: Path) -> tuple[str, str]:
+    """(the experiments' package, the import path) of the checkout at `root`: its
+    experiments are the project `experiments/` beside genvi (`genvi_experiments`
+    inside it), or, at older commits, the package `genvi_experiments` or `experiments`
+    at the top."""
+    if (root / "experiments" / "genvi_experiments").is_dir():
+        return "genvi_experiments", os.pathsep.join([str(root), str(root / "experiments")])
+    if (root / "genvi_experiments").is_dir():
+        return "genvi_experiments", str(root)
+    return "experiments", str(root)
+
+
 def run_once(module: str, args: list[str], root: Path) -> tuple[str, float]:
     """The stdout of one run of `module` from the checkout at `root`, and its seconds."""
-    env = {**os.environ, "PYTHONPATH": str(root), "JAX_PLATFORMS": "cpu"}
+    env = {**os.environ, "PYTHONPATH": layout(root)[1], "JAX_PLATFORMS": "cpu"}
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", PROBE, module, *args], cwd=root, env=env,
                           capture_output=True, text=True)
@@ -131,10 +143,8 @@ def main(argv: list[str] | None = None) -> None:
 
     worktree, created = base_worktree(args.base, args.worktree)
     try:
-        old_name = (worktree / "experiments").is_dir()
-        sides = {"base": ((f"experiments.bench.{args.name}" if old_name
-                           else f"genvi_experiments.bench.{args.name}"), worktree),
-                 "tree": (f"genvi_experiments.bench.{args.name}", TREE)}
+        sides = {side: (f"{layout(root)[0]}.bench.{args.name}", root)
+                 for side, root in (("base", worktree), ("tree", TREE))}
         keys = {k.casefold() for k in args.key_columns}
         samples: dict[str, dict[tuple[str, str], list[float]]] = {"base": {}, "tree": {}}
         seconds: dict[str, list[float]] = {"base": [], "tree": []}

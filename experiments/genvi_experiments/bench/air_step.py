@@ -1,6 +1,6 @@
 """AIR training step: every genvi estimator beside Pyro's `TraceGraph_ELBO` (with and
 without neural baselines) and `TraceEnum_ELBO`, the same model, networks and data
-(`genvi_experiments/air`, `genvi_experiments/bench/air_pyro.py`), timed interleaved in one
+(`experiments/genvi_experiments/air`, `experiments/genvi_experiments/bench/air_pyro.py`), timed interleaved in one
 process at one batch size (like the paper's Table 2). Pyro runs twice: with the
 image's share of the LSTM input computed once per image, as genvi's AIR does (the
 fair pair), and with the LSTMCell on the concatenated input as in Pyro's AIR
