@@ -207,7 +207,7 @@ def test_projected_lstm_step_equals_flax_lstm_cell():
 def test_pyro_air_runs_and_its_hoisted_lstm_equals_torch_lstm_cell():
     torch = pytest.importorskip("torch")
     pytest.importorskip("pyro")
-    from genvi_experiments.bench.air_pyro import _lstm, _lstm_projected, _project, pyro_air_counts, pyro_air_step
+    from genvi_experiments.bench.air.in_pyro import _lstm, _lstm_projected, _project, pyro_air_counts, pyro_air_step
     cell = torch.nn.LSTMCell(20 + 5, 8)
     image, latents = torch.randn(3, 20), [torch.randn(3, 2), torch.randn(3, 3)]
     h, c = torch.randn(3, 8), torch.randn(3, 8)

@@ -252,8 +252,8 @@ def test_refusals():
 def test_variance_below_rloo2_on_the_binary_vae_at_its_initial_parameters():
     # equal evaluations: both replay the decoder once per latent dimension (gv.DisARM
     # itself takes the paper's whole-site form here: two evaluations)
-    from genvi_experiments.bench.discrete_vae import make_vae
-    from genvi_experiments.bench.frontier import measure
+    from genvi_experiments.bench.frontier.discrete_vae import make_vae
+    from genvi_experiments.bench.frontier.harness import measure
     from genvi_experiments.common.data import binarize, load_images
     x = jnp.asarray(binarize(jax.random.key(1), load_images().train[:16]))
     lab = measure(make_vae("binary", x.shape[-1]), x, samples=1000, rounds=1, strategies=["DisARM-per-lane", "RLOO(2)"])

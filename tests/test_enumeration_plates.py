@@ -308,7 +308,7 @@ def test_explain_prints_the_contraction():
 
 
 def test_a_fit_recovers_the_means_of_a_nested_plate_mixture():
-    from genvi_experiments.bench.enumeration_plates import MEANS, data, nested
+    from genvi_experiments.bench.enumeration.plates import MEANS, data, nested
     y = data(60, 10, seed=1)
     m = summed(nested, ["mu"])
     auto = gv.auto_normal(m)

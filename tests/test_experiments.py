@@ -6,6 +6,7 @@ import math
 import os
 import pathlib
 import re
+import time
 import types
 
 import jax.numpy as jnp
@@ -130,7 +131,7 @@ def test_cvae_tiny(tmp_path):
 
 
 def test_vae_step_harness_tiny():
-    from genvi_experiments.bench import vae_step
+    from genvi_experiments.bench.vae import step as vae_step
     rows = vae_step.main(["--batches", "8", "--systems", "hand", "numpyro", "--pixels", "16",
                           "--hidden", "8", "--latent", "2", "--rounds", "2"])
     assert [r["system"] for r in rows] == ["hand", "numpyro"]
@@ -138,7 +139,7 @@ def test_vae_step_harness_tiny():
 
 
 def test_vae_quality_tiny():
-    from genvi_experiments.bench import vae_quality
+    from genvi_experiments.bench.vae import quality as vae_quality
     out = vae_quality.main(["--epochs", "2", "--train-size", "200", "--hidden", "16",
                             "--eval-particles", "10"])
     # the same objective, networks, initialization and data: close after two epochs too
@@ -153,7 +154,8 @@ def test_vae_roofline_counts_the_steps_products():
     import jax.numpy as jnp
     import optax
 
-    from genvi_experiments.bench import systems, vae_roofline
+    from genvi_experiments.bench import systems
+    from genvi_experiments.bench.vae import roofline as vae_roofline
     from genvi_experiments.common.nets import VAENets
     nets = VAENets(16, 8, 2)
     key = jax.random.key(0)
@@ -209,7 +211,7 @@ def test_logreg_tiny(tmp_path):
 
 
 def test_gmm_frontier_bench_tiny():
-    from genvi_experiments.bench import frontier_gmm
+    from genvi_experiments.bench.frontier import gmm as frontier_gmm
     lab = frontier_gmm.main(["--points", "200", "--batch", "16", "--samples", "40",
                              "--rounds", "1", "--strategies", "RLOO(2)", "MVD",
                              "--train-seconds", "0.01", "--seeds", "1"])
@@ -219,7 +221,7 @@ def test_gmm_frontier_bench_tiny():
 
 
 def test_air_frontier_time_to_target_tiny():
-    from genvi_experiments.bench import frontier_air
+    from genvi_experiments.bench.frontier import air as frontier_air
     runs = frontier_air.main(["--time-to-target", "1", "--seeds", "1", "--strategies", "RLOO(2)",
                               "RELAX", "--canvases", "8", "--train-batch", "2"])
     # past its budget after the first chunk of 50 steps: one point, (seconds, objective);
@@ -230,7 +232,7 @@ def test_air_frontier_time_to_target_tiny():
 
 
 def test_time_to_target_reads_the_trajectories():
-    from genvi_experiments.bench.frontier import _ratio, time_to_target
+    from genvi_experiments.bench.frontier.harness import _ratio, time_to_target
     # seconds, training objective: "fast" reaches -1 at 2 s; "slow" plateaus below it
     runs = {"fast": [[(1.0, -5.0), (2.0, -1.0), (4.0, -0.5), (8.0, -0.4)]],
             "slow": [[(1.0, -9.0), (8.0, -2.0)]]}
@@ -240,7 +242,8 @@ def test_time_to_target_reads_the_trajectories():
 
 
 def test_time_to_target_records_the_objective_at_the_budget(tmp_path, monkeypatch):
-    from genvi_experiments.bench import frontier, results
+    from genvi_experiments.bench import results
+    from genvi_experiments.bench.frontier import harness as frontier
     # two starts each; "stops" ended at a non-finite gradient before the budget (8 s)
     runs = {"fast": [[(1.0, -5.0), (2.0, -1.0), (8.5, -0.5)], [(4.0, -2.0), (8.1, -1.5)]],
             "stops": [[(1.0, -9.0), (3.0, -4.0)], [(2.0, -6.0), (8.2, -2.0)]]}
@@ -275,14 +278,14 @@ def chunk_clock(monkeypatch):
     of chunks and no test depends on how fast the machine compiles and trains (a
     3-second limit on wall-clock time was passed before the first level on a loaded
     CI machine)."""
-    from genvi_experiments.bench import frontier
+    from genvi_experiments.bench.frontier import harness as frontier
     readings = itertools.count()
     monkeypatch.setattr(frontier, "time",
                         types.SimpleNamespace(perf_counter=lambda: 0.1 * next(readings)))
 
 
 def test_runs_to_level_stops_at_the_level_at_the_same_step_each_time(chunk_clock):
-    from genvi_experiments.bench.frontier import runs_to_level
+    from genvi_experiments.bench.frontier.harness import runs_to_level
     data, strategies = jnp.full((16,), 3.0), {"REPARAM": gv.REPARAM, "RLOO(2)": gv.RLOO(2)}
     first, again = (runs_to_level(_Quadratic(), strategies, -2.0, 60.0, data, seeds=2, batch=4,
                                   window=10, chunk=10) for _ in range(2))
@@ -298,7 +301,8 @@ def test_runs_to_level_stops_at_the_level_at_the_same_step_each_time(chunk_clock
 
 def test_runs_to_levels_measure_every_level_on_the_same_starts(tmp_path, monkeypatch,
                                                                chunk_clock):
-    from genvi_experiments.bench import frontier, results
+    from genvi_experiments.bench import results
+    from genvi_experiments.bench.frontier import harness as frontier
     data, strategies = jnp.full((16,), 3.0), {"REPARAM": gv.REPARAM, "AUTO": gv.AUTO}
     runs = frontier.runs_to_levels(_Quadratic(), strategies, [-4.0, -2.0, 0.0], 3.0, data,
                                    seeds=2, batch=4, window=10, chunk=10)
@@ -322,7 +326,7 @@ def test_runs_to_levels_measure_every_level_on_the_same_starts(tmp_path, monkeyp
 def test_enumeration_bench_tiny():
     # the HMM only: its scan is the harder path; a plate's enumeration and ENUM are
     # covered by tests/test_enumeration.py and tests/test_lane_local.py
-    from genvi_experiments.bench import enumeration
+    from genvi_experiments.bench.enumeration import mixture_hmm as enumeration
     out = enumeration.main(["--steps-hmm", "8", "--fit-steps", "5", "--rounds", "1",
                             "--models", "hmm"])
     assert set(out) == {"hmm"}
@@ -340,7 +344,7 @@ def test_enumeration_bench_tiny():
 
 
 def test_nested_plates_bench_tiny():
-    from genvi_experiments.bench import enumeration_plates
+    from genvi_experiments.bench.enumeration import plates as enumeration_plates
     out = enumeration_plates.main(["--groups", "4", "--members", "3", "--rounds", "1"])
     assert set(out["times"]) == {"genvi enumeration", "NumPyro TraceEnum_ELBO"}
     # both methods' log densities at the true means are the exact one (numpy)
@@ -348,15 +352,19 @@ def test_nested_plates_bench_tiny():
 
 
 def test_air_compile_reads_xla_phases_from_the_profiler(tmp_path):
-    """`air_compile --phases` reads XLA:CPU's compile phases from the profiler's trace
+    """`air.compile --phases` reads XLA:CPU's compile phases from the profiler's trace
     events; their names belong to the pinned jaxlib, so a version that renames them
     fails here rather than printing zeros."""
     import jax
     import jax.numpy as jnp
 
-    from genvi_experiments.bench.air_compile import xla_phases
+    from genvi_experiments.bench.air.compile import xla_phases
 
-    lowered = jax.jit(lambda x: jnp.tanh(x @ x.T).sum(0) * 2.0).lower(jnp.ones((8, 8)))
+    # a constant no earlier run compiled, so that XLA compiles the program here rather
+    # than the tests' persistent cache (conftest.py) returning it: the cache keeps a
+    # program that took a loaded machine longer than its threshold to compile
+    salt = 2.0 + time.time_ns() % 1_000_003
+    lowered = jax.jit(lambda x: jnp.tanh(x @ x.T).sum(0) * salt).lower(jnp.ones((8, 8)))
     with jax.profiler.trace(str(tmp_path)):
         lowered.compile()
     phases = xla_phases(str(tmp_path))
@@ -366,26 +374,26 @@ def test_air_compile_reads_xla_phases_from_the_profiler(tmp_path):
 
 
 def test_stochastic_volatility_bench_tiny():
-    from genvi_experiments.bench import stochastic_volatility
+    from genvi_experiments.bench.peers import stochastic_volatility
     out = stochastic_volatility.main(["--steps", "30", "--rounds", "1"])
     assert len(out) == 12 and all(t > 0 for t in out.values())   # 3 systems × 2 guides × 2
 
 
 def test_guide_starts_bench_tiny():
-    from genvi_experiments.bench import guide_starts
+    from genvi_experiments.bench.peers import guide_starts
     out = guide_starts.main(["--days", "30", "--steps", "20", "--draws", "10", "--seeds", "2"])
     assert len(out) == 6 and all(v.shape == (2,) for v in out.values())
 
 
 def test_horseshoe_bench_tiny():
-    from genvi_experiments.bench import horseshoe
+    from genvi_experiments.bench.peers import horseshoe
     out = horseshoe.main(["--points", "40", "--dims", "6", "--rounds", "1", "--steps", "20",
                           "--seeds", "2"])
     assert out["ratio"] > 0 and all(v.shape == (2,) for v in out["fits"].values())
 
 
 def test_discrete_vae_bench_tiny():
-    from genvi_experiments.bench import discrete_vae
+    from genvi_experiments.bench.frontier import discrete_vae
     labs = discrete_vae.main(["--batch", "4", "--samples", "40", "--rounds", "1",
                               "--strategies", "REINFORCE", "MVD", "--train-seconds", "0.01",
                               "--seeds", "1"])
@@ -397,7 +405,7 @@ def test_discrete_vae_bench_tiny():
 
 
 def test_binary_plate_forms_bench_tiny():
-    from genvi_experiments.bench import binary_plate_forms
+    from genvi_experiments.bench.replays import binary_plate_forms
     rows = binary_plate_forms.main(["--sizes", "8", "--estimates", "200", "--rounds", "1"])
     by_name = {r["name"]: r for r in rows}
     assert len(rows) == 8 and all(r["ms"] > 0 for r in rows)
@@ -409,7 +417,7 @@ def test_binary_plate_forms_bench_tiny():
 
 
 def test_from_numpyro_bench_tiny():
-    from genvi_experiments.bench import from_numpyro
+    from genvi_experiments.bench.peers import from_numpyro
     out = from_numpyro.main(["--examples", "eight_schools", "mixture", "--steps", "20",
                              "--seeds", "1", "--rounds", "1", "--draws", "10"])
     assert set(out) == {"eight_schools", "mixture"}

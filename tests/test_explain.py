@@ -74,7 +74,7 @@ def test_compiled_work_counts_loops_run_kernel_by_kernel():
 
 
 # Measured ratios to REINFORCE's gradient step, the mean of three runs of `python -m
-# genvi_experiments.bench.explain_calibration` (2026-11-24; x86_64, 2 cores, JAX 0.10.2),
+# genvi_experiments.bench.replays.explain_calibration` (2026-11-24; x86_64, 2 cores, JAX 0.10.2),
 # every step the model was not fitted on. The ratios move by up to 1.7× between runs on
 # a shared machine (REINFORCE's step is the denominator); the bar is 2×.
 # On JAX 0.12 (one run, 2026-11-26, same machine kind, `--rounds 6`), XLA:CPU compiles
@@ -101,7 +101,7 @@ def test_estimated_time_tracks_the_measured_ratios():
     strategy's gradient step to REINFORCE's within 2×, where operations or FLOPs alone
     are off by up to 100× (kernel launches in loops XLA:CPU does not compile whole)."""
     from genvi.adev.cost import CpuTimeModel, compiled_work
-    from genvi_experiments.bench import plate_replays, scan_replays
+    from genvi_experiments.bench.replays import plate as plate_replays, scan as scan_replays
 
     def estimate(program, size, strategy):
         if program == "plate":
@@ -115,7 +115,7 @@ def test_estimated_time_tracks_the_measured_ratios():
     jax_minor = ".".join(jax.__version__.split(".")[:2])
     if jax_minor not in RECORDED_BY_JAX:
         pytest.skip(f"no measured ratios recorded for JAX {jax_minor}: run "
-                    "python -m genvi_experiments.bench.explain_calibration and record them")
+                    "python -m genvi_experiments.bench.replays.explain_calibration and record them")
     baselines = {}
     for (program, size, name), measured in RECORDED_BY_JAX[jax_minor].items():
         if (program, size) not in baselines:

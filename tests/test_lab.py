@@ -114,7 +114,7 @@ def test_random_walk_exact_derivative_matches_enumeration():
     """The benchmark's exact reference (dynamic programming) against all 2⁸ paths."""
     import itertools
 
-    from genvi_experiments.bench.estimator_lab import walk_exact
+    from genvi_experiments.bench.frontier.lab import walk_exact
 
     def brute(theta, n=8):
         total = 0.0

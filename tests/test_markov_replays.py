@@ -14,7 +14,7 @@ import genvi as gv
 from genvi.replays import markov_scan
 from genvi.replays.engine import whole_objective_replays
 from genvi.core import jaxpr as jx
-from genvi_experiments.bench.scan_replays import categorical_hmm, switching_args, switching_chain
+from genvi_experiments.bench.replays.scan import categorical_hmm, switching_args, switching_chain
 from programs import flip_hmm as hmm
 
 T = 6

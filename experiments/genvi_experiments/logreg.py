@@ -8,7 +8,7 @@ how many true weights fall in the central 95% interval, and the held-out accurac
 the posterior predictive, and `gv.diagnose`'s verdict on the fitted guide (the Pareto
 shape k̂ of its importance weights on the whole dataset); the figure shows each weight's
 interval beside its true value.
-`python -m genvi_experiments.bench.logreg` times the same fit against NumPyro.
+`python -m genvi_experiments.bench.peers.logreg` times the same fit against NumPyro.
 
     genvi run logreg [--points 100000] [--steps 3000]
 """

@@ -2,7 +2,11 @@
 
 Runs `genvi_experiments.bench.NAME` (`experiments.bench.NAME` at a base that still has
 the `experiments/` folder) in a fresh subprocess at the base commit, then in the current
-checkout (uncommitted changes included), and so on for `--rounds` rounds. The base runs
+checkout (uncommitted changes included), and so on for `--rounds` rounds. NAME is a
+module's dotted name under `bench` (`enumeration.peers`); at a base from before the
+benchmarks were grouped by family, where that module does not exist, its flat name
+(`enumeration_peers`, from `FLAT_NAMES`) runs there instead, and a flat NAME runs as
+its family module in a tree that has it; `--base-name` names the base's module outright. The base runs
 in a temporary git worktree (removed at the end unless `--keep`) with the worktree first
 on `PYTHONPATH`, which comes before the editable install's import hook; each child
 reports the `genvi` it imported and a run from the wrong checkout stops the comparison.
@@ -13,10 +17,11 @@ median over rounds at the base and in the tree and their ratio, and the least va
 on each side (a time's fastest run) and their ratio. `JAX_PLATFORMS=cpu`.
 
     python -m genvi_experiments.bench.against [--base REV] [--rounds 3] [--keep]
-        [--worktree DIR] [--key-columns B batch] NAME [-- ARGS OF THE BENCHMARK]
+        [--worktree DIR] [--key-columns B batch] [--base-name NAME] NAME
+        [-- ARGS OF THE BENCHMARK]
 
 Example:
-    python -m genvi_experiments.bench.against --base b94a79c --rounds 3 plate_replays \\
+    python -m genvi_experiments.bench.against --base b94a79c --rounds 3 replays.plate \\
         -- --sizes 1000 4000 --rounds 10
 """
 
@@ -38,6 +43,28 @@ TREE = Path(__file__).resolve().parents[3]   # the checkout: experiments/genvi_e
 PROBE = ("import runpy, sys, genvi; print('against: genvi from', genvi.__file__, file=sys.stderr, "
          "flush=True); runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)")
 SEPARATOR = re.compile(r":?-+:?")
+# each family module's name before the benchmarks were grouped by family (one flat
+# folder, `bench/enumeration_peers.py` for `bench/enumeration/peers.py`), for a base
+# commit from before then
+FLAT_NAMES = {
+    "frontier.harness": "frontier", "frontier.discrete_vae": "discrete_vae",
+    "frontier.gmm": "frontier_gmm", "frontier.air": "frontier_air",
+    "frontier.lab": "estimator_lab",
+    "enumeration.mixture_hmm": "enumeration", "enumeration.memory": "enumeration_memory",
+    "enumeration.peers": "enumeration_peers", "enumeration.plates": "enumeration_plates",
+    "enumeration.chain_time": "enumeration_time",
+    "vae.step": "vae_step", "vae.roofline": "vae_roofline", "vae.quality": "vae_quality",
+    "vae.ssvae_step": "ssvae_step",
+    "air.step": "air_step", "air.in_pyro": "air_pyro", "air.compile": "air_compile",
+    "replays.steps": "replay_steps", "replays.plate": "plate_replays",
+    "replays.scan": "scan_replays", "replays.binary_plate_forms": "binary_plate_forms",
+    "replays.sd_plate": "sd_plate", "replays.explain_calibration": "explain_calibration",
+    **{f"peers.{name}": name for name in ("coin", "eight_schools", "logreg", "gmm",
+                                          "from_numpyro", "stochastic_volatility",
+                                          "horseshoe", "guide_starts")},
+    "changes.program_fingerprints": "program_fingerprints",
+    "changes.fit_overhead": "fit_overhead",
+}
 
 
 def git(*args: str, cwd: Path = TREE) -> str:
@@ -67,6 +94,22 @@ def layout(root: Path) -> tuple[str, str]:
     if (root / "genvi_experiments").is_dir():
         return "genvi_experiments", str(root)
     return "experiments", str(root)
+
+
+def bench_module(root: Path, name: str, exact: bool = False) -> str:
+    """The importable module of the benchmark `name` in the checkout at `root`: `name`
+    itself, or where that module is not there (and not `exact`), its flat name before
+    the benchmarks were grouped by family, or its family name after."""
+    package = layout(root)[0]
+    folder = next(f for f in (root / "experiments" / "genvi_experiments",
+                              root / "genvi_experiments", root / "experiments") if f.is_dir())
+    family = {flat: dotted for dotted, flat in FLAT_NAMES.items()}
+    names = [name] if exact else [name, FLAT_NAMES.get(name), family.get(name)]
+    for candidate in filter(None, names):
+        path = folder / "bench" / Path(*candidate.split("."))
+        if path.with_suffix(".py").is_file():  # a module (a family's package runs nothing)
+            return f"{package}.bench.{candidate}"
+    raise SystemExit(f"against: no benchmark {' or '.join(filter(None, names))} in {root}")
 
 
 def run_once(module: str, args: list[str], root: Path) -> tuple[str, float]:
@@ -128,7 +171,7 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     cut = argv.index("--") if "--" in argv else len(argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("name", help="a module of genvi_experiments.bench, e.g. plate_replays")
+    ap.add_argument("name", help="a module of genvi_experiments.bench, e.g. replays.plate")
     ap.add_argument("--base", default="HEAD", help="the baseline commit (default HEAD)")
     ap.add_argument("--rounds", type=int, default=3, help="runs on each side, interleaved")
     ap.add_argument("--keep", action="store_true", help="keep the base's worktree")
@@ -136,6 +179,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="where the base's worktree is (reused if it is there) or goes")
     ap.add_argument("--key-columns", nargs="*", default=["B", "batch"],
                     help="numeric columns that name a row rather than measure it")
+    ap.add_argument("--base-name", default=None,
+                    help="the benchmark's module at the base, where it has another name "
+                         "(default: NAME, or its flat name at a base from before the "
+                         "families)")
     args = ap.parse_args(argv[:cut])
     bench_args = argv[cut + 1:]
     os.environ["JAX_PLATFORMS"] = "cpu"
@@ -143,8 +190,9 @@ def main(argv: list[str] | None = None) -> None:
 
     worktree, created = base_worktree(args.base, args.worktree)
     try:
-        sides = {side: (f"{layout(root)[0]}.bench.{args.name}", root)
-                 for side, root in (("base", worktree), ("tree", TREE))}
+        sides = {"base": (bench_module(worktree, args.base_name or args.name,
+                                       exact=args.base_name is not None), worktree),
+                 "tree": (bench_module(TREE, args.name), TREE)}
         keys = {k.casefold() for k in args.key_columns}
         samples: dict[str, dict[tuple[str, str], list[float]]] = {"base": {}, "tree": {}}
         seconds: dict[str, list[float]] = {"base": [], "tree": []}

@@ -1,8 +1,9 @@
 """Benchmark results as files: a bench script run with `--record` writes its summary
 table to `experiments/genvi_experiments/bench/results/<name>.json`, with the command that made it
-and where, when and at which commit it ran, and rewrites that table in BENCHMARKS.md
-(between the markers `<!-- results: name -->` and `<!-- /results: name -->`), so a
-rerun updates the numbers there and nobody copies them by hand.
+and where, when and at which commit it ran, and rewrites that table in the page that
+marks it (between the markers `<!-- results: name -->` and `<!-- /results: name -->`):
+BENCHMARKS.md or its family's page in docs/benchmarks/ (`PAGES`), so a rerun updates
+the numbers there and nobody copies them by hand.
 
     python -m genvi_experiments.bench.results           # rewrite every marked table
     python -m genvi_experiments.bench.results --check   # exit 1 if one is out of date
@@ -10,8 +11,8 @@ rerun updates the numbers there and nobody copies them by hand.
 A table measured on an accelerator is its own result (`vae_step_784_gpu` beside
 `vae_step_784`: see `on_platform`). Where the checkout is a copy without git (a bench
 sent to a GPU machine), `GENVI_BENCH_COMMIT` names the commit it was copied from, and
-`GENVI_RESULTS_DIR` where the files go (BENCHMARKS.md is then left alone: render
-it with this module where the files land).
+`GENVI_RESULTS_DIR` where the files go (the pages are then left alone: render them
+with this module where the files land).
 
 Example:
     >>> from genvi_experiments.bench.results import render
@@ -40,6 +41,8 @@ from typing import Any, Sequence
 ROOT = pathlib.Path(__file__).resolve().parents[3]   # the checkout: experiments/genvi_experiments/bench
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 BENCHMARKS = ROOT / "BENCHMARKS.md"
+# the pages whose markers the results fill: the index and a page per family
+PAGES = (BENCHMARKS, *sorted((ROOT / "docs" / "benchmarks").glob("*.md")))
 # a copy of the checkout sent to another machine: where its results go instead
 _RESULTS_ELSEWHERE = os.environ.get("GENVI_RESULTS_DIR")
 VERSIONED = ("jax", "numpyro", "funsor", "pyro", "torch", "flax")
@@ -54,7 +57,7 @@ def _commit() -> str:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
                               capture_output=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--",
-                                "genvi", "genvi_experiments", "pyproject.toml"],
+                                "genvi", "experiments", "pyproject.toml"],
                                cwd=ROOT, text=True, capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -88,8 +91,8 @@ def command(bench: str, argv: Sequence[str] | None) -> str:
 
     Example:
         >>> from genvi_experiments.bench.results import command
-        >>> command("horseshoe", ["--seeds", "8", "--record"])
-        'python -m genvi_experiments.bench.horseshoe --seeds 8 --record'
+        >>> command("peers.horseshoe", ["--seeds", "8", "--record"])
+        'python -m genvi_experiments.bench.peers.horseshoe --seeds 8 --record'
     """
     args = list(sys.argv[1:] if argv is None else argv)
     return " ".join([f"python -m genvi_experiments.bench.{bench}", *args])
@@ -104,7 +107,7 @@ def on_platform(name: str) -> str:
         >>> on_platform("vae_step_784")  # on a CPU
         'vae_step_784'
     """
-    import jax  # noqa: PLC0415 - the results files and BENCHMARKS.md need no JAX
+    import jax  # noqa: PLC0415 - the results files and their pages need no JAX
 
     platform = jax.default_backend()
     return name if platform == "cpu" else f"{name}_{platform}"
@@ -143,12 +146,12 @@ def load(directory: pathlib.Path = RESULTS) -> dict:
 
 def record(name: str, command: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
            note: str = "", directory: pathlib.Path | None = None,
-           benchmarks: pathlib.Path | None = BENCHMARKS) -> dict:
+           benchmarks: pathlib.Path | Sequence[pathlib.Path] | None = PAGES) -> dict:
     """Write a bench's summary table to `directory/<name>.json` and rewrite its block in
-    `benchmarks` (if the file marks one); cells are written as given (format numbers
-    before). `directory` defaults to `results/` beside this module, or to
-    `GENVI_RESULTS_DIR` when set (and then BENCHMARKS.md is not touched). Returns the
-    result.
+    `benchmarks` (a page or pages; those that mark it), by default in `PAGES`; cells are
+    written as given (format numbers before). `directory` defaults to `results/` beside
+    this module, or to `GENVI_RESULTS_DIR` when set (and then no page is touched).
+    Returns the result.
 
     Example:
         >>> # record("stochastic_volatility", "python -m ...", ["guide", "ms"], [["x", "0.3"]])
@@ -158,38 +161,44 @@ def record(name: str, command: str, columns: Sequence[str], rows: Sequence[Seque
               "provenance": provenance()}
     if directory is None:
         directory = pathlib.Path(_RESULTS_ELSEWHERE) if _RESULTS_ELSEWHERE else RESULTS
-        if _RESULTS_ELSEWHERE and benchmarks == BENCHMARKS:
+        if _RESULTS_ELSEWHERE and benchmarks is PAGES:
             benchmarks = None
     directory.mkdir(parents=True, exist_ok=True)
     (directory / f"{name}.json").write_text(json.dumps(result, indent=1, ensure_ascii=False)
                                             + "\n")
-    if benchmarks is not None and benchmarks.exists():
-        text = benchmarks.read_text()
-        new = update(text, {name: result})
-        if new != text:
-            benchmarks.write_text(new)
+    pages = [benchmarks] if isinstance(benchmarks, pathlib.Path) else list(benchmarks or ())
+    for page in pages:
+        if page.exists():
+            text = page.read_text()
+            new = update(text, {name: result})
+            if new != text:
+                page.write_text(new)
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--check", action="store_true",
-                   help="exit 1 if BENCHMARKS.md differs from the recorded results")
+                   help="exit 1 if a page differs from the recorded results")
     a = p.parse_args(argv)
-    text = BENCHMARKS.read_text()
+    texts = {page: page.read_text() for page in PAGES}
     results = load()
-    missing = [name for name in results if not _block(name).search(text)]
+    missing = [name for name in results
+               if not any(_block(name).search(text) for text in texts.values())]
     if missing:
-        print(f"BENCHMARKS.md has no block for {missing}", file=sys.stderr)
+        print(f"no page ({', '.join(str(p.relative_to(ROOT)) for p in PAGES)}) has a block "
+              f"for {missing}", file=sys.stderr)
         return 1
-    new = update(text, results)
+    stale = {page: new for page, text in texts.items()
+             if (new := update(text, results)) != text}
     if a.check:
-        if new != text:
-            print("BENCHMARKS.md is out of date: python -m genvi_experiments.bench.results",
-                  file=sys.stderr)
+        if stale:
+            print(f"{', '.join(str(p.relative_to(ROOT)) for p in stale)} out of date: "
+                  "python -m genvi_experiments.bench.results", file=sys.stderr)
             return 1
         return 0
-    BENCHMARKS.write_text(new)
+    for page, new in stale.items():
+        page.write_text(new)
     return 0
 
 
