@@ -78,6 +78,8 @@ from genvi.training.comparison import EstimatorComparison
 from genvi.training.lab import compare_estimators
 from genvi.auto.choices import AUTO
 from genvi.auto.tune import Tuning, tune
+from genvi.auto.fit_tuning import AutoTuning
+from genvi.training.callbacks import FitCallback, FitStart
 from genvi.training.plots import moving_average, plot_history
 
 normal = Normal()
@@ -129,6 +131,9 @@ __all__ = [
     "Evaluation",
     "Expectation",
     "FitResult",
+    "FitCallback",
+    "FitStart",
+    "AutoTuning",
     "Flip",
     "Gamma",
     "GaussianRandomWalk",

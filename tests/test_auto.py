@@ -1,7 +1,7 @@
 """`gv.AUTO`: a site whose strategy genvi chooses. Untuned it takes the first
 candidate the objective allows; `gv.tune` measures every candidate's gradient
 variance × time per estimate and picks the least; `gv.fit` tunes at its start and
-every `retune_every` steps and records each tuning. It picks REPARAM at a smooth
+every `retune_every` steps (`gv.AutoTuning`) and records each tuning. It picks REPARAM at a smooth
 Gaussian site, never REPARAM where the continuation is discontinuous, the strategy
 the estimator lab ranks first where the ranking is clear, and RLOO with a measured
 number of samples where REINFORCE is the only strategy; the estimate it runs is
@@ -130,7 +130,7 @@ def test_fit_tunes_at_the_start_and_when_asked():
     guide = _guide_with(gv.AUTO)  # the conjugate pair of tests/programs.py, AUTO at z
     result = gv.fit(gv.elbo(model, guide), {"m": 0.0, "s": 0.0}, 1.0,
                     optimizer=optax.adam(0.05), steps=300, key=KEY, progress=False,
-                    retune_every=100)
+                    callbacks=[gv.AutoTuning(retune_every=100)])
     assert [t.step for t in result.tunings] == [0, 100, 200]
     assert all(t.choice("z") in candidates(gv.normal) for t in result.tunings)
     assert float(result.params["m"]) == pytest.approx(0.5, abs=0.15)  # the posterior mean
@@ -144,7 +144,8 @@ def test_fit_tunes_at_the_start_and_when_asked():
     with pytest.raises(ValueError, match="retune_every= measures the strategies of sites "
                                          "with grad=gv.AUTO"):
         gv.fit(gv.elbo(model, _guide_with(gv.REPARAM)), {"m": 0.0, "s": 0.0}, 1.0,
-               optimizer=optax.adam(0.05), steps=10, key=KEY, progress=False, retune_every=5)
+               optimizer=optax.adam(0.05), steps=10, key=KEY, progress=False,
+               callbacks=[gv.AutoTuning(retune_every=5)])
 
 
 def _guide_with(strategy):
@@ -246,7 +247,7 @@ def test_a_fit_starts_with_a_cheap_step_while_it_measures():
         return jnp.sum(jnp.tanh((b * 1.0) @ w))
     assert starting_choices(coupled, (jnp.zeros(32),), KEY, {}) == ((("b",), gv.DisARM),)
     # the categorical VAE: ENUM 19 times the score function's elements, RLOO(2) 3.4
-    from genvi_experiments.bench.discrete_vae import make_vae
+    from genvi_experiments.bench.frontier.discrete_vae import make_vae
     vae = make_vae("categorical", 64)
     args = (vae.init(KEY), jnp.zeros((8, 64)))
     assert starting_choices(vae.objective(gv.AUTO), args, KEY, {}) == ((("z",), gv.RLOO(2)),)

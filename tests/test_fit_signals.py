@@ -54,10 +54,13 @@ FIT = textwrap.dedent("""
         print("step", step, time.perf_counter(), flush=True)
 
     kw = {} if directory == "-" else dict(checkpoints=gv.Checkpoints(directory, every=100))
+    # the arguments first (the first array starts JAX's backend, which can take a
+    # while on a busy machine): "fitting" means gv.fit is being entered
+    objective, params = gv.elbo(model, guide), {"m": jnp.zeros(3), "s": jnp.zeros(3)}
+    data, key = jnp.array([0.5, -1.0, 2.0]), jax.random.key(0)
     print("fitting", flush=True)
-    result = gv.fit(gv.elbo(model, guide), {"m": jnp.zeros(3), "s": jnp.zeros(3)},
-                    jnp.array([0.5, -1.0, 2.0]), optimizer=optax.adam(0.01), steps=steps,
-                    key=jax.random.key(0), chunk_size=1 if slow else 50, progress=False,
+    result = gv.fit(objective, params, data, optimizer=optax.adam(0.01), steps=steps,
+                    key=key, chunk_size=1 if slow else 50, progress=False,
                     callbacks=[announce] if slow else [], **kw)
     print("stopped:", result.stopped, time.perf_counter(), flush=True)
     np.savez(out, m=np.asarray(result.params["m"]), s=np.asarray(result.params["s"]),

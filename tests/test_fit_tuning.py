@@ -3,7 +3,7 @@ untuned choice (or, where that step is costly, its cheapest candidate by the cos
 model) while the candidates compile on a worker thread, and switches to the choice
 at a chunk boundary once that choice's chunk has compiled. Whatever the step of the
 switch (it depends on the machine's speed), the run is exactly that objective's up to
-that step and the chosen objective's from it; `tune_in_background=False`
+that step and the chosen objective's from it; `gv.AutoTuning(background=False)`
 measures first and repeats exactly; a fit that ends or fails leaves no thread
 running."""
 
@@ -116,7 +116,8 @@ def test_the_run_is_the_starting_objective_then_the_choice(worker, monkeypatch):
 
 
 def test_measuring_first_repeats_exactly():
-    runs = [fit(objective(gv.AUTO), PARAMS, 4 * CHUNK, key=KEY, tune_in_background=False)
+    runs = [fit(objective(gv.AUTO), PARAMS, 4 * CHUNK, key=KEY,
+                callbacks=[gv.AutoTuning(background=False)])
             for _ in range(2)]
     assert [t.applied for t in runs[0].tunings] == [0]
     assert runs[0].tunings[0].step == 0
@@ -160,7 +161,8 @@ def test_each_tuning_measures_on_the_minibatch_its_step_trains_on(monkeypatch):
         return begin(self, args, step)
     monkeypatch.setattr(FitTuning, "begin", recorded)
     monkeypatch.setattr(FitTuning, "_submit", done_at_once)
-    fit(objective(gv.AUTO), PARAMS, 3 * CHUNK, key=KEY, retune_every=CHUNK)
+    fit(objective(gv.AUTO), PARAMS, 3 * CHUNK, key=KEY,
+        callbacks=[gv.AutoTuning(retune_every=CHUNK)])
     assert [step for step, _ in seen] == [0, CHUNK, 2 * CHUNK]
     setup = Setup((16, "epoch"), 64, False, None, ())
     data_key = jax.random.split(KEY)[1]
@@ -178,7 +180,7 @@ def test_a_background_measurement_races_within_a_share_of_the_fit(monkeypatch):
     taken = [m.estimates for m in background.measured if m.refused is None]
     assert taken and set(taken) == {race.FEWEST}
     (first,) = fit(objective(gv.AUTO), PARAMS, 2 * CHUNK, key=KEY,
-                   tune_in_background=False).tunings
+                   callbacks=[gv.AutoTuning(background=False)]).tunings
     assert max(m.estimates for m in first.measured) > fit_tuning.ESTIMATES // 2
 
 
@@ -197,7 +199,8 @@ def test_a_failing_fit_leaves_no_thread_running():
 
 
 def test_a_retuning_due_while_one_is_under_way_finishes_it_first():
-    result = fit(objective(gv.AUTO), PARAMS, 3 * CHUNK, key=KEY, retune_every=CHUNK)
+    result = fit(objective(gv.AUTO), PARAMS, 3 * CHUNK, key=KEY,
+                 callbacks=[gv.AutoTuning(retune_every=CHUNK)])
     assert [t.step for t in result.tunings] == [0, CHUNK, 2 * CHUNK]
     # each earlier one was finished and applied, at the latest, where the next was due
     assert [t.applied is not None and t.applied <= t.step + CHUNK

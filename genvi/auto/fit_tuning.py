@@ -1,6 +1,6 @@
-"""`gv.fit`'s `gv.AUTO`: train with a cheap starting choice while the candidates
-compile on a thread of their own, measure them between chunks, and switch to the
-choice once its training program has compiled.
+"""`gv.fit`'s `gv.AUTO`, a fit callback (`AutoTuning`): train with a cheap starting
+choice while the candidates compile on a thread of their own, measure them between
+chunks, and switch to the choice once its training program has compiled.
 
 Compiling is most of what measuring costs (a site's candidates make one program of
 several estimators), and on a short run it can be most of the run. So a fit does not
@@ -34,8 +34,8 @@ Each `Tuning` records the step it measured (`step`), the step training took its 
 from (`applied`; None where the fit ended first) and the choices it trained with before
 (`before`). That step depends on how fast
 the machine compiles, as the choice depends on its timings: a run that must repeat
-exactly passes `tune_in_background=False` (measure, then train) or fits
-`gv.tune(...).apply(objective)`.
+exactly passes `callbacks=[gv.AutoTuning(background=False)]` (measure, then train) or
+fits `gv.tune(...).apply(objective)`.
 
 Example:
     >>> import genvi as gv, jax, optax
@@ -117,7 +117,7 @@ class FitTuning:
         self._began = time.perf_counter()
 
     def due(self, step: int) -> bool:
-        return bool(self.every) and step % self.every == 0
+        return self.every is not None and step % self.every == 0
 
     def begin(self, args: tuple, step: int) -> None:
         """Measure at `args` (step `step`'s parameters, then a batch of the data); a
@@ -186,6 +186,7 @@ class FitTuning:
         """The worker's piece of work is done: measure with it and submit the next one,
         or, the tuning done, compile its choice's chunk; that done, switch to it."""
         pending = self._pending
+        assert pending is not None   # called only while a measurement is under way
         done = pending.work.result()
         if pending.tuning is not None:   # the choice's chunk has compiled
             self._adopt(pending.tuning, step)
@@ -230,6 +231,7 @@ class FitTuning:
             sys.setswitchinterval(min(self._interval, SWITCH_INTERVAL))
         # the work traces with the fit's run context (genvi's context variables)
         executor = self._compiler if compiles else self._worker
+        assert executor is not None   # work is submitted only in the background
         return executor.submit(contextvars.copy_context().run, work)
 
 
@@ -266,6 +268,79 @@ def untuned(objective: Expectation, args: tuple) -> tuple:
     return tuple((site.addr, site.default) for site in auto_sites(objective, args))
 
 
+class AutoTuning:
+    """`gv.AUTO`'s part in a `gv.fit`: a fit callback (the protocol of
+    `genvi.training.callbacks.FitCallback`) that measures the objective's AUTO sites
+    as the fit starts and, with `retune_every=n`, again every n steps (at that step's
+    parameters and minibatch), and hands the fit the objective with the chosen
+    strategies at a chunk boundary (see the module docstring). `gv.fit` adds one with
+    the defaults where the objective has AUTO sites; pass your own to change them.
+    `background=False` measures first and then trains, in order, so that a run
+    repeats exactly. The fit's `result.tunings` holds each `gv.Tuning`.
+
+    Args:
+        retune_every: measure again every this many steps (None: at the start only).
+        background: measure while training starts (True), or before it (False).
+
+    Example:
+        >>> import genvi as gv, jax, optax
+        >>> @gv.expectation
+        ... def e(mu):
+        ...     x = gv.sample(gv.normal(mu, 1.0, grad=gv.AUTO), name="x")
+        ...     return 3.0 * x - 0.05 * x ** 2
+        >>> r = gv.fit(e, 0.0, optimizer=optax.adam(0.1), steps=20, key=jax.random.key(0),
+        ...            callbacks=[gv.AutoTuning(retune_every=10, background=False)],
+        ...            progress=False)
+        >>> [t.step for t in r.tunings]
+        [0, 10]
+    """
+
+    def __init__(self, retune_every: int | None = None, background: bool = True):
+        if retune_every is not None and (isinstance(retune_every, bool)
+                                         or not isinstance(retune_every, int) or retune_every < 1):
+            raise ValueError("gv.AutoTuning: retune_every is a positive int (steps), got "
+                             f"{retune_every!r}")
+        self.retune_every, self.background = retune_every, bool(background)
+        self.every = retune_every   # chunks end where a measurement is due
+        self.tuning: FitTuning | None = None
+        self._arguments_at: Callable[[Any, int], tuple] | None = None
+
+    def start(self, fit: Any) -> None:
+        """The fit starts (`fit`: a `genvi.training.callbacks.FitStart`): measure at
+        its first step, in the background or at once."""
+        first = fit.arguments_at(fit.params, fit.step)
+        self._arguments_at = fit.arguments_at
+        self.tuning = fit_tuning(fit.objective, self.retune_every, fit.key, first,
+                                 fit.processes, self.background, fit.precompile)
+        if self.tuning is not None:
+            self.tuning.begin(first, fit.step)
+
+    def objective(self) -> Expectation | None:
+        """The objective with the choices in force (None without AUTO sites)."""
+        return None if self.tuning is None else self.tuning.current
+
+    def boundary(self, step: int, params: Any, history: dict, last: bool) -> None:
+        """Between chunks: measure again where due, else take what the measurement
+        has finished (nothing after the last step)."""
+        if self.tuning is None or last:
+            return
+        if self.tuning.due(step):
+            assert self._arguments_at is not None   # set by start
+            self.tuning.begin(self._arguments_at(params, step), step)
+        else:
+            self.tuning.poll(step)
+
+    def close(self, ended: bool) -> None:
+        if self.tuning is not None:
+            self.tuning.close(ended)
+
+    def finish(self, result: Any) -> Any:
+        """The fit's `FitResult` with this fit's tunings after those it continued."""
+        if self.tuning is None:
+            return result
+        return result._replace(tunings=tuple(result.tunings) + tuple(self.tuning.tunings))
+
+
 def fit_tuning(objective: Expectation, every: int | None, key: jax.Array, measured: tuple,
                processes: int, background: bool, precompile: Callable) -> FitTuning | None:
     """gv.AUTO's tuning for a `gv.fit` of `processes` processes, or None where the
@@ -279,12 +354,10 @@ def fit_tuning(objective: Expectation, every: int | None, key: jax.Array, measur
         >>> fit_tuning(e, None, jax.random.key(0), (0.0,), 1, True, None) is None
         True
     """
-    if every is not None and (isinstance(every, bool) or not isinstance(every, int) or every < 1):
-        raise ValueError(f"gv.fit: retune_every is a positive int (steps), got {every!r}")
     if not has_auto_sites(objective, measured):
         if every is not None:
-            raise ValueError("gv.fit: retune_every= measures the strategies of sites with "
-                             "grad=gv.AUTO, and the objective has none")
+            raise ValueError("gv.AutoTuning: retune_every= measures the strategies of sites "
+                             "with grad=gv.AUTO, and the objective has none")
         return None
     if processes > 1:
         raise ValueError(

@@ -1,7 +1,7 @@
 """`gv.tune`: measure each `gv.AUTO` site's candidate strategies at the current
 parameters and choose the one with the least gradient variance × step time (the
 rule of Geffner and Domke 2020: the variance of the average of the estimates one
-second buys). `gv.fit` tunes at its start and every `retune_every` steps.
+second buys). `gv.fit` tunes at its start and every `retune_every` steps (`gv.AutoTuning`).
 
 A site's candidates are measured by one compiled program (`lax.switch` on the
 candidate, so a site compiles once rather than once per candidate: compiling is most of
@@ -238,7 +238,8 @@ def starting_choices(objective: Expectation, args: tuple, key: jax.Array,
     if work(untuned)[1] <= cheap_enough:
         return tuple(chosen.items())
 
-    def elements(site, candidate):  # its step's, or None where the objective refuses it
+    def elements(site: PlaceholderSite, candidate: Any) -> float | None:
+        # its step's, or None where the objective refuses it
         tuned = _candidate(objective, {**chosen, site.addr: candidate}, compiled)
         traced: list = []
         if refusal(lambda: traced.append(forward_trace(tuned, key, args))) is None:
@@ -261,7 +262,7 @@ def starting_choices(objective: Expectation, args: tuple, key: jax.Array,
     return tuple(chosen.items())
 
 
-def _candidate(objective: Expectation, choices: dict, compiled: dict) -> Expectation:
+def _candidate(objective: Expectation, choices: dict, compiled: dict) -> auto.Tuned:
     """`objective` at `choices`, one object per set of choices (kept in `compiled`:
     its jitted estimator keeps its trace)."""
     key = tuple(choices.items())
@@ -310,8 +311,9 @@ def _prepare_site(objective: Expectation, site: PlaceholderSite, chosen: dict, a
             continue
         tuned = _candidate(objective, {**chosen, site.addr: candidate}, compiled)
         # the jitted estimator's trace is kept, so the program below traces it no more
-        message = refusal(lambda t=tuned: jax.eval_shape(t.value_and_grad_estimate,
-                                                              key, *args))
+        # mypy cannot infer the type of a lambda with a default argument (a mypy limitation)
+        message = refusal(lambda t=tuned: jax.eval_shape(  # type: ignore[misc]
+            t.value_and_grad_estimate, key, *args))
         if message is None:
             allowed.append((candidate, tuned))
         else:

@@ -185,11 +185,11 @@ def warn_if_skipped(history: dict, fraction: float | None) -> None:
         NonFiniteWarning, stacklevel=user_stacklevel())
 
 
-def nonfinite_error(chunk: Any, before: tuple, begin: int, done: int, data: tuple,
-                     step_key: jax.Array, data_key: jax.Array, capacity: int, history: dict,
-                     key: jax.Array) -> NonFiniteError:
-    """The error for step `begin + done`, with the carry from before it: the chunk's
-    steps before it run again from `before` (the same program and inputs, so the same
+def nonfinite_error(chunk: Any, before: tuple, done: int, data: tuple, data_key: jax.Array,
+                    capacity: int, history: dict, key: jax.Array) -> NonFiniteError:
+    """The error for the `done`-th step of a call that began at `before` =
+    (`TrainState`, stopping rule's state), with the state from before that step: the
+    call's steps before it run again (the same program and inputs, so the same
     parameters), then that step's gradient is checked leaf by leaf (`chunk`: the
     fit's `genvi.training.fit_loop.Chunk`).
 
@@ -198,11 +198,12 @@ def nonfinite_error(chunk: Any, before: tuple, begin: int, done: int, data: tupl
         >>> nonfinite_error.__name__
         'nonfinite_error'
     """
-    step, (params, state, rule_state) = begin + done, before
+    train, rule_state = before
+    step = int(train.step) + done
     if done:
-        ((params, state), _), _, _ = chunk.run((params, state), rule_state, begin, done, data,
-                                               step_key, data_key, capacity=capacity)
-    value, leaf_ok = chunk.leaf_check(params, step, data, step_key, data_key)
+        (train, _), _, _ = chunk.run(train, rule_state, done, data, data_key, capacity=capacity)
+    params, state = train.params, train.opt_state
+    value, leaf_ok = chunk.leaf_check(params, step, data, train.key, data_key)
     value = float(value)
     paths = [jax.tree_util.keystr(path)
              for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]

@@ -1,8 +1,8 @@
-"""`gv.fit`'s compiled loop: one jitted `while_loop` running a chunk of steps, each
-`gv.training_step`'s step (`genvi.training.step.ascent_step`) on that step's key and
-minibatch.
+"""`gv.fit`'s compiled loop: one jitted `while_loop` running a chunk of steps of a
+`TrainState`, each `gv.training_step`'s step (`genvi.training.step.advance`) on that
+step's key and minibatch.
 
-The key of step `t` is `fold_in(step_key, t)` and its minibatch comes from the epoch's
+The key of step `t` is `fold_in(state.key, t)` and its minibatch comes from the epoch's
 permutation (genvi/training/minibatch.py), so a run's result does not depend on how it
 is chunked. A chunk's length is an argument of the loop, not part of its shape, so
 chunks of every length share one compiled program. The loop's condition stops at the
@@ -29,7 +29,7 @@ from genvi.adev.expectation import Expectation
 from genvi.training import minibatch
 from genvi.training.distributed import DataParallel, per_process
 from genvi.training.schedule import at_step
-from genvi.training.step import ascent_step
+from genvi.training.step import TrainState, advance, ascent_step
 
 
 class Chunk(NamedTuple):
@@ -69,17 +69,18 @@ _CHUNKS_KEPT = 16   # the most recent ones; each holds its objective and optimiz
 
 def compiled_chunk(objective: Expectation, optimizer: optax.GradientTransformation,
                    setup: Setup, sharding: DataParallel) -> Chunk:
-    """`Chunk(run, leaf_check)`. `run` is a jitted `(carry, rule_state, begin, length,
-    data, step_key, data_key, *, capacity) -> ((carry, rule_state), (values, skipped),
-    (done, failed))` running steps `begin .. begin + length - 1` from `carry = (params,
-    optimizer state)`, with `length <= capacity` traced (one compile for every chunk
-    length) and per-step outputs in buffers of `capacity`. Unless `skip_nonfinite`, it
-    stops at the first non-finite step, `begin + done` (`failed`; its carry is then not
-    meaningful); it also stops after the step where `setup.stop` fires.
-    `leaf_check(params, step, data, step_key, data_key)` gives that step's value and
-    per-leaf gradient finiteness (for the error; compiled only when needed). Data and
-    keys are arguments, never baked-in constants, so a second `gv.fit` with the same
-    objective and optimizer objects reuses the compiled program.
+    """`Chunk(run, leaf_check)`. `run` is a jitted `(state, rule_state, length, data,
+    data_key, *, capacity) -> ((state, rule_state), (values, skipped), (done, failed))`
+    running `length` steps of `gv.training_step`'s step from `state` (a `TrainState`:
+    its step `state.step` is the first one's number, each step's key
+    `fold_in(state.key, step)`), with `length <= capacity` traced (one compile for every
+    chunk length) and per-step outputs in buffers of `capacity`. Unless
+    `skip_nonfinite`, it stops at the first non-finite step, `state.step + done`
+    (`failed`; its state is then not meaningful); it also stops after the step where
+    `setup.stop` fires. `leaf_check(params, step, data, step_key, data_key)` gives that
+    step's value and per-leaf gradient finiteness (for the error; compiled only when
+    needed). Data and keys are arguments, never baked-in constants, so a second
+    `gv.fit` with the same objective and optimizer objects reuses the compiled program.
 
     Example:
         >>> from genvi.training.fit_loop import compiled_chunk
@@ -95,8 +96,9 @@ def compiled_chunk(objective: Expectation, optimizer: optax.GradientTransformati
     # the others ignore it
     with_value = optax.with_extra_args_support(optimizer)
 
-    def run_chunk(carry, rule_state, begin, length, data, step_key, data_key, *, capacity):
-        step_fn, _ = make_step(objective, with_value, data, setup, step_key, data_key, sharding)
+    def run_chunk(state, rule_state, length, data, data_key, *, capacity):
+        step_fn, _ = make_step(objective, with_value, data, setup, state.key, data_key,
+                               sharding)
 
         def cond(loop):
             i, failed, _, rule_state = loop[:4]
@@ -104,24 +106,26 @@ def compiled_chunk(objective: Expectation, optimizer: optax.GradientTransformati
             return go if stop is None else go & ~stop.done(rule_state)
 
         def body(loop):
-            i, failed, carry, rule_state, values, skipped = loop
-            new_carry, value, ok = step_fn(carry, begin + i)
+            i, failed, state, rule_state, values, skipped = loop
+            new_state, value, ok = step_fn(state)
             values = values.at[i].set(value)
             if stop is not None:
                 rule_state = stop.update(rule_state, value, ok)
-            if skip_nonfinite:
+            if skip_nonfinite:   # the step is taken, its update is not
                 keep = lambda new, old: jnp.where(ok, new, old)  # noqa: E731
-                new_carry = jax.tree_util.tree_map(keep, new_carry, carry)
-                return i + 1, failed, new_carry, rule_state, values, skipped.at[i].set(~ok)
-            # Stop; no select of the old carry here (it costs ~15% of a small step on
-            # CPU): gv.fit recomputes the carry from before the failed step instead.
-            return jnp.where(ok, i + 1, i), ~ok, new_carry, rule_state, values, skipped
+                params, opt_state = jax.tree_util.tree_map(
+                    keep, (new_state.params, new_state.opt_state), (state.params, state.opt_state))
+                new_state = new_state._replace(params=params, opt_state=opt_state)
+                return i + 1, failed, new_state, rule_state, values, skipped.at[i].set(~ok)
+            # Stop; no select of the old state here (it costs ~15% of a small step on
+            # CPU): gv.fit recomputes the state from before the failed step instead.
+            return jnp.where(ok, i + 1, i), ~ok, new_state, rule_state, values, skipped
 
         # a loop with a traced trip count (XLA's while) that can also stop early
-        loop = (jnp.zeros((), jnp.int32), jnp.zeros((), bool), carry, rule_state,
+        loop = (jnp.zeros((), jnp.int32), jnp.zeros((), bool), state, rule_state,
                 jnp.zeros(capacity, jnp.asarray(0.0).dtype), jnp.zeros(capacity, bool))
-        done, failed, carry, rule_state, values, skipped = jax.lax.while_loop(cond, body, loop)
-        return (carry, rule_state), (values, skipped), (done, failed)
+        done, failed, state, rule_state, values, skipped = jax.lax.while_loop(cond, body, loop)
+        return (state, rule_state), (values, skipped), (done, failed)
 
     def leaf_check(params, step, data, step_key, data_key):
         _, grads_at = make_step(objective, with_value, data, setup, step_key, data_key, sharding)
@@ -138,31 +142,30 @@ def compiled_chunk(objective: Expectation, optimizer: optax.GradientTransformati
 def make_step(objective: Expectation, optimizer: optax.GradientTransformationExtraArgs,
               data: tuple, setup: Setup, step_key: jax.Array, data_key: jax.Array,
               sharding: DataParallel) -> tuple[Callable, Callable]:
-    """`(step_fn, grads_at)`: `step_fn((params, state), step) -> ((params, state),
-    value, ok)` takes one optimizer step; `grads_at(params, step)` is that step's
-    objective estimate and gradient, on its minibatch with its scheduled arguments.
+    """`(step_fn, grads_at)`: `step_fn(state) -> (state, value, ok)` takes
+    `gv.training_step`'s step (`advance`) from a `TrainState` on its step's minibatch
+    and scheduled arguments; `grads_at(params, step)` is that step's objective
+    estimate and gradient (its key `fold_in(step_key, step)`).
 
     Example:
         >>> from genvi.training.fit_loop import make_step
         >>> make_step.__name__
         'make_step'
     """
-    def inputs(step):  # step `step`'s key and data: its minibatch, scheduled arguments
+    def args_at(step):  # step `step`'s data: its minibatch, scheduled arguments
         batch = batch_at(data, setup, data_key, sharding.processes, step)
         if sharding.batch is not None:
             batch = jax.lax.with_sharding_constraint(batch, sharding.batch)
-        return jax.random.fold_in(step_key, step), at_step(batch, setup.scheduled, step)
+        return at_step(batch, setup.scheduled, step)
 
     def grads_at(params, step):
-        key, args = inputs(step)
-        return objective.value_and_grad_estimate(key, params, *args)
+        return objective.value_and_grad_estimate(jax.random.fold_in(step_key, step), params,
+                                                 *args_at(step))
 
     take = ascent_step(objective, optimizer)   # gv.training_step's step
 
-    def step_fn(carry, step):
-        key, args = inputs(step)
-        params, state, value, ok = take(*carry, key, *args)
-        return (params, state), value, ok
+    def step_fn(state: TrainState) -> tuple[TrainState, jax.Array, jax.Array]:
+        return advance(take, state, *args_at(state.step))
 
     return step_fn, grads_at
 
@@ -184,6 +187,7 @@ def batch_at(data: tuple, setup: Setup, data_key: jax.Array, processes: int,
     batch_size, order = setup.batching
     if order is None:
         return data
+    assert setup.n is not None   # minibatches: the dataset's size is known
     draw = minibatch.epoch_batch if order == "epoch" else minibatch.window_batch
     return per_process(lambda block, k, size, rows: draw(block, k, step, size, rows),
                        data, data_key, processes, batch_size, setup.n)
@@ -202,7 +206,7 @@ def check_order(shuffle: str, batch_size: int | None, n: int | None) -> str | No
     if shuffle != "epoch" and not batch_size:
         raise ValueError(f"gv.fit: shuffle={shuffle!r} orders minibatches; pass batch_size=B "
                          "too (without it every step sees all the data)")
-    if batch_size and n // batch_size < 1:
+    if batch_size and n is not None and n // batch_size < 1:
         raise ValueError(f"gv.fit: batch_size={batch_size} is larger than the dataset ({n})")
     return shuffle if batch_size else None
 

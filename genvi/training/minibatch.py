@@ -50,7 +50,7 @@ def _mix(x: jax.Array, k: jax.Array) -> jax.Array:
     return x ^ (x >> 16)
 
 
-def shuffled_indices(key: jax.Array, positions: jax.Array, n: int) -> jax.Array:
+def shuffled_indices(key: jax.Array, positions: jax.Array | int, n: int) -> jax.Array:
     """Entries at `positions` (integers in [0, n)) of the permutation of range(n) that
     `key` picks; equal positions give equal entries, distinct ones distinct entries.
 
@@ -85,7 +85,7 @@ def shuffled_indices(key: jax.Array, positions: jax.Array, n: int) -> jax.Array:
 SHUFFLES = ("epoch", "once")
 
 
-def epoch_batch(data, key: jax.Array, step: jax.Array, batch_size: int, n: int):
+def epoch_batch(data, key: jax.Array, step: jax.Array | int, batch_size: int, n: int):
     """Step `step`'s batch of `data` (arrays of n rows) in the `"epoch"` order.
 
     Example:
@@ -117,7 +117,7 @@ def shuffle_once(data, key: jax.Array, batch_size: int, n: int):
     return jax.tree_util.tree_map(lambda a: a[idx], data)
 
 
-def window_batch(shuffled, key: jax.Array, step: jax.Array, batch_size: int, n: int):
+def window_batch(shuffled, key: jax.Array, step: jax.Array | int, batch_size: int, n: int):
     """Step `step`'s batch in the `"once"` order, from `shuffle_once`'s rows.
 
     Example:
