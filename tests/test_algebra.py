@@ -97,6 +97,16 @@ def test_the_algebra_composes_with_estimate_and_fit():
     assert abs(float(result.params) - 1.0) < 0.2
 
 
+def test_zero_dimensional_real_arrays_are_constants():
+    # a NumPy or JAX 0-d array, float or integer, on the right combines as its number does
+    key = jax.random.key(0)
+    for c in (np.asarray(2.0), jnp.asarray(2.0), np.asarray(2), jnp.asarray(2, jnp.int32)):
+        assert float((x + c).estimate(key, MU)) == pytest.approx(float(x.estimate(key, MU)) + 2.0)
+        assert float((x * c).estimate(key, MU)) == pytest.approx(2.0 * float(x.estimate(key, MU)))
+    with pytest.raises(TypeError, match="real constants"):
+        x + np.asarray([1.0, 2.0])
+
+
 def test_an_expectation_is_an_object_for_truthiness():
     # `report or objective` chooses between objects; it asks nothing of E[e]
     assert (None or x) is x and bool(x)

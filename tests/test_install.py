@@ -161,3 +161,13 @@ def test_a_checkout_finds_its_experiments_without_installing_them(monkeypatch):
     found = cli.experiments()
     assert EXPERIMENTS | {"demo"} == set(found)
     assert found["noisy_cone"].module == "genvi_experiments.noisy_cone"
+
+
+def test_ci_type_checks_genvi_which_ships_its_hints():
+    import tomllib
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+    assert config["mypy"]["packages"] == ["genvi"]
+    assert "ignore_errors" not in str(config["mypy"])   # no module is let off
+    assert config["setuptools"]["package-data"]["genvi"] == ["py.typed"]
+    assert (ROOT / "genvi" / "py.typed").is_file()
+    assert "\n  mypy" in (ROOT / ".ci" / "run").read_text()

@@ -155,6 +155,7 @@ class SiteContinuation:
         """The site's address as written ("outer/inner"; "(gv.sample)" for an unnamed
         draw), for a rule's error messages."""
         addr = SiteEqn.of(self._eqn).addr
+        assert addr is not None  # a sampled site's: () for an unnamed draw
         return Address(addr).shown()
 
     @property

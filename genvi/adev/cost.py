@@ -137,7 +137,7 @@ def compiled_work(hlo: str) -> CompiledWork:
             return defined[i.operands[1]].elements if i.operands[1] in defined else 1
         return i.elements
 
-    def count(name: str, where: str) -> CompiledWork:
+    def count(name: str | None, where: str) -> CompiledWork:
         """`where`: LAUNCHED (each operation a kernel), FUSED (inside one kernel) or
         LOOPED (inside a loop compiled into one kernel)."""
         total = _NOTHING
@@ -220,7 +220,7 @@ class CpuTimeModel:
     per kernel launched, per instruction executed in a launched kernel, per element
     produced and per instruction executed inside a loop compiled whole (tight scalar
     code: about a fourteenth of a launched kernel's instruction). The defaults are the
-    mean of two fits by `python -m genvi_experiments.bench.explain_calibration`
+    mean of two fits by `python -m genvi_experiments.bench.replays.explain_calibration`
     (2026-11-24; x86_64, 2 cores, JAX 0.10.2, XLA:CPU) on the gradient steps of the
     plate and HMM benches at their smaller sizes; the script checks them on the larger
     sizes, and prints this machine's fit.

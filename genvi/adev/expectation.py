@@ -46,8 +46,6 @@ class Expectation:
         (2.5, -2.0)
     """
 
-    _label = "expectation"  # how messages name it (objectives: their function's name)
-
     def __init__(self) -> None:
         self._jitted: dict = {}
 
@@ -350,7 +348,8 @@ def _constant(c: Any, form: str) -> Any:
         raise TypeError(f"{form}: both sides are expectations here; this form takes a constant")
     real = (isinstance(c, (int, float, np.integer, np.floating)) and not isinstance(c, bool)) or (
         isinstance(c, (np.ndarray, jax.Array)) and np.shape(c) == ()
-        and jnp.issubdtype(jnp.result_type(c), jnp.floating | jnp.integer))
+        and (jnp.issubdtype(jnp.result_type(c), jnp.floating)
+             or jnp.issubdtype(jnp.result_type(c), jnp.integer)))
     if not real:
         raise TypeError(
             f"{form} with c = {c!r} ({type(c).__name__}): an expectation combines with real "

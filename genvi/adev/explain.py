@@ -75,6 +75,7 @@ def note_site(log: dict | None, eqn: Any, dist: Any, strategy: Any, value: Any,
     nestings = [n for s in steps if hasattr(s, "primitive") and (n := jx.nesting(s))]
     within += [words for words, _ in nestings]
     addr = SiteEqn.of(eqn).addr
+    assert addr is not None  # a sampled site's: () for an unnamed draw
     repeat = math.prod(runs for _, runs in nestings)
     log[id(eqn)] = dict(addr=Address(addr).shown(),
                         dist=getattr(dist, "label", "?"), strategy=repr(strategy),

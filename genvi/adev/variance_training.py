@@ -84,7 +84,7 @@ class _Reach(Hooks):
              # their derivative is zero: they cut
              **{p: lambda self, i, eqn, ins: [0] * len(eqn.outvars) for p in ZERO_DERIVATIVE}}
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.trained: dict = {}
         self.laws = 0
 

@@ -80,7 +80,7 @@ class Helpers:
         self._running: set[subprocess.Popen] = set()
         self._stopped = False
 
-    def run(self, payload: bytes, env: dict) -> tuple[int, bytes, bytes]:
+    def run(self, payload: bytes | bytearray, env: dict) -> tuple[int, bytes, bytes]:
         """The helper run on `payload`: its exit status, output and error output."""
         with self._lock:
             if self._stopped:
@@ -92,7 +92,8 @@ class Helpers:
                                        stderr=subprocess.PIPE, env=env)
             self._running.add(process)
         try:
-            out, err = process.communicate(payload)
+            # typeshed wants bytes; Popen writes any bytes-like input (jax.export's bytearray)
+            out, err = process.communicate(payload)  # type: ignore[arg-type]
         finally:
             with self._lock:
                 self._running.discard(process)

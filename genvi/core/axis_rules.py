@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Protocol, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -52,7 +52,8 @@ def lane_axes(eqn: Any, operands: Sequence[Operand]) -> tuple | None:
         >>> lane_axes(eqn, [Operand((4, 3), (0,))]), lane_axes(eqn, [Operand((4, 3), (1,))])
         ((0,), None)
     """
-    rule = AXIS_RULES.get(structure_of(eqn))
+    structure = structure_of(eqn)
+    rule = None if structure is None else AXIS_RULES.get(structure)
     return None if rule is None else rule(eqn, list(operands))
 
 
@@ -81,7 +82,16 @@ def _common(ops: list) -> tuple | None:
     return lanes[0] if lanes and all(x == lanes[0] for x in lanes) else None
 
 
-def _first_only(ops: list) -> Operand | None:
+class _WithLanes(Protocol):
+    """An `Operand` whose lanes are not None (what `_first_only` gives)."""
+
+    @property
+    def shape(self) -> tuple: ...
+    @property
+    def lanes(self) -> tuple: ...
+
+
+def _first_only(ops: list) -> _WithLanes | None:
     """The first operand, where it is the only one with lanes."""
     if ops and ops[0].lanes is not None and all(o.lanes is None for o in ops[1:]):
         return ops[0]
@@ -240,6 +250,7 @@ def _gather(eqn: Any, ops: list) -> tuple | None:
         lanes = paired
     offset = set(dn.offset_dims)
     batch_positions = [d for d in range(len(eqn.outvars[0].aval.shape)) if d not in offset]
+    assert lanes is not None  # lane_axes's operands: at least one has lanes
     return tuple(batch_positions[a] for a in lanes)
 
 
@@ -353,7 +364,9 @@ def with_lanes_of_size_one(eqn: Any, axes: tuple) -> dict | None:
         >>> with_lanes_of_size_one(eqn, (0,))["shape"]
         (1, 3)
     """
-    key = {Structure.BROADCAST: "shape", Structure.RESHAPE: "new_sizes"}.get(structure_of(eqn))
+    names: dict[Structure | None, str] = {Structure.BROADCAST: "shape",
+                                          Structure.RESHAPE: "new_sizes"}
+    key = names.get(structure_of(eqn))
     if key is None:
         return None
     sizes = list(eqn.params[key])

@@ -122,7 +122,7 @@ class DrawEqn:
                 tangent = jnp.zeros_like(out.primal)
             return out.primal, tangent
 
-        live = [tangents[i] for i in which]
+        live = [] if tangents is None else [tangents[i] for i in which]
         if not self.lanes:
             return one(key, primals, live)
         batch = tuple(jnp.shape(operands[0])[:self.lanes])

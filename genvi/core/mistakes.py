@@ -17,7 +17,8 @@ import inspect
 import operator
 import os
 import sys
-from typing import Any, Callable, Iterable, Mapping
+from types import FrameType
+from typing import Any, Iterable, Mapping
 
 import jax
 import numpy as np
@@ -121,6 +122,7 @@ def user_stacklevel(skip: tuple[str, ...] = (GENVI_DIR + os.sep,)) -> int:
         >>> caught[0].lineno == warn_from_library.__code__.co_firstlineno + 1
         True
     """
+    frame: FrameType | None
     frame, level = sys._getframe(1), 1
     while frame is not None and frame.f_code.co_filename.startswith(skip):
         frame, level = frame.f_back, level + 1
@@ -202,8 +204,9 @@ def not_a_value(what: str, example: str, in_objective: str, kind: type = TypeErr
 
 # --------------------------------------------------------------------------- missing dict keys
 
-def arg_names(fn: Callable) -> list | None:
-    """The positional parameter names of `fn`, or None when they are unknown."""
+def arg_names(fn: Any) -> list | None:
+    """The positional parameter names of `fn`, or None when they are unknown (`fn` None
+    or not a function included)."""
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):

@@ -86,7 +86,7 @@ MASKABLE = SITES | SAMPLES
 RANDOMNESS = SAMPLES | {draw_p}
 
 
-def bind_site(prim: Any, dist: Any, params: tuple, strategy: Any, addr: tuple,
+def bind_site(prim: Any, dist: Any, params: tuple, strategy: Any, addr: tuple | None,
               mask: Any = None, nest: tuple = (), batch_axes: int = 0) -> Any:
     """Bind a sampling primitive for `dist(*params)` with `strategy` at `addr`.
 
@@ -94,7 +94,10 @@ def bind_site(prim: Any, dist: Any, params: tuple, strategy: Any, addr: tuple,
     untaken branch of a batched `cond`): they are sampled but not scored. `batch_axes`:
     how many leading axes of the value are already lanes of `vmap` transformations (a site re-bound
     from a batched program's equation keeps its count)."""
-    if prim is sample_p:  # an objective's site: a placeholder (gv.AUTO) is resolved here
+    if prim is sample_p and strategy is not None and strategy.placeholder:
+        # a placeholder (gv.AUTO) is resolved here, by the run's choices: the only site
+        # bind that reads the run context (a user's code sits between the run's start
+        # and its sites, and a resolved strategy's operands are bound here)
         strategy = strategy_at(strategy, addr, current().site_strategies)
     static, operands = (None, ()) if strategy is None else strategy.split()
     extra = () if mask is None else (mask,)

@@ -157,6 +157,7 @@ class TracedConditionError(TypeError):
 def _innermost_user_frame(err: BaseException) -> tuple[Any, int]:
     """(frame, line) of the innermost frame of `err`'s traceback outside JAX: the code
     that asked for a bool (JAX drops its own frames from the traceback, mostly)."""
+    found: tuple[Any, int]
     tb, found = err.__traceback__, (None, 0)
     while tb is not None:
         if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(JAX_DIR):

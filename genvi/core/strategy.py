@@ -297,7 +297,7 @@ class PlaceholderSite:
         return Address(self.addr).shown()
 
 
-def strategy_at(strategy: Any, addr: tuple, site_strategies: tuple) -> Any:
+def strategy_at(strategy: Any, addr: tuple | None, site_strategies: tuple) -> Any:
     """`strategy`, or, for a placeholder (`Strategy.placeholder`, as `gv.AUTO`), the
     strategy the run context's `site_strategies` ((address, strategy) pairs) give the
     site at `addr` (the placeholder itself if none): the slot where a site's strategy

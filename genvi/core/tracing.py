@@ -23,6 +23,7 @@ import contextlib
 import os
 import sys
 import warnings
+from types import FrameType
 from typing import Any, Callable
 
 import jax
@@ -178,11 +179,11 @@ class TraceNotes:
             raise program_mistakes.unaddressed_error(self.kind, self.name, unused)
         for pid, (program, strategies) in self.scored.items():
             # a grad= that the sampled site at the same address also carries misleads no one
-            unused = {a: s for a, s in strategies.items()
-                      if (a, _strategy_key(s)) not in self.sampled_strategies}
-            if pid not in self.sampled and unused:
+            unused_grads = {a: s for a, s in strategies.items()
+                            if (a, _strategy_key(s)) not in self.sampled_strategies}
+            if pid not in self.sampled and unused_grads:
                 warnings.warn(program_mistakes.unused_strategy_message(
-                    self.name, program, sorted(unused.items(), key=lambda kv: str(kv[0]))),
+                    self.name, program, sorted(unused_grads.items(), key=lambda kv: str(kv[0]))),
                     program_mistakes.UnusedStrategyWarning,
                     stacklevel=mistakes.user_stacklevel(skip=(jx.GENVI_DIR + os.sep, jx.JAX_DIR)))
 
@@ -193,7 +194,7 @@ _LIBRARY_CALL_DIRS = tuple(os.path.join(jx.GENVI_DIR, d) + os.sep
 
 
 def _caller_line() -> str:
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None and frame.f_code.co_filename.startswith(_LIBRARY_CALL_DIRS):
         frame = frame.f_back
     if frame is None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Literal, TypeVar
 
 import jax
 
@@ -111,7 +111,7 @@ class validation:
         context.__enter__()
         self._contexts.append(context)
 
-    def __exit__(self, kind: Any, error: Any, traceback: Any) -> bool:
+    def __exit__(self, kind: Any, error: Any, traceback: Any) -> Literal[False]:
         self._contexts.pop().__exit__(kind, error, traceback)
         found = _recorded(error)
         if found is not None and found is not error:

@@ -49,8 +49,9 @@ class GaussianRandomWalk(Distribution):
         self.name = ("gaussian_random_walk" if num_steps is None
                      else f"gaussian_random_walk[{num_steps}]")
 
-    def __call__(self, scale: Any, *, num_steps: int | None = None, grad: Any = None
-                 ) -> DistCall:
+    # narrower than Distribution.__call__ on purpose: one parameter, and num_steps=
+    def __call__(self, scale: Any, *, num_steps: int | None = None,  # type: ignore[override]
+                 grad: Any = None) -> DistCall:
         """The walk of `num_steps` steps (a positive int) with increments' scale `scale`.
 
         Example:
@@ -65,6 +66,7 @@ class GaussianRandomWalk(Distribution):
         return Distribution.__call__(walk, scale, grad=grad)
 
     def sample(self, key: jax.Array, scale: jax.Array) -> jax.Array:
+        assert self.num_steps is not None  # __call__ gives the walk it samples its steps
         dtype = jnp.result_type(float, scale)
         shape = jnp.shape(scale) + (self.num_steps,)
         steps = jax.random.normal(key, shape, dtype) * jnp.asarray(scale, dtype)[..., None]

@@ -277,7 +277,7 @@ class RecordSites(Simulate):
         (gv.normal, 1.0)
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.found: dict = {}
 
     deterministic = Handler.deterministic  # derived values are not sites

@@ -157,7 +157,7 @@ def _cond(view: jx.CondEqn, ins: list, handler: Handler, state: State,
         return f
 
     shapes = [jax.eval_shape(make(b), ops, state.key)[3] for b in range(len(branches))]
-    union = {}
+    union: dict[tuple, Any] = {}  # address -> its value's shape and dtype
     for s in shapes:
         for addr, sd in s.items():
             if addr in union and (union[addr].shape, union[addr].dtype) != (sd.shape, sd.dtype):

@@ -78,8 +78,9 @@ class GenCall(NamedTuple):
         raise not_a_value(f"the program call {name}(...)", f"{name}(...)", f"{name}.sim(...)",
                           kind)
 
-    # JAX looks it up first (see DistCall)
-    __jax_array__ = property(lambda self: self._not_a_value(kind=ValueError))
+    @property
+    def __jax_array__(self) -> Any:  # JAX looks it up first (see DistCall)
+        return self._not_a_value(kind=ValueError)
 
     def __getattr__(self, attr: str) -> Any:  # e.g. g(x).simulate(key): g was called
         name = self.gen.name
@@ -87,10 +88,12 @@ class GenCall(NamedTuple):
             f"{name}(...) makes a program call, for `{name}(...) @ \"address\"` inside another "
             f"program; it has no attribute {attr!r}. Call methods on the program itself, "
             f"e.g. {name}.simulate(key, ...) or {name}.log_density(choices, ...).")
-    __array__ = __float__ = _not_a_value
-    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _not_a_value
-    __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __neg__ = _not_a_value
-    __lt__ = __le__ = __gt__ = __ge__ = _not_a_value
+    # class attributes, not fields, at run time: mypy reads a NamedTuple's body as fields only
+    __array__ = __float__ = _not_a_value  # type: ignore[misc]
+    __add__ = __radd__ = __sub__ = __rsub__ = _not_a_value  # type: ignore[misc]
+    __mul__ = __rmul__ = _not_a_value  # type: ignore[misc]
+    __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __neg__ = _not_a_value  # type: ignore[misc]
+    __lt__ = __le__ = __gt__ = __ge__ = _not_a_value  # type: ignore[misc]
 
 
 class GenFn:

@@ -108,7 +108,9 @@ def check_read_value(eqn: Any, ins: list, value: Any, gate: Any = None) -> None:
 
 
 def _address(eqn: Any) -> str:
-    return f"address {'/'.join(map(str, SiteEqn.of(eqn).addr))!r}"
+    addr = SiteEqn.of(eqn).addr
+    assert addr is not None  # a program's site (not an observation) has an address
+    return f"address {'/'.join(map(str, addr))!r}"
 
 def _check_value(dist: Any, value: Any, params: tuple, gate: Any, head: str, fix: str) -> None:
     value = jax.lax.stop_gradient(jnp.asarray(value))

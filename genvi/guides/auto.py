@@ -70,6 +70,7 @@ class AutoGuide(language.GenFn):
     """
 
     kind = "auto"
+    _sampler: Any  # `sample`'s jitted draws, compiled once per guide (None: not yet)
 
     def __init__(self, model: language.GenFn, *, params_key: str = "guide",
                  exclude: Sequence = (), init_scale: float = 0.1,
@@ -271,16 +272,16 @@ class AutoGuide(language.GenFn):
             >>> auto.sample(jax.random.key(1), params, 1000)["r"].shape
             (1000,)
         """
-        self._check_ready()
+        sites = self._check_ready()
         if getattr(self, "_sampler", None) is None:   # one compile per guide
             self._sampler = jax.jit(jax.vmap(lambda k, p: self.simulate(k, p).choices.flat(),
                                              in_axes=(0, None)))
         p = {self.params_key: self.guide_params(params)}
         draws = self._sampler(jax.random.split(key, n), p)
-        return {s.name: draws[s.addr] for s in self.sites}
+        return {s.name: draws[s.addr] for s in sites}
 
-    def quantiles(self, params: Any, qs: Sequence[float], *, key: jax.Array | None = None,
-                  num_samples: int = 4000) -> dict:
+    def quantiles(self, params: Any, qs: Sequence[float] | jax.Array, *,
+                  key: jax.Array | None = None, num_samples: int = 4000) -> dict:
         """Per-site quantiles of the fitted guide (constrained space): {address:
         array with a leading axis len(qs)}. Monte Carlo here (`num_samples` draws with
         `key`, default key 0: the same call gives the same numbers). The Gaussian

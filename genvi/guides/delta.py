@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import jax
 import jax.numpy as jnp
 
 from genvi.guides import auto as base
@@ -66,11 +67,11 @@ class AutoDelta(base.AutoGuide):
             >>> bool(auto.median(params)["r"] > 0)      # the point (the MAP once fitted)
             True
         """
-        self._check_ready()
+        sites = self._check_ready()
         v = self.guide_params(params)["value"]
-        return {s.name: s.bijector().forward(v[s.name]) for s in self.sites}
+        return {s.name: s.bijector().forward(v[s.name]) for s in sites}
 
-    def quantiles(self, params: Any, qs: Sequence[float], **kw: Any) -> dict:
+    def quantiles(self, params: Any, qs: Sequence[float] | jax.Array, **kw: Any) -> dict:
         """Every quantile of a point mass is the point.
 
         Example:

@@ -169,7 +169,8 @@ def discover(model: Any, key: jax.Array, args: tuple, exclude: Sequence = (),
         value = values[addr][0]
         domain = supports.domain_of(dist, value)
         _site_errors(who, name, dist, domain, scale, call_args)
-        bounds = ()
+        assert domain is not None  # _site_errors refuses a site that declares none
+        bounds: tuple = ()
         if domain in supports.WITH_PARAMS:
             stacked = tuple(np.asarray(b) for b in all_bounds[addr])
             if any(not np.all(b == b[:1]) for b in stacked):

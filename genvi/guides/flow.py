@@ -189,6 +189,7 @@ def block_reversal(sizes: Sequence[int]) -> np.ndarray:
         >>> block_reversal([2, 3]).tolist()
         [1, 0, 4, 3, 2]
     """
+    out: list[int]
     out, i = [], 0
     for n in sizes:
         out.extend(range(i + n - 1, i - 1, -1))
@@ -211,6 +212,7 @@ class AutoFlow(base.AutoGuide):
         self._families: dict = {}
 
     def _made(self) -> Any:
+        assert self.sites is not None  # the guide's sites are found before its family is made
         return made(sum(s.size for s in self.sites), self.hidden)
 
     def family_init(self, key, sites, z0):
@@ -239,6 +241,7 @@ class AutoFlow(base.AutoGuide):
     def _family(self, treedef, leaves) -> _IAF:
         ndims = tuple(jnp.ndim(v) for v in leaves)
         if (treedef, ndims) not in self._families:
+            assert self.sites is not None  # found before a family is made
             offsets, i = {}, 0
             for s in self.sites:
                 offsets[s.name], i = i, i + s.size

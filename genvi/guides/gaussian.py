@@ -66,8 +66,8 @@ class _Gaussian(base.AutoGuide):
         loc, chol = self.loc_scale_tril(self.guide_params(params))
         return loc, jnp.sqrt(jnp.sum(chol * chol, -1))
 
-    def quantiles(self, params: Any, qs: Sequence[float], *, key: jax.Array | None = None,
-                  num_samples: int = 4000) -> dict:
+    def quantiles(self, params: Any, qs: Sequence[float] | jax.Array, *,
+                  key: jax.Array | None = None, num_samples: int = 4000) -> dict:
         """Per-site quantiles (constrained space): {address: array with a leading axis
         len(qs)}.
 

@@ -12,7 +12,7 @@ automatic guide takes one as `init=` (NumPyro's `init_loc_fn`):
   in (−radius, radius) in the unconstrained space. On stochastic volatility the prior
   median starts the random walk's scale so small that the path cannot move, and a
   mean-field fit stops about 11,000 nats below the one from this start
-  (BENCHMARKS.md, "Where the automatic guides start").
+  (docs/benchmarks/peers.md, "Where the automatic guides start").
 - `init_to_median()`: the median of the prior draws (Pyro's default).
 - `init_to_sample()`: one prior draw.
 - `init_to_value(values, fallback=init_to_uniform())`: the given constrained values
@@ -138,7 +138,8 @@ def init_to_value(values: Mapping[Any, Any], fallback: InitRule | None = None) -
             raise ValueError(f"gv.init_to_value: the value for {site.name!r} ({site.dist.label}) "
                              f"has shape {value.shape}; the site has shape {tuple(site.shape)}")
         return unconstrained(site, value).reshape(site.ushape)
-    rule.addresses = frozenset(given)  # checked against the model's sites by the guide
+    # checked against the model's sites by the guide (which reads it with getattr)
+    rule.addresses = frozenset(given)  # type: ignore[attr-defined]  # a function's attribute
     return rule
 
 

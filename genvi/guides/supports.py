@@ -119,7 +119,7 @@ def inside(domain: str, y: jax.Array, bounds: tuple = ()) -> jax.Array:
     return y + jax.lax.stop_gradient(jnp.clip(y, low, high) - y)
 
 
-def domain_of(dist: Any, value: Any) -> str:
+def domain_of(dist: Any, value: Any) -> str | None:
     """The declared domain of a distribution (see the module docstring); "discrete"
     for integer or boolean values, None where the distribution declares none."""
     if not jnp.issubdtype(jnp.result_type(value), jnp.floating):

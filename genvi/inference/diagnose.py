@@ -176,7 +176,9 @@ def _log_weights(model: GenFn, guide: GenFn, full: tuple, keys: jax.Array,
         trace = guide.simulate(k_guide, *full)
         latents = without(trace.choices, derived)
         if getattr(model, "estimated_density", False):  # gv.marginal / gv.normalize
-            log_p = model.estimate_log_density(k_model, latents, *full)
+            # the programs that set estimated_density define it; GenFn does not
+            log_p = model.estimate_log_density(  # type: ignore[attr-defined]
+                k_model, latents, *full)
         else:
             log_p = model.log_density(latents, *full)
         log_q = trace.log_density
@@ -246,6 +248,7 @@ def diagnose(model: GenFn, guide: GenFn, params: Any, *args: Any, key: jax.Array
     if batch_size is not None and not is_count(batch_size):
         raise ValueError(f"gv.diagnose: batch_size is a positive int or None; got {batch_size!r}")
     n = operator.index(num_samples)
+    log_w: jax.Array | np.ndarray  # JAX's, then a NumPy float64 copy
     draws, log_w, rounding = _log_weights(model, guide, (params,) + args,
                                           jax.random.split(key, n), batch_size)
     log_w = np.asarray(log_w, np.float64)

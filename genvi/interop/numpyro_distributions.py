@@ -234,6 +234,7 @@ class NumPyroDistribution(Distribution):
         return self._per_lane(lambda d, v: d.log_prob(v), params, jnp.asarray(value))
 
     def _twin_params(self, params: tuple, tangents: tuple) -> tuple[tuple, tuple]:
+        assert self._twin is not None  # the terms that read it come with a twin law
         _, where = self._twin
         return tuple(params[i] for i in where), tuple(tangents[i] for i in where)
 
@@ -349,6 +350,7 @@ def wrap(d: Any) -> tuple[NumPyroDistribution, tuple]:
         >>> dist.name, [int(v) for v in dist.support(*params)]
         ('numpyro.CategoricalLogits', [0, 1, 2])
     """
+    leaves: list | tuple
     leaves, treedef = jax.tree_util.tree_flatten(d)
     leaves = tuple(jnp.asarray(x) for x in leaves)
     base = _unwrapped(d, _THROUGH)

@@ -173,6 +173,7 @@ class GenviEffects(Messenger):
                 "observations instead.")
         with _under(name) as leaf:
             if not observed:
+                assert scale is not None  # a latent under a traced scale was refused above
                 with scaled_by(scale):
                     msg["value"] = self._latent(msg, leaf, fn, infer)
             elif scale is None:   # per-lane weights on an observation: its weighted density

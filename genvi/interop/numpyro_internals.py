@@ -144,7 +144,7 @@ def read_scan(msg: dict) -> ScanMessage:
     return ScanMessage(body, init, xs, length, reverse, subs)
 
 
-def answer_scan(msg: dict, length: int, carry: Any, ys: Any) -> None:
+def answer_scan(msg: dict, length: int | None, carry: Any, ys: Any) -> None:
     """Answer a scan message with its final carry and stacked outputs, and no sites for
     NumPyro's scan to send again (genvi has run them).
 
@@ -179,6 +179,7 @@ def check_scan_layout() -> None:
     def body(carry: Any, x: Any) -> tuple:
         return carry + x, 2.0 * x
 
+    cause: Exception | None
     try:
         with nh.seed(rng_seed=0), _AnswerScans():
             carry, ys = numpyro_scan.scan(body, 1.0, jnp.arange(3.0))

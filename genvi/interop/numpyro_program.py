@@ -56,11 +56,14 @@ def to_genvi_param(name: str, value: Any, constraint: Any) -> Any:
     if base is nc.lower_cholesky:
         return gp.lower_cholesky(value)
     if isinstance(base, nc.interval):
+        low: float | None
+        high: float | None
         try:
             low, high = float(base.lower_bound), float(base.upper_bound)
         except TypeError:
             low = high = None
         if low is not None:
+            assert high is not None  # both bounds are floats, or both None
             return gp.interval(value, low, high)
     raise NumPyroError(
         f"numpyro.param({name!r}, ..., constraint={constraint}): genvi stores constrained "

@@ -69,6 +69,7 @@ class TFPDistribution(Distribution):
 
 def _classes(given: dict) -> Any:
     table = given.get("logits", given.get("probs"))
+    assert table is not None  # a categorical law has logits or probs
     return jnp.arange(jnp.shape(table)[-1], dtype=jnp.int32)
 
 

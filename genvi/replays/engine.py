@@ -107,7 +107,7 @@ class AfterSite(NamedTuple):
     `keys` its level's site keys, `steps` its location."""
 
     jaxpr: Any
-    index: int
+    index: int  # type: ignore[assignment]  # a field that shadows tuple.index on purpose
     site: Any
     env: dict
     keys: dict

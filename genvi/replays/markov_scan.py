@@ -97,6 +97,8 @@ class _MarkovScan:
         self.inner = ev.site_shape[1:]
         self.acc = scan.accumulators()
         self.x_base = [x.base if isinstance(x, Local) else x for x in xs]
+        self.x_round0: tuple
+        self.x_kinds: tuple
         self.x_round0, self.x_kinds = zip(*[_step_slices(x) for x in xs]) if xs else ((), ())
         self.keys = None if key is None else jax.random.split(key, self.length)
         self.below, self.alternatives = ((), None) if holding is None else holding

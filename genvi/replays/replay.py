@@ -43,7 +43,7 @@ def same_site(a: tuple, b: tuple) -> Any:
     else a traced boolean (or True)."""
     if len(a) != len(b):
         return False
-    match = True
+    match: Any = True  # a Python bool or a traced boolean
     for x, y in zip(a, b):
         if hasattr(x, "primitive") or hasattr(y, "primitive"):
             if x is not y:

@@ -42,7 +42,7 @@ from genvi.core.mistakes import user_stacklevel
 try:
     import fcntl
 except ImportError:  # Windows: no advisory locks of this kind
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]  # checked for None before each use
 
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 # what an interrupted write or deletion leaves: orbax's unfinished folders, and old
@@ -79,13 +79,13 @@ def _checkpointer():
     return _orbax().Checkpointer(_orbax().StandardCheckpointHandler())
 
 
-def latest_step(directory: str) -> int | None:
+def latest_step(directory: str | os.PathLike) -> int | None:
     """The step of the newest complete checkpoint in `directory`, if any."""
     steps = _steps(directory)
     return steps[-1] if steps else None
 
 
-def _steps(directory: str) -> list[int]:
+def _steps(directory: str | os.PathLike) -> list[int]:
     """The steps of the complete checkpoints in `directory`, oldest first."""
     if not os.path.isdir(directory):
         return []
@@ -99,7 +99,8 @@ class CheckpointWarning(UserWarning):
     killed write left was removed; the file system cannot lock the directory."""
 
 
-def save(directory: str, step: int, payload: dict, keep: int = 2, primary: bool = True) -> str:
+def save(directory: str | os.PathLike, step: int, payload: dict, keep: int = 2,
+         primary: bool = True) -> str:
     """Write `payload` (a pytree) as the checkpoint for `step`; keep the newest `keep`.
 
     Under `jax.distributed` every process calls it (orbax writes collectively) and
@@ -142,7 +143,8 @@ def _name(step: int) -> str:
     return f"step_{step:09d}"
 
 
-def restore(directory: str, like: dict | Callable[[int], dict]) -> tuple[int, dict]:
+def restore(directory: str | os.PathLike,
+            like: dict | Callable[[int], dict]) -> tuple[int, dict]:
     """Restore the newest readable checkpoint; `like` (or `like(step)`, where the
     structure depends on the step) gives the structure expected of it.
 
@@ -184,7 +186,7 @@ def restore(directory: str, like: dict | Callable[[int], dict]) -> tuple[int, di
 def _check_same_structure(path: str, like: Any, restored: Any) -> None:
     want = jax.tree_util.tree_structure(like)
     got = jax.tree_util.tree_structure(restored)
-    if want != got:
+    if want != got:  # type: ignore[operator]  # jaxlib's PyTreeDef comes without a type stub
         raise CheckpointError(f"checkpoint {path!r} holds {got}, but this run expects {want}")
     for a, b in zip(jax.tree_util.tree_leaves(like), jax.tree_util.tree_leaves(restored)):
         if np.shape(a) != np.shape(b):
@@ -203,7 +205,7 @@ def _remove(path: str) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
-def _remove_leftovers(directory: str, prefix: str = "") -> list[str]:
+def _remove_leftovers(directory: str | os.PathLike, prefix: str = "") -> list[str]:
     """Remove what killed or failed writes left in `directory` (orbax's unfinished
     folders, old checkpoints half deleted) whose names start with `prefix`; their
     names."""
@@ -241,7 +243,7 @@ class Writer:
         another live fit is writing the checkpoints
     """
 
-    def __init__(self, directory: str | None, primary: bool = True,
+    def __init__(self, directory: str | os.PathLike | None, primary: bool = True,
                  agree: Callable[[int, int], tuple[int, int]] | None = None):
         self.directory = None if directory is None else os.path.abspath(directory)
         self.primary, self.agree = primary, agree
@@ -267,6 +269,7 @@ class Writer:
         return self
 
     def _hold(self) -> None:
+        assert self.directory is not None  # held only where there is a directory
         os.makedirs(self.directory, exist_ok=True)
         lock = os.path.join(self.directory, LOCK_FILE)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)

@@ -172,8 +172,9 @@ def compare_estimators(estimators: Mapping[str, Any], key: jax.Array, *args: Any
     keep = [i for i, f in enumerate(all_names)
             if leaves is None or any(f.startswith(p) for p in leaves)]
     if not keep:
-        raise ValueError(f"gv.compare_estimators: no gradient leaf starts with {list(leaves)}; "
-                         f"the leaves are {all_names}")
+        asked = "" if leaves is None else f" starts with {list(leaves)}"
+        raise ValueError(f"gv.compare_estimators: no gradient leaf{asked}; the leaves are "
+                         f"{all_names}")
     kept = [all_names[i] for i in keep]
     keys = jax.random.split(key, samples)
     if batch is None:  # about 2**22 gradient entries (16 MB of float32) per chunk

@@ -19,7 +19,7 @@ def _pyplot():
     return plt
 
 
-def moving_average(values: Sequence[float], window: int = 50) -> np.ndarray:
+def moving_average(values: Sequence[float] | np.ndarray, window: int = 50) -> np.ndarray:
     """The trailing mean of the last `window` values at each step (of fewer at the
     start, so the result is as long as `values`): a readable curve of the noisy
     per-step objective estimates in `gv.fit(...).history["objective"]`.

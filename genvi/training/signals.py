@@ -60,7 +60,7 @@ class StopRequests:
 
     def __init__(self, listen: bool = True):
         self.listening = listen and threading.current_thread() is threading.main_thread()
-        self.first: int | None = None   # the first signal's number
+        self.first: signal.Signals | None = None   # the first signal
         self.elsewhere = False          # it reached another process of the fit
         self._previous: dict[int, Any] = {}
         self._abandonable = False
@@ -83,6 +83,7 @@ class StopRequests:
 
     def describe(self, reached: int, end: int, base: int = 0) -> str:
         """The fit's `stopped` when a signal ended it after step `reached` of `base .. end`."""
+        assert self.first is not None  # asked once a signal stopped the fit
         where = " on another process of the fit," if self.elsewhere else ""
         return (f"{LISTENED[self.first]}{where} after step {reached}; {end - reached} of "
                 f"the {end - base} steps asked for were not run")
@@ -103,7 +104,8 @@ class StopRequests:
         for number, previous in self._previous.items():
             signal.signal(number, previous)
         # a fit inside another's callback: the request stops the outer fit too
-        outer = self._previous.get(self.first)
+        # (no signal: first is None, and so is its previous handler; mypy wants an int key)
+        outer: Any = self._previous.get(self.first)  # type: ignore[arg-type]
         if self.first is not None and not self.elsewhere and isinstance(
                 getattr(outer, "__self__", None), StopRequests):
             outer.__self__.first = outer.__self__.first or self.first

@@ -56,7 +56,7 @@ class ConvergenceState(NamedTuple):
     """
 
     seen: jax.Array
-    count: jax.Array
+    count: jax.Array  # type: ignore[assignment]  # a field that shadows tuple.count on purpose
     mean: jax.Array
     m2: jax.Array
     windows: jax.Array

@@ -115,7 +115,8 @@ class RELAX(Strategy):
         gv.RELAX(rebar, phi, logits=True)
     """
 
-    surrogate: Callable = None
+    # a function once made: the default None is there for __post_init__'s clear refusal
+    surrogate: Callable = None  # type: ignore[assignment]
     phi: Any = None
     # the surrogate sees z itself rather than σ(z) / softmax(z)
     logits: bool = False
@@ -238,7 +239,8 @@ class RELAX(Strategy):
         running = dist.where(jnp.ones(b.shape, bool)) if getattr(dist, "is_masked", False) else True
         running = jnp.broadcast_to(running, b.shape)
         # a unit where b' equals b has f(b₋ᵢ, b'ᵢ) = f(b): no score term and no replay
-        replayed = None if whole else reduce_to_lanes((other != b) & running, units, jnp.any)
+        replayed = (None if units is None
+                    else reduce_to_lanes((other != b) & running, units, jnp.any))
         terms = Terms(relax, logits, running, replayed)
         score, replay, offset = terms.along_logits(cv, dlogits)
         if d_cv is not None:
@@ -248,6 +250,8 @@ class RELAX(Strategy):
         out = k.dual(b).plus(score=score, tangent=offset)
         if replay is None:
             return out
+        # replay terms come only with the replay baseline (b' and the lanes it replays)
+        assert other is not None and replayed is not None
         return out.plus_replays(other[None], replay[None], replayed[None], lane_axes=units)
 
     def _replay_units(self, k, b) -> int | None:

@@ -22,7 +22,7 @@ SD keeps its pool in the run through the strategy protocol's run-level hooks
 `Pruning` (`k.state(self).offer_site(key, k.location, alternatives, weights,
 magnitudes)`) and continues with `k.dual(x)`; the interpreter names no strategy.
 Pruning costs variance (each term is scaled by 1 / π_i): see
-`experiments/genvi_experiments/bench/sd_plate.py` and docs/sharp_edges.md.
+`experiments/genvi_experiments/bench/replays/sd_plate.py` and docs/sharp_edges.md.
 """
 
 from __future__ import annotations
@@ -168,6 +168,7 @@ class Pruning(RunState):
             overrides.append((_located(self.sites[sid], ints), _LaneSet(on, lane, alt)))
             c_s = jnp.where(on, c_s, 0.0)
             c = c_s if c is None else c + c_s
+        assert c is not None  # a pool with a mass holds a site's slot
         live = pool.mass > 0
         diff = jnp.where(live, replay(tuple(overrides)) - final, 0.0)  # 0 × inf is NaN
         return jnp.where(live, pool.mass, 0.0) * c * diff

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -196,6 +196,7 @@ class _Recursion:
         carry = [jnp.zeros_like(x) if j == a else x for j, x in enumerate(carry)]
         inputs = list(steps.consts) + carry + steps.inputs(x_t, c)
         outs = evaluate(steps.scan.body, inputs)
+        extra: Sequence[Any]  # (free, per lane) added to the step's own
         term, extra = outs[a], (0.0, 0.0)
         if self.step_sum is not None:  # the local sites' terms, summed sequence by sequence
             term, *extra = self.step_sum.split(inputs, len(lanes))
@@ -306,7 +307,7 @@ class StepValues:
     one step, put back in their places by `inputs(x_t, c)` (lanes as a `Same`)."""
 
     def __init__(self, scan: Any, ins: list, zpos: list, sites: list, first_init: list,
-                 local: list = ()):
+                 local: Sequence = ()):
         self.scan, self.sites = scan, sites
         self.consts, self.init, xs = scan.split(ins)
         self.first_init = list(first_init)  # what the first step reads

@@ -172,7 +172,8 @@ def contract(factors: list, site_plates: dict, scales: dict, names: dict | None 
             while local:
                 joined = {s: math.prod(_sizes([f for f in group if s in f.sites]).values())
                           for s in local}
-                site = min(sorted(local, key=str), key=joined.get)
+                # joined holds every site of local (mypy: dict.get may give None)
+                site = min(sorted(local, key=str), key=joined.get)  # type: ignore[arg-type]
                 hits, size = [f for f in group if site in f.sites], joined[site]
                 note(f"sum out {name(site, site)} {where}: {len(hits)} factor"
                      f"{'s' if len(hits) > 1 else ''}, {size:,} entries", size)

@@ -140,7 +140,7 @@ class Evaluator(Hooks):
 
     def other(self, i: int, eqn: Any, ins: list) -> list:
         aval = eqn.outvars[0].aval if eqn.outvars else None
-        if eqn.primitive is REDUCE_SUM and aval.shape == ():
+        if eqn.primitive is REDUCE_SUM and aval is not None and aval.shape == ():
             if jx.is_float_aval(aval):
                 return [Terms(((ins[0], 1.0),), aval.dtype)]
             x = ins[0]

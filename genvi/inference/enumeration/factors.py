@@ -14,7 +14,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -145,7 +145,8 @@ def sum_over_sites(closed: Any, sites: list, flat_in: list,
     return contract(factors, site_plates, scales, names, sizes, keep)
 
 
-def _term_values(closed: Any, sites: list, flat_in: list, deps: tuple, ks: list) -> list:
+def _term_values(closed: Any, sites: list, flat_in: list, deps: tuple,
+                 ks: list) -> tuple[list, list]:
     """The terms `ks` (of the sites `deps`) at every joint value of those sites, every
     lane at the value: each [support of each site in deps, *term shape]."""
     on = [sites[i] for i in deps]
@@ -183,7 +184,8 @@ def term_dependence(closed: Any, inputs: list, output: int = 0) -> list[set]:
     return jx.output_dependence(jax.make_jaxpr(terms)(*inputs))
 
 
-def terms_part(closed: Any, keep: list, first: list = (), n: int = 0, output: int = 0) -> Any:
+def terms_part(closed: Any, keep: list, first: Sequence[int] = (), n: int = 0,
+               output: int = 0) -> Any:
     """The sum of the terms `keep` of the density `closed` computes (output `output`),
     as a closed jaxpr of the same inputs, but for the first `n` of them, whose
     positions `first` come first (then the rest of the `n` in order).

@@ -94,9 +94,12 @@ class EnumeratedMarginal(Marginal):
     """`g`'s exact marginal over `keep` (see `gv.enumeration`)."""
 
     estimated_density = True  # a transformed program: not a plain sub-program call
+    # Marginal's setup with its own algorithm, not an Importance: it overrides the methods
+    # of Marginal that read an Importance's fields
+    alg: Enumeration  # type: ignore[assignment]
 
     def __init__(self, g: GenFn, keep: Sequence, algorithm: Enumeration):
-        super().__init__(g, keep, algorithm)
+        super().__init__(g, keep, algorithm)  # type: ignore[arg-type]  # (see alg above)
         self.name = f"marginal({g.name}, enumeration)"
         self._aux_cache: dict = {}
         self._log_joints: dict = {}  # traced log densities, per argument shapes

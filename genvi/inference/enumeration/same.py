@@ -107,7 +107,8 @@ def same_rule(eqn: Any, ins: list) -> list | None:
     params = with_lanes_of_size_one(eqn, axes)
     outs = None
     if structure is Structure.GATHER:
-        outs = gather_by_select(eqn, params, *vals, max_rows=SELECT_ROWS)
+        # a gather's two operands: the table and the indices
+        outs = gather_by_select(eqn, params, *vals, max_rows=SELECT_ROWS)  # type: ignore[misc]
     if outs is None:
         outs = jx.eval_eqn(eqn, vals) if params is None else jx.eval_eqn_with(eqn, vals, params)
     plain = all(x.plain for x in ins if isinstance(x, Same))
@@ -130,5 +131,7 @@ def lazy_broadcast(eqn: Any, ins: list) -> list | None:
         axes = repeated_axes(eqn, jnp.shape(x))
         if not axes or 0 in shape:
             return None
-    (value,) = jx.eval_eqn_with(eqn, [x], with_lanes_of_size_one(eqn, axes))
+    params = with_lanes_of_size_one(eqn, axes)
+    assert params is not None  # a broadcast's (axes are only found on one): its shape
+    (value,) = jx.eval_eqn_with(eqn, [x], params)
     return [Same(value, axes, tuple(shape[d] for d in axes), plain=True)]
