@@ -62,6 +62,7 @@ from genvi.objectives.control_variates import dreg, vimco
 from genvi.objectives.elbo import elbo, iwelbo, renyi
 from genvi.objectives.smc import fivo, smc
 from genvi.inference.enumeration import enumeration
+from genvi.replays.engine import whole_objective_replays
 from genvi.interop import from_numpyro
 from genvi.inference.importance import importance, marginal, normalize
 from genvi.inference.arviz_export import to_arviz
@@ -184,6 +185,7 @@ __all__ = [
     "exp",
     "expectation",
     "fit",
+    "whole_objective_replays",
     "training_step",
     "fivo",
     "flip",

@@ -70,10 +70,15 @@ def whole_objective_replays() -> contextlib.AbstractContextManager:
     """Inside this block, objectives *traced* here replay the whole objective per lane
     (the O(B²) general path) instead of lane-local replays: for comparisons and tests
     (the run context's `lane_local`, which a run hands the engine in its `Replay`).
+    Public as `gv.whole_objective_replays()`: what the lane-local and Markov-local
+    replays are measured against.
+
+    Returns:
+        a context manager: objectives traced inside it replay the whole objective.
 
     Example:
-        >>> from genvi.replays.engine import whole_objective_replays
-        >>> with whole_objective_replays():
+        >>> import genvi as gv
+        >>> with gv.whole_objective_replays():
         ...     pass   # build and run a fresh objective here
     """
     return using(lane_local=False)

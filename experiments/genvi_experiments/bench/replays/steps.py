@@ -12,7 +12,6 @@ from typing import Any, Callable, NamedTuple
 import jax
 
 import genvi as gv
-from genvi.replays.engine import whole_objective_replays
 from genvi_experiments.common.timing import interleaved_samples, median, paired_ratio
 
 
@@ -45,7 +44,7 @@ def gradient_step(objective: Callable[[], gv.Expectation], key: Any, args: tuple
                   general: bool = False) -> Step:
     """The jitted gradient step of `objective()` at `args`; traced under
     `whole_objective_replays()` (one replay per lane and step) when `general`."""
-    with whole_objective_replays() if general else contextlib.nullcontext():
+    with gv.whole_objective_replays() if general else contextlib.nullcontext():
         built = objective()
         compiled = jax.jit(built.grad_estimate).lower(key, *args).compile()
         explained = built.explain(*args, key=key)
