@@ -58,11 +58,9 @@ def test_against_finds_a_benchmark_by_its_family_name_or_its_flat_name(tmp_path)
         "genvi_experiments.bench.frontier.harness"
 
 
-# genvi's internals a benchmark still reaches, each for want of a public route: the
-# chain product's memory budget (to time the blocked product against the whole one) and
-# the margin within which gv.AUTO keeps a running choice (named in a note)
-INTERNAL = {("enumeration/memory.py", "genvi.inference.enumeration"),
-            ("frontier/harness.py", "genvi.auto.tune")}
+# genvi's internals a benchmark still reaches, for want of a public route: the chain
+# product's memory budget (to time the blocked product against the whole one)
+INTERNAL = {("enumeration/memory.py", "genvi.inference.enumeration")}
 
 
 def test_benchmarks_are_written_against_gv():

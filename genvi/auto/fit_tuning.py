@@ -65,8 +65,8 @@ import jax
 from genvi.adev.expectation import Expectation
 from genvi.auto.choices import Tuned
 from genvi.auto.compile_aside import Helpers
-from genvi.auto.tune import (Tuning, auto_sites, has_auto_sites, run_now, starting_choices,
-                             tuning_steps)
+from genvi.auto.tune import (KEEP_MARGIN, Tuning, auto_sites, has_auto_sites, run_now,
+                             starting_choices, tuning_steps)
 
 ESTIMATES = 64  # a candidate's measurement: up to twice this many (`race.race`)
 # The race (`race.race`) pauses training, so in a background measurement it spends at
@@ -294,6 +294,10 @@ class AutoTuning:
         >>> [t.step for t in r.tunings]
         [0, 10]
     """
+
+    #: a site keeps the strategy training runs where that measures within this factor
+    #: of the best's variance × time (closer than a measurement tells apart)
+    keep_margin: float = KEEP_MARGIN
 
     def __init__(self, retune_every: int | None = None, background: bool = True):
         if retune_every is not None and (isinstance(retune_every, bool)

@@ -41,7 +41,6 @@ import numpy as np
 import optax
 
 import genvi as gv
-from genvi.auto.tune import KEEP_MARGIN
 from genvi_experiments.bench.results import command, on_platform, record
 from genvi_experiments.common.nets import apply
 
@@ -441,7 +440,8 @@ def record_time_to_target(name: str, bench: str, runs: dict, budget: float, argv
             "while its candidates compile and are measured (a batch of estimates each, "
             "more for those within twice the best's variance × time, the race within "
             "a twentieth of the fit's time so far), then with its choice (the "
-            f"starting one kept where it measured within {KEEP_MARGIN:g} times the best).")
+            f"starting one kept where it measured within {gv.AutoTuning.keep_margin:g} "
+            "times the best).")
     record(on_platform(name), command(bench, argv), columns, rows, note=note)
 
 
