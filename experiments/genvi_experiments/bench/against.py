@@ -84,25 +84,24 @@ def base_worktree(rev: str, where: str | None) -> tuple[Path, bool]:
     return path, True
 
 
-def layout(root: Path) -> tuple[str, str]:
-    """(the experiments' package, the import path) of the checkout at `root`: its
-    experiments are the project `experiments/` beside genvi (`genvi_experiments`
-    inside it), or, at older commits, the package `genvi_experiments` or `experiments`
-    at the top."""
+def layout(root: Path) -> tuple[str, str, Path]:
+    """(the experiments' package, the import path, the package's folder) of the
+    checkout at `root`: its experiments are the project `experiments/` beside genvi
+    (`genvi_experiments` inside it), or, at older commits, the package
+    `genvi_experiments` or `experiments` at the top."""
     if (root / "experiments" / "genvi_experiments").is_dir():
-        return "genvi_experiments", os.pathsep.join([str(root), str(root / "experiments")])
+        return ("genvi_experiments", os.pathsep.join([str(root), str(root / "experiments")]),
+                root / "experiments" / "genvi_experiments")
     if (root / "genvi_experiments").is_dir():
-        return "genvi_experiments", str(root)
-    return "experiments", str(root)
+        return "genvi_experiments", str(root), root / "genvi_experiments"
+    return "experiments", str(root), root / "experiments"
 
 
 def bench_module(root: Path, name: str, exact: bool = False) -> str:
     """The importable module of the benchmark `name` in the checkout at `root`: `name`
     itself, or where that module is not there (and not `exact`), its flat name before
     the benchmarks were grouped by family, or its family name after."""
-    package = layout(root)[0]
-    folder = next(f for f in (root / "experiments" / "genvi_experiments",
-                              root / "genvi_experiments", root / "experiments") if f.is_dir())
+    package, _, folder = layout(root)
     family = {flat: dotted for dotted, flat in FLAT_NAMES.items()}
     names = [name] if exact else [name, FLAT_NAMES.get(name), family.get(name)]
     for candidate in filter(None, names):

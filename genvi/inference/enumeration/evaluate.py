@@ -118,24 +118,26 @@ class Evaluator(Hooks):
     def call(self, i: int, view: jx.CallEqn, ins: list) -> list:
         if len(view.body.jaxpr.invars) == len(ins):
             return self._opened(view, ins)
-        return self._general(view.eqn, ins, self.markers, control=True)
+        return self.unsupported(i, view.eqn, ins)
 
     def custom(self, i: int, view: jx.CustomEqn, ins: list) -> list:
         if _reaches_site(ins) and len(view.body.jaxpr.invars) == len(ins):
             return self._opened(view, ins)
-        return self._general(view.eqn, ins, self.markers, control=True)
+        return self.unsupported(i, view.eqn, ins)
 
     def scan(self, i: int, view: jx.ScanEqn, ins: list) -> list:
         return self._general(view.eqn, ins, lambda eqn, raw: self.scan_sites(view, raw),
                              control=True)
 
     def cond(self, i: int, view: jx.CondEqn, ins: list) -> list:
-        return self._general(view.eqn, ins, self.markers, control=True)
+        return self.unsupported(i, view.eqn, ins)
 
     def while_(self, i: int, view: jx.WhileEqn, ins: list) -> list:
-        return self._general(view.eqn, ins, self.markers, control=True)
+        return self.unsupported(i, view.eqn, ins)
 
     def unsupported(self, i: int, eqn: Any, ins: list) -> list:
+        """Control flow whose branches or steps are not summed lane by lane: evaluated
+        whole where no summed site reaches it, refused where one does."""
         return self._general(eqn, ins, self.markers, control=True)
 
     def other(self, i: int, eqn: Any, ins: list) -> list:
