@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 import genvi as gv
+from estimates import moments, within
 from genvi.replays.engine import whole_objective_replays
 
 KEY = jax.random.key(0)
@@ -287,3 +288,22 @@ def test_plates_inside_scan_are_lane_local_and_equal_whole_replays(strategy):
     # each step is replayed, lane-locally
     assert "lane-local, after the scan; not Markov-local" in entry["replays"], entry
     np.testing.assert_allclose(fast, slow, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("grad", [gv.ENUM, gv.MVD])
+def test_a_call_holding_sites_after_a_scan_draws_as_the_run_drew(grad):
+    """A `jax.jit` holding a site, after a scan whose sites are replayed: the replays
+    draw the call's site as the run drew it (it used to reach XLA unevaluated)."""
+    @gv.expectation
+    def e(p):
+        def step(total, _):
+            b = gv.sample(gv.flip(p, grad=grad), name="b")
+            return total + jnp.where(b, 1.0, 0.0), None
+
+        total, _ = jax.lax.scan(step, 0.0, None, length=3)
+        c = jax.jit(lambda q: gv.sample(gv.flip(q, grad=grad), name="c"))(p)
+        return total * jnp.where(c, 1.0, 0.0)   # E = 3 p², d/dp = 6 p
+
+    p = 0.3
+    v, v_se, g, g_se, _ = moments(e, p)
+    assert within(v, v_se, 3 * p * p) and within(g, g_se, 6 * p), (v, v_se, g, g_se)

@@ -346,10 +346,12 @@ def _select(which: Any, cases: tuple) -> Any:
     return jax.lax.select_n(which, *cases)
 
 
-def estimate_jvp(closed: Any, key: Any, primals: Sequence, tangents: Sequence) -> Dual:
+def estimate_jvp(closed: Any, key: Any, primals: Sequence, tangents: Sequence,
+                 context: RunContext | None = None) -> Dual:
     """Run the forward-mode estimator of the objective `closed` (a closed jaxpr
-    with one scalar output) at `primals` in direction `tangents` (None = zero)."""
-    return _Run(closed, key, primals, tangents).run()
+    with one scalar output) at `primals` in direction `tangents` (None = zero);
+    `context`: what the run is for (None: the run context in force)."""
+    return _Run(closed, key, primals, tangents, context=context).run()
 
 
 def sample_outputs(closed: Any, key: Any, primals: Sequence) -> list:

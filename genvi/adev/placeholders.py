@@ -1,12 +1,13 @@
 """Placeholder strategies (`gv.AUTO`) resolved before a run, by address.
 
-A site whose strategy is a placeholder (`Strategy.placeholder`) takes the strategy
-the run context's `site_strategies` give its address (`genvi.core.strategy.strategy_at`,
-where the site is bound). An objective traced with placeholder sites left over asks
-the placeholder for their defaults (`Strategy.default_strategies`), trying each choice
-with a trial trace of the estimator (`refusal`: nothing runs), and reports the
-resolved sites to the run's observer. Nothing here names a placeholder: `gv.AUTO`'s
-rules live in `genvi.auto`.
+An objective is traced with its placeholder sites (`Strategy.placeholder`) as they
+are, so one trace serves every choice. Where a run begins, its estimator rewrites the
+traced jaxpr (`resolved`): each placeholder site takes the strategy its address is
+given (a tuning's choices, read once from the run context), and nothing reads the
+choices again, at a site or elsewhere. Placeholder sites left over take their
+placeholder's defaults (`Strategy.default_strategies`), each choice tried with a trial
+trace of the estimator (`refusal`: nothing runs), and are reported to the run's
+observer. Nothing here names a placeholder: `gv.AUTO`'s rules live in `genvi.auto`.
 
 Example:
     >>> import genvi as gv, jax
@@ -23,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from genvi.core import jaxpr as jx
+from genvi.core.mistakes import addr_name
 from genvi.core.primitives import SiteEqn, sample_p
 from genvi.core.strategy import PlaceholderSite
 
@@ -53,6 +55,49 @@ def placeholder_sites(closed: Any) -> list[PlaceholderSite]:
                         "gv.sample(..., name=\"b\")")
                 found.setdefault(view.addr, PlaceholderSite(view.addr, view.dist, strategy))
     return list(found.values())
+
+
+def resolved(closed: Any, choices: tuple) -> Any:
+    """`closed` with its placeholder sites at the strategies `choices` give their
+    addresses (the first pair for an address counts; a site no pair names keeps its
+    placeholder). A choice is static: a strategy with operands (a baseline's value)
+    is refused, since the trace has no operand for it.
+
+    Args:
+        closed: an objective's closed jaxpr.
+        choices: (address, strategy) pairs.
+
+    Example:
+        >>> import genvi as gv
+        >>> @gv.expectation
+        ... def e(p):
+        ...     return gv.sample(gv.flip(p, grad=gv.AUTO), name="b") * 1.0
+        >>> closed, _ = e.trace(0.3)
+        >>> [s.strategy for s in placeholder_sites(resolved(closed, ((("b",), gv.MVD),)))]
+        []
+    """
+    chosen: dict = {}
+    for addr, strategy in choices:
+        chosen.setdefault(addr, strategy)
+    if not chosen:
+        return closed
+
+    def choose(eqn: Any) -> Any:
+        if eqn.primitive is not sample_p:
+            return eqn
+        view = SiteEqn.of(eqn)
+        if view.strategy is None or not view.strategy.placeholder or view.addr not in chosen:
+            return eqn
+        static, operands = chosen[view.addr].split()
+        if operands:
+            raise ValueError(
+                f"{view.strategy!r} at {addr_name(view.addr)!r} (gv.{view.dist.name}): the choice "
+                f"{chosen[view.addr]!r} carries operands (a value it learns or is given), "
+                "but a placeholder's choice must be static; choose a strategy without "
+                "operands, or write that strategy at the site with grad=")
+        return view.with_strategy(static)
+
+    return jx.map_equations(closed, choose)
 
 
 def default_strategies(sites: list[PlaceholderSite],

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any, Callable
 
 import jax
@@ -25,7 +26,7 @@ import jax.numpy as jnp
 from genvi.adev import placeholders, smoothness, variance_training
 from genvi.adev.expectation import Expectation
 from genvi.adev.interpreter import estimate_jvp
-from genvi.core.context import RunObserver, current, using
+from genvi.core.context import RunContext, RunObserver, current
 from genvi.core.mistakes import arg_names
 from genvi.core.tracing import IN_OBJECTIVE, split_args, trace_cached
 
@@ -45,6 +46,7 @@ class ProgramExpectation(Expectation):
         self._checked: set = set()  # (trace, differentiated inputs) that passed the check
         # placeholder (gv.AUTO) sites per trace, and their default strategies
         self._placeholders: dict = {}
+        self._resolutions: dict = {}  # (trace, choices) -> the trace at those choices
         functools.update_wrapper(self, fn, updated=())
 
     def trace(self, *args: Any):
@@ -78,12 +80,16 @@ class ProgramExpectation(Expectation):
         return self.fn(*args)
 
     def dual_estimate(self, key, args, targs):
+        # a run begins: what it is for (a tuning's choices, its observer) is read once,
+        # here, and passed down
+        return self._estimate(current(), key, args, targs)
+
+    def _estimate(self, run: RunContext, key: Any, args: tuple, targs: Any) -> Any:
         closed, dyn = self.trace(*args)
+        closed = self._resolved(closed, run.site_strategies)
         sites = self._placeholder_sites(closed)
         if sites:  # placeholder sites (gv.AUTO) nothing chose for: their defaults
-            choices = self._defaults(closed, sites, key, args, targs)
-            with using(site_strategies=current().site_strategies + choices):
-                return self.dual_estimate(key, args, targs)
+            closed = self._resolved(closed, self._defaults(run, closed, sites, key, args, targs))
         if targs is None:
             tdyn = [None] * len(dyn)
         else:
@@ -99,7 +105,18 @@ class ProgramExpectation(Expectation):
                 smoothness.check(closed, differentiated)
                 variance_training.check(closed, differentiated, self._input_names(args, mask))
                 self._checked.add((id(closed), differentiated))
-        return estimate_jvp(closed, key, dyn, tdyn)
+        return estimate_jvp(closed, key, dyn, tdyn, context=run)
+
+    def _resolved(self, closed: Any, choices: tuple) -> Any:
+        """`closed` with its placeholder sites at `choices` (cached per trace and
+        choices; the cache keeps the rewritten jaxprs, whose ids key the checks)."""
+        if not choices:
+            return closed
+        hit = self._resolutions.get((id(closed), choices))
+        if hit is None or hit[0] is not closed:
+            hit = (closed, placeholders.resolved(closed, choices))
+            self._resolutions[(id(closed), choices)] = hit
+        return hit[1]
 
     def _input_names(self, args: tuple, mask: tuple) -> list[str]:
         """The dynamic inputs' names (`mask`: which leaves of `args` are dynamic), for
@@ -120,7 +137,8 @@ class ProgramExpectation(Expectation):
             self._placeholders[id(closed)] = hit
         return hit[1]
 
-    def _defaults(self, closed: Any, sites: list, key: Any, args: tuple, targs: Any) -> tuple:
+    def _defaults(self, run: RunContext, closed: Any, sites: list, key: Any, args: tuple,
+                  targs: Any) -> tuple:
         """The default strategies at placeholder `sites` (cached per trace and
         differentiated inputs), reported to the run's observer (a tuning collects the
         sites so)."""
@@ -129,18 +147,17 @@ class ProgramExpectation(Expectation):
         cache_key = (id(closed), differentiated)
         hit = self._placeholders.get(cache_key)
         if hit is None:
-            outer = current().site_strategies
-
             def allowed(trial):
-                def trace():  # a trial: nothing of it is reported to the observer
-                    with using(site_strategies=outer + trial, observer=RunObserver()):
-                        jax.eval_shape(lambda k, a, t: _dual_pair(self.dual_estimate(k, a, t)),
-                                       key, args, targs)
-                return placeholders.refusal(trace)
+                # a trial: nothing of it is reported to the observer
+                quiet = replace(run, site_strategies=run.site_strategies + trial,
+                                observer=RunObserver())
+                return placeholders.refusal(lambda: jax.eval_shape(
+                    lambda k, a, t: _dual_pair(self._estimate(quiet, k, a, t)),
+                    key, args, targs))
             hit = placeholders.default_strategies(sites, allowed)
             self._placeholders[cache_key] = hit
         choices, resolved = hit
-        current().observer.defaulted(resolved)
+        run.observer.defaulted(resolved)
         return choices
 
     def __repr__(self) -> str:

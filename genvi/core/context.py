@@ -101,8 +101,8 @@ class RunContext:
     * `within`: the expectations whose draws (`genvi.core.draws`) the run is inside,
       outermost first (`explain` shows the nesting);
     * `site_strategies`: ((address, strategy), ...): the strategies sites with a
-      placeholder strategy (`gv.AUTO`) take in this run (a tuning's choices); the
-      slot where a site's strategy is resolved before a run;
+      placeholder strategy (`gv.AUTO`) take in this run (a tuning's choices); an
+      objective's estimator rewrites its trace to them where the run begins;
     * `notes`: what the trace of a user's program records for the messages of its
       mistakes (`genvi.core.tracing.TraceNotes`: the distribution calls made, the
       values sites returned), None while genvi traces its own helpers.

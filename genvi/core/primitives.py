@@ -20,10 +20,8 @@ from typing import Any, Iterator
 import jax
 
 from genvi.core import jaxpr as jx
-from genvi.core.context import current
 from genvi.core.draws import draw_p
 from genvi.core.mistakes import is_shape_error, site_shape_error
-from genvi.core.strategy import strategy_at
 from genvi.core.tracing import GENVI_CONDS, IN_OBJECTIVE
 from genvi.core.walk import Hooks, env_of, walk
 
@@ -94,11 +92,6 @@ def bind_site(prim: Any, dist: Any, params: tuple, strategy: Any, addr: tuple | 
     untaken branch of a batched `cond`): they are sampled but not scored. `batch_axes`:
     how many leading axes of the value are already lanes of `vmap` transformations (a site re-bound
     from a batched program's equation keeps its count)."""
-    if prim is sample_p and strategy is not None and strategy.placeholder:
-        # a placeholder (gv.AUTO) is resolved here, by the run's choices: the only site
-        # bind that reads the run context (a user's code sits between the run's start
-        # and its sites, and a resolved strategy's operands are bound here)
-        strategy = strategy_at(strategy, addr, current().site_strategies)
     static, operands = (None, ()) if strategy is None else strategy.split()
     extra = () if mask is None else (mask,)
     counted = {"batch_axes": batch_axes} if batch_axes else {}
@@ -189,6 +182,11 @@ class SiteEqn:
         return SiteEqn(eqn, p["addr"], p["dist"], p["strategy"], p["n_params"],
                        bool(p.get("masked")), p.get("nest", ()), p.get("branch", ()),
                        bool(p.get("missing")), p.get("batch_axes", 0))
+
+    def with_strategy(self, strategy: Any) -> Any:
+        """The equation with an operand-free `strategy` in place of its own (a
+        placeholder's choice, made before a run: `genvi.adev.placeholders.resolved`)."""
+        return self.eqn.replace(params={**self.eqn.params, "strategy": strategy})
 
 
 def plate_marker(eqn: Any) -> tuple[bool, float]:

@@ -76,9 +76,10 @@ class Strategy:
     trains_operands: bool = False
     #: a `RunState` subclass if the strategy keeps state across a run (None: none)
     run_state: type | None = None
-    #: True for a marker resolved before a run rather than a rule (`gv.AUTO`): a site
-    #: takes the strategy the run context's `site_strategies` give its address, and
-    #: the objective asks the marker's `default_strategies` for the sites left
+    #: True for a marker resolved before a run rather than a rule (`gv.AUTO`): where
+    #: a run begins, a site takes the (operand-free) strategy the run's choices give
+    #: its address, and the objective asks the marker's `default_strategies` for the
+    #: sites left
     placeholder: bool = False
 
     def default_strategies(self, sites: list, allowed: Any) -> tuple[tuple, list]:
@@ -295,24 +296,6 @@ class PlaceholderSite:
     @property
     def name(self) -> str:
         return Address(self.addr).shown()
-
-
-def strategy_at(strategy: Any, addr: tuple | None, site_strategies: tuple) -> Any:
-    """`strategy`, or, for a placeholder (`Strategy.placeholder`, as `gv.AUTO`), the
-    strategy the run context's `site_strategies` ((address, strategy) pairs) give the
-    site at `addr` (the placeholder itself if none): the slot where a site's strategy
-    is resolved before a run.
-
-    Example:
-        >>> import genvi as gv
-        >>> strategy_at(gv.AUTO, ("b",), ((("b",), gv.MVD),)), strategy_at(gv.ENUM, ("b",), ())
-        (gv.MVD, gv.ENUM)
-    """
-    if strategy is not None and strategy.placeholder:
-        for where, chosen in site_strategies:
-            if where == addr:
-                return chosen
-    return strategy
 
 
 def supported_kinds(dist: Any) -> tuple[str, ...]:

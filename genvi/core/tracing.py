@@ -105,8 +105,7 @@ def trace_cached(cache: dict, fn: Callable, args: tuple,
     """
     dyn, static, treedef, mask = split_args(args)
     # validation adds run-time checks to what is traced: a trace is valid in one state
-    # ... and so do the strategies placeholder sites (gv.AUTO) take
-    key = shapes_key(args) + (validating(), current().site_strategies)
+    key = shapes_key(args) + (validating(),)
     hit = cache.get(key)
     if hit is None:
         out_tree_box = []

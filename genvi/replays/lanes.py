@@ -216,6 +216,9 @@ class _Level(Hooks):
 
     def call(self, i: int, view: jx.CallEqn, ins: list) -> list:
         if self._for_jax(view.eqn, ins):
+            # a call holding sites draws as the run drew them, as a scan or cond does
+            if jx.nests(view.eqn, RANDOMNESS):
+                return self._replayed(i, view.eqn, ins)
             return jx.eval_eqn(view.eqn, ins)
         body = view.body   # jit, remat, a custom derivative: its body
         if body is not None and len(body.jaxpr.invars) == len(ins):

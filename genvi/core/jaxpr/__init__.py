@@ -37,7 +37,7 @@ from genvi.core.jaxpr.views import (CallEqn, CondEqn, CustomEqn, ScanEqn, WhileE
                                     cond_branches, has_custom_rule, kind, name_of, nesting,
                                     reduced_axes, shaped, sort_keys, view)
 from genvi.core.jaxpr.analyses import (CONDS, consumers, contains, equations, live_equations,
-                                       nests, sub_jaxprs)
+                                       map_equations, nests, sub_jaxprs)
 from genvi.core.jaxpr.batching import (cond_token, genvi_conds, register_batching_by_broadcasting,
                                        register_fancy_batching, set_cond_batching, trace)
 
@@ -46,7 +46,8 @@ __all__ = [
     "CustomEqn", "ScanEqn", "WhileEqn", "call_body", "cond_branches", "cond_token", "consumers", "contains",
     "emitted_as", "equations", "eval_eqn", "eval_eqn_with", "genvi_conds", "has_custom_rule",
     "is_drop",
-    "is_float", "is_float_aval", "jvp_eqn", "kind", "live_equations", "make_primitive", "name_of",
+    "is_float", "is_float_aval", "jvp_eqn", "kind", "live_equations", "make_primitive",
+    "map_equations", "name_of",
     "name_stack", "nesting", "nests", "not_the_users", "output_dependence", "quiet_callback_errors", "read", "reduced_axes",
     "register_batching_by_broadcasting", "register_fancy_batching", "set_cond_batching",
     "shaped", "sort_keys", "source_line", "sub_jaxprs", "trace", "view",

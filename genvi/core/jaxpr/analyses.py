@@ -5,7 +5,7 @@ consume some primitive's results (randomness), and which are live."""
 from __future__ import annotations
 
 import weakref
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import jax.extend.core as jcore
 
@@ -102,3 +102,40 @@ def live_equations(jaxpr: Any, kept: frozenset = frozenset()) -> list[bool]:
             live[i] = True
             needed.update(v for v in eqn.invars if not isinstance(v, jcore.Literal))
     return live
+
+
+def map_equations(jaxpr: Any, change: Callable[[Any], Any]) -> Any:
+    """`jaxpr` (open or closed) with every equation, nested ones first, replaced by
+    `change(eqn)`; `change` returns the equation itself to keep it. A jaxpr in which
+    nothing changed is returned as it is (so what JAX caches by jaxpr still hits).
+
+    Example:
+        >>> import jax
+        >>> closed = jax.make_jaxpr(lambda c: jax.lax.scan(
+        ...     lambda c, _: (jax.numpy.sin(c), None), c, None, length=2))(1.0)
+        >>> cos = lambda e: e.replace(primitive=jax.lax.cos_p) if e.primitive is jax.lax.sin_p else e
+        >>> [e.primitive.name for e, _ in equations(map_equations(closed, cos))]
+        ['scan', 'cos']
+    """
+    inner = getattr(jaxpr, "jaxpr", jaxpr)  # JAX 0.12: a jaxpr is its own closed form
+    eqns = [change(_with_bodies(eqn, change)) for eqn in inner.eqns]
+    if all(new is old for new, old in zip(eqns, inner.eqns)):
+        return jaxpr
+    rewritten = inner.replace(eqns=eqns)
+    return rewritten if inner is jaxpr else jaxpr.replace(jaxpr=rewritten)
+
+
+def _with_bodies(eqn: Any, change: Callable[[Any], Any]) -> Any:
+    """`eqn` with the jaxprs in its parameters (bodies, branches, calls) mapped."""
+    def mapped(value: Any) -> Any:
+        if isinstance(value, tuple):
+            items = tuple(mapped(v) for v in value)
+            return value if all(a is b for a, b in zip(items, value)) else items
+        if isinstance(value, (jcore.Jaxpr, jcore.ClosedJaxpr)):
+            return map_equations(value, change)
+        return value
+
+    params = {name: mapped(value) for name, value in eqn.params.items()}
+    if all(params[name] is value for name, value in eqn.params.items()):
+        return eqn
+    return eqn.replace(params=params)
