@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<{width}}  {record.time:>7}  {record.about}")
         print("genvi run NAME --help shows NAME's options and their defaults")
         return 0
-    use_compilation_cache()
+    use_compilation_cache(by_default=True)   # `genvi run` owns its process
     module = importlib.import_module(known[args.name].module)
     if not any(a == "--out" or a.startswith("--out=") for a in rest):
         rest = rest + ["--out", f"out/{args.name}"]

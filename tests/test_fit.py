@@ -198,8 +198,11 @@ def test_chunks_of_every_length_share_one_compiled_program(caplog):
     np.testing.assert_array_equal(np.asarray(odd.params["m"]), np.asarray(whole.params["m"]))
 
 
-def test_fit_turns_the_persistent_compilation_cache_on(tmp_path):
-    """Unless GENVI_CACHE=off (as in this suite), gv.fit keeps compiled steps on disk."""
+@pytest.mark.parametrize("asked", [True, False])
+def test_fit_turns_the_persistent_compilation_cache_on_only_when_asked(tmp_path, asked):
+    """With GENVI_CACHE=FOLDER gv.fit keeps compiled steps there; without it, it leaves
+    JAX's process-wide configuration as it was (a library call changes no global state
+    the user did not ask for)."""
     import os
     import subprocess
     import sys
@@ -210,8 +213,11 @@ def test_fit_turns_the_persistent_compilation_cache_on(tmp_path):
               "gv.fit(e, 0.0, optimizer=optax.adam(0.1), steps=5, key=jax.random.key(0),"
               " progress=False)\n"
               "print(jax.config.jax_compilation_cache_dir)\n")
-    env = dict(os.environ, GENVI_CACHE=str(tmp_path / "xla"), JAX_PLATFORMS="cpu")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GENVI_CACHE", "JAX_COMPILATION_CACHE_DIR")}
+    env.update(JAX_PLATFORMS="cpu", **({"GENVI_CACHE": str(tmp_path / "xla")} if asked else {}))
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().endswith(str(tmp_path / "xla"))
+    last = out.stdout.strip().splitlines()[-1]
+    assert last == (str(tmp_path / "xla") if asked else "None"), out.stdout

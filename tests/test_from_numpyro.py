@@ -113,6 +113,12 @@ def with_params(y):
     numpyro.sample("y", nd.Normal(jnp.dot(w, z), 1.0), obs=y)
 
 
+def counts(ys, totals):
+    probs = numpyro.sample("probs", nd.Dirichlet(jnp.ones(3)))
+    with numpyro.plate("n", ys.shape[0]):   # total_count: an array NumPyro keeps static
+        numpyro.sample("y", nd.Multinomial(total_count=totals, probs=probs), obs=ys)
+
+
 CASES = {
     "plate with subsampling": (subsampled, (X, Y), ()),
     "nested plates (dim=-2, dim=-1)": (nested_plates, (jnp.ones((3, 4)),), ()),
@@ -125,6 +131,8 @@ CASES = {
     "contrib.control_flow.scan": (random_walk, (jnp.linspace(0.0, 1.0, 6),), ()),
     "discrete sites in a plate": (discrete, (jnp.arange(4.0),), ()),
     "multivariate and constrained supports": (multivariate, (), ()),
+    "an observed multinomial with an array total_count": (
+        counts, (jnp.array([[1.0, 2.0, 3.0], [0.0, 4.0, 1.0]]), jnp.array([6.0, 5.0])), ()),
 }
 
 
@@ -161,6 +169,11 @@ def test_parameters_are_read_from_params_with_their_constraints():
     plain = {k: (v.value if isinstance(v, gv.Constrained) else v) for k, v in params.items()}
     want = numpyro_log_density(with_params, (1.0,), {}, {**plain, "z": z})[0]
     assert np.isclose(float(got), float(want), rtol=1e-5)
+
+    def shifted():   # any constraint NumPyro bijects onto, as NumPyro stores it
+        numpyro.param("g", 2.0, constraint=constraints.greater_than(1.0))
+    g = gv.from_numpyro(shifted).init(jax.random.key(0))["g"]
+    assert np.isclose(float(g.value), 2.0) and np.isclose(float(g.raw), 0.0, atol=1e-6)
 
 
 def test_choices_are_laid_out_as_numpyros_trace():
@@ -374,8 +387,8 @@ def test_what_cannot_run_is_refused_naming_the_site():
         with nh.scale(scale=s):
             numpyro.sample("z", nd.Normal(0.0, 1.0))
 
-    def guide():
-        numpyro.param("g", 2.0, constraint=constraints.greater_than(1.0))
+    def guide():   # an initial value outside its constraint
+        numpyro.param("g", 0.5, constraint=constraints.greater_than(1.0))
 
     def mask_around_scan(ys):
         with nh.mask(mask=True):
@@ -388,7 +401,7 @@ def test_what_cannot_run_is_refused_naming_the_site():
         gv.from_numpyro(sequential).simulate(key, {})
     with pytest.raises(NumPyroError, match="'z'.*scale"):
         gv.from_numpyro(traced_scale).simulate(key, {}, 2.0)
-    with pytest.raises(NumPyroError, match="'g'.*greater_than"):
+    with pytest.raises(NumPyroError, match="'g'.*outside its constraint"):
         gv.from_numpyro(guide).init(key)
     with pytest.raises(NumPyroError, match="mask around contrib.control_flow.scan"):
         gv.from_numpyro(mask_around_scan).simulate(key, {}, jnp.zeros(3))
@@ -461,3 +474,107 @@ def test_validation_names_the_users_line_not_numpyros():
     message = str(caught.value)
     assert "numpyro's Poisson" in message and "test_from_numpyro.py" in message
     assert "primitives.py" not in message
+
+
+# -- NumPyro's autoguides and parameters ------------------------------------------------
+
+def regression(X, Y=None):
+    w = numpyro.sample("w", nd.Normal(jnp.zeros(3), 1.0).to_event(1))
+    s = numpyro.sample("s", nd.HalfNormal(1.0))
+    with numpyro.plate("n", X.shape[0]):
+        numpyro.sample("Y", nd.Normal(X @ w, s), obs=Y)
+
+
+REG_X = jax.random.normal(jax.random.key(1), (20, 3))
+REG_Y = REG_X @ jnp.array([1.0, -1.0, 0.5]) + 0.3 * jax.random.normal(jax.random.key(2), (20,))
+AUTOGUIDES = ["AutoNormal", "AutoDiagonalNormal", "AutoMultivariateNormal",
+              "AutoLowRankMultivariateNormal", "AutoLaplaceApproximation"]
+
+
+@pytest.mark.parametrize("name", AUTOGUIDES)
+def test_numpyros_autoguides_estimate_numpyros_elbo(name):
+    """Each autoguide runs as a genvi guide (an auxiliary joint latent is scored in q
+    only; NumPyro's own constraints, ScaledUnitLowerCholesky included), and genvi's
+    ELBO at its initial parameters has the mean of NumPyro's Trace_ELBO there."""
+    from numpyro.infer import Trace_ELBO, autoguide
+    from numpyro.infer.initialization import init_to_mean
+
+    guide = getattr(autoguide, name)(regression, init_loc_fn=init_to_mean)
+    model, q = gv.from_numpyro(regression), gv.from_numpyro(guide, strategies=gv.REPARAM)
+    params = q.init(jax.random.key(0), REG_X, REG_Y)
+    keys = jax.random.split(jax.random.key(3), 4000)
+    ours = np.asarray(jax.jit(jax.vmap(lambda k: gv.elbo(model, q).estimate(
+        k, params, REG_X, REG_Y)))(keys), np.float64)
+    constrained = gv.constrain(params)
+    theirs = -np.asarray(jax.jit(jax.vmap(lambda k: Trace_ELBO().loss(
+        k, constrained, regression, guide, REG_X, REG_Y)))(keys), np.float64)
+    se = math.sqrt(ours.var() / len(ours) + theirs.var() / len(theirs))
+    assert abs(ours.mean() - theirs.mean()) <= 5 * se + 1e-4, (ours.mean(), theirs.mean(), se)
+    # and it trains under gv.iwelbo and gv.fit
+    assert np.isfinite(float(gv.iwelbo(model, q, 4).estimate(jax.random.key(4), params,
+                                                             REG_X, REG_Y)))
+    fit = gv.fit(gv.elbo(model, q), params, REG_X, REG_Y, optimizer=optax.adam(0.02),
+                 steps=300, key=jax.random.key(5), progress=False)
+    assert fit.history["objective"][-50:].mean() > fit.history["objective"][:50].mean()
+
+
+def test_an_auxiliary_site_is_not_a_choice_and_scoring_it_at_choices_is_refused():
+    from numpyro.infer import autoguide
+
+    guide = autoguide.AutoDiagonalNormal(regression)
+    q = gv.from_numpyro(guide, strategies=gv.REPARAM)
+    params = q.init(jax.random.key(0), REG_X, REG_Y)
+    trace = q.simulate(jax.random.key(1), params, REG_X, REG_Y)
+    assert sorted(trace.choices.flat()) == [("s",), ("w",)]
+    with pytest.raises(ValueError, match="'_auto_latent'.*auxiliary site"):
+        q.log_density(trace.choices, params, REG_X, REG_Y)
+
+
+def softplus_guide(y):
+    s = numpyro.param("s", 0.3, constraint=constraints.softplus_positive)
+    numpyro.sample("z", nd.Delta(s))
+
+
+def halfnormal_model(y):
+    z = numpyro.sample("z", nd.HalfNormal(1.0))
+    numpyro.sample("y", nd.Normal(z, 0.5), obs=y)
+
+
+def test_parameters_are_stored_as_numpyro_stores_them_so_adam_follows_numpyros_path():
+    """A softplus_positive parameter stays softplus (NumPyro's biject_to), so 100 Adam
+    steps on a deterministic ELBO (a Delta guide) end where NumPyro's SVI ends; stored
+    as a log they would not (1.593 against 1.583)."""
+    from numpyro.infer import SVI, Trace_ELBO
+
+    svi = SVI(halfnormal_model, softplus_guide, optax.adam(0.05), Trace_ELBO())
+    state = svi.init(jax.random.key(0), 2.0)
+    for _ in range(100):
+        state, _ = svi.update(state, 2.0)
+    q = gv.from_numpyro(softplus_guide, strategies=gv.REPARAM)
+    fit = gv.fit(gv.elbo(gv.from_numpyro(halfnormal_model), q),
+                 q.init(jax.random.key(0), 2.0), 2.0, optimizer=optax.adam(0.05), steps=100,
+                 key=jax.random.key(0), progress=False)
+    np.testing.assert_allclose(float(gv.constrain(fit.params)["s"]),
+                               float(svi.get_params(state)["s"]), rtol=1e-5)
+
+
+def test_an_autonormals_parameters_are_numpyros_unconstrained_values():
+    from numpyro.infer import SVI, Trace_ELBO, autoguide
+    from numpyro.infer.initialization import init_to_mean
+
+    guide = autoguide.AutoNormal(regression, init_loc_fn=init_to_mean)
+    svi = SVI(regression, guide, optax.adam(0.01), Trace_ELBO())
+    unconstrained = svi.optim.get_params(svi.init(jax.random.key(0), REG_X, REG_Y).optim_state)
+    params = gv.from_numpyro(guide).init(jax.random.key(0), REG_X, REG_Y)
+    assert sorted(params) == sorted(unconstrained)
+    for name, value in params.items():
+        raw = value.raw if isinstance(value, gv.Constrained) else value
+        np.testing.assert_allclose(np.asarray(raw), np.asarray(unconstrained[name]), rtol=1e-6)
+
+
+def test_an_autoguide_run_before_init_says_to_init_it():
+    from numpyro.infer import autoguide
+
+    q = gv.from_numpyro(autoguide.AutoNormal(regression), strategies=gv.REPARAM)
+    with pytest.raises(NumPyroError, match=r"before it knows the model's sites.*program.init"):
+        q.simulate(jax.random.key(0), {}, REG_X, REG_Y)

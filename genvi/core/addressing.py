@@ -79,16 +79,17 @@ def check_address(addr: Any) -> None:
                          f"{addr.split('/')[0]!r}.")
 
 
-def sample_site(call: Any, addr: str, batch_axes: int = 0) -> Any:
+def sample_site(call: Any, addr: str, batch_axes: int = 0, auxiliary: bool = False) -> Any:
     """`call @ addr` for a distribution call: bind a sampling site at `addr` under the
     current prefix, checking the call's strategy (if any) against its distribution.
     `batch_axes`: how many leading axes of the value are lanes of a plate that is not a
-    `vmap` (a NumPyro plate's dimensions)."""
+    `vmap` (a NumPyro plate's dimensions); `auxiliary`: scored in the program's density,
+    not one of its choices (a NumPyro autoguide's joint latent)."""
     check_address(addr)
     where = current_prefix(f"`... @ {addr!r}`") + (addr,)
     if call.strategy is not None:
         check_strategy(call.dist, call.strategy, where)
     value = bind_site(site_p, call.dist, call.params, call.strategy, where, nest=_NEST.value,
-                      batch_axes=batch_axes)
+                      batch_axes=batch_axes, auxiliary=auxiliary)
     note_site_value(value, where)  # to name the latent a Python `if` may test
     return value

@@ -85,16 +85,21 @@ RANDOMNESS = SAMPLES | {draw_p}
 
 
 def bind_site(prim: Any, dist: Any, params: tuple, strategy: Any, addr: tuple | None,
-              mask: Any = None, nest: tuple = (), batch_axes: int = 0) -> Any:
+              mask: Any = None, nest: tuple = (), batch_axes: int = 0,
+              auxiliary: bool = False) -> Any:
     """Bind a sampling primitive for `dist(*params)` with `strategy` at `addr`.
 
     A `mask` (one boolean per lane) marks lanes where the site is not executed (an
     untaken branch of a batched `cond`): they are sampled but not scored. `batch_axes`:
     how many leading axes of the value are already lanes of `vmap` transformations (a site re-bound
-    from a batched program's equation keeps its count)."""
+    from a batched program's equation keeps its count). An `auxiliary` site is scored
+    in its program's density but is not one of its choices (NumPyro's
+    `infer={"is_auxiliary": True}`)."""
     static, operands = (None, ()) if strategy is None else strategy.split()
     extra = () if mask is None else (mask,)
     counted = {"batch_axes": batch_axes} if batch_axes else {}
+    if auxiliary:
+        counted["auxiliary"] = True
     return prim.bind(*params, *operands, *extra, dist=dist, strategy=static, addr=addr,
                      n_params=len(params), masked=mask is not None, nest=nest, **counted)
 
@@ -146,7 +151,8 @@ class SiteEqn:
     (a site in an untaken branch of a batched cond, at `branch`); `nest` the
     combinators around a named site; `missing` an observation given no value;
     `batch_axes` how many leading axes of its value are lanes of `vmap` transformations (plates,
-    particles) rather than the site's own.
+    particles) rather than the site's own; `auxiliary` a site scored in its program's
+    density but not one of its choices.
 
     Example:
         >>> import jax, genvi as gv
@@ -166,6 +172,7 @@ class SiteEqn:
     branch: tuple
     missing: bool
     batch_axes: int = 0
+    auxiliary: bool = False
 
     @property
     def is_observation(self) -> bool:
@@ -181,7 +188,8 @@ class SiteEqn:
         p = eqn.params
         return SiteEqn(eqn, p["addr"], p["dist"], p["strategy"], p["n_params"],
                        bool(p.get("masked")), p.get("nest", ()), p.get("branch", ()),
-                       bool(p.get("missing")), p.get("batch_axes", 0))
+                       bool(p.get("missing")), p.get("batch_axes", 0),
+                       bool(p.get("auxiliary")))
 
     def with_strategy(self, strategy: Any) -> Any:
         """The equation with an operand-free `strategy` in place of its own (a

@@ -116,6 +116,11 @@ class Site:
         """An observation given no value (`gv.observe(..., None, name=...)`)."""
         return SiteEqn.of(self.eqn).missing
 
+    @property
+    def auxiliary(self) -> bool:
+        """A site scored in its program's density but not one of its choices."""
+        return self.eqn is not None and SiteEqn.of(self.eqn).auxiliary
+
 
 def _drawn(site: "Site", sample: Any) -> tuple[Any, Any]:
     """`(value, log density)` of a site drawn by `sample(dist, params)`. A distribution
@@ -379,6 +384,14 @@ class Assess(Handler):
 
     def site(self, site, state):
         addr, dist = site.addr, site.dist
+        if site.auxiliary and addr not in state.reads:
+            raise ValueError(
+                f"log_density: {addr_name(addr)!r} ({dist.label}) is an auxiliary site "
+                "(NumPyro's infer={'is_auxiliary': True}, as an autoguide's joint latent): "
+                "its value is drawn when the program is sampled, and is not among the "
+                "choices, so the program's density at given choices would be an integral "
+                "over it. Use this guide where it is sampled (gv.elbo, gv.iwelbo, .sim, "
+                "gv.predictive), or give the value at that address too.")
         if addr not in state.reads:  # GenFn._run_traced adds a "did you mean"
             raise MissingChoice(
                 f"log_density: the choices have no value at address {addr_name(addr)!r} "

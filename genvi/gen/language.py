@@ -134,11 +134,15 @@ class GenFn:
     def _layouts(traced: Any) -> dict:
         if not hasattr(traced, "layouts"):
             traced.layouts = sites.site_layouts(traced.closed)
+            traced.auxiliary = sites.auxiliary_addresses(traced.closed)
         return traced.layouts
 
     def _user(self, traced: Any, flat: dict) -> ChoiceMap:
-        """Interpreter choices → the user's layout (batch axes in nesting order)."""
-        return ChoiceMap(sites.to_user_layout(flat, self._layouts(traced)))
+        """Interpreter choices → the user's layout (batch axes in nesting order), without
+        the auxiliary sites' (scored in the density, not choices)."""
+        layouts = self._layouts(traced)
+        kept = {a: v for a, v in flat.items() if a not in traced.auxiliary}
+        return ChoiceMap(sites.to_user_layout(kept, layouts))
 
     def _internal(self, traced: Any, cm: ChoiceMap) -> dict:
         return sites.to_interpreter_layout(cm.flat(), self._layouts(traced))

@@ -1,8 +1,7 @@
 """What a program's jaxpr says about its sites, and the layout of its choices.
 
-* `site_addresses`, `site_strategies`, `first_observation`, `deterministic_addresses`:
-  queries of a traced
-  program (nested bodies included).
+* `site_addresses`, `site_strategies`, `first_observation`, `deterministic_addresses`,
+  `auxiliary_addresses`: queries of a traced program (nested bodies included).
 * `site_layouts`, `to_user_layout`, `to_interpreter_layout`: the interpreter stacks
   a scan's choices first and a vmap's after; users see batch axes in the order the
   combinators nest (`gv.vmap` of `gv.scan` gives (batch, steps, ...)).
@@ -61,6 +60,13 @@ def without(choices: ChoiceMap, addresses: set) -> ChoiceMap:
 def site_addresses(jaxpr: Any) -> set:
     """Every address a jaxpr (and its nested bodies) may sample."""
     return {SiteEqn.of(eqn).addr for eqn, _ in jx.equations(jaxpr) if eqn.primitive is site_p}
+
+
+def auxiliary_addresses(jaxpr: Any) -> set:
+    """The addresses of a program's auxiliary sites: scored in its density, not among
+    its choices (a NumPyro autoguide's joint latent, `infer={"is_auxiliary": True}`)."""
+    return {site.addr for site in (SiteEqn.of(eqn) for eqn, _ in jx.equations(jaxpr)
+                                   if eqn.primitive is site_p) if site.auxiliary}
 
 
 def site_strategies(jaxpr: Any) -> dict:

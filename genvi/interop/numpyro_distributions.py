@@ -67,6 +67,69 @@ _SAME_LAW = frozenset({nd.Independent, nd.ExpandedDistribution})
 _THROUGH = _SAME_LAW | {nd.MaskedDistribution}
 
 
+@jax.tree_util.register_pytree_node_class
+class _Lifted:
+    """A NumPyro distribution whose static part held arrays (a `Multinomial`'s
+    `total_count`: NumPyro lists it among its pytree's aux fields), with those arrays
+    made leaves: the static part of a site outlives the trace that made it, so a
+    traced array there would leak (`UnexpectedTracerError`).
+
+    Example:
+        >>> d = nd.Multinomial(total_count=jnp.array([3, 4]), probs=jnp.ones(2) / 2)
+        >>> len(jax.tree_util.tree_leaves(d)), len(jax.tree_util.tree_leaves(_lifted(d)))
+        (1, 2)
+        >>> type(_instance(_lifted(d))).__name__
+        'MultinomialProbs'
+    """
+
+    def __init__(self, cls: Any, data: Any, arrays: tuple, static: tuple):
+        self.cls, self.data, self.arrays, self.static = cls, data, arrays, static
+
+    def tree_flatten(self) -> tuple[tuple, tuple]:
+        return (self.data, self.arrays), (self.cls, self.static)
+
+    @classmethod
+    def tree_unflatten(cls, aux: tuple, children: tuple) -> "_Lifted":
+        return cls(aux[0], children[0], children[1], aux[1])
+
+    def instance(self) -> Any:
+        arrays = iter(self.arrays)
+        aux = tuple(next(arrays) if s is _ARRAY else s for s in self.static)
+        return self.cls.tree_unflatten(aux, _map_distributions(_instance, self.data, _Lifted))
+
+
+_ARRAY = object()   # where `_Lifted.static` had an array
+
+
+def _is_array(x: Any) -> bool:
+    return isinstance(x, (jax.Array, np.ndarray))
+
+
+def _map_distributions(f: Any, tree: Any, kind: type) -> Any:
+    """`f` applied to each `kind` instance in `tree` (a pytree)."""
+    return jax.tree_util.tree_map(lambda x: f(x) if isinstance(x, kind) else x, tree,
+                                  is_leaf=lambda x: isinstance(x, kind))
+
+
+def _lifted(d: Any) -> Any:
+    """`d`, or a `_Lifted` where it (or a distribution it holds) keeps arrays in its
+    static part."""
+    data, aux = d.tree_flatten()   # NumPyro's pytree protocol
+    data = _map_distributions(_lifted, data, nd.Distribution)
+    if not any(_is_array(a) for a in aux) and not any(
+            isinstance(x, _Lifted) for x in jax.tree_util.tree_leaves(
+                data, is_leaf=lambda x: isinstance(x, _Lifted))):
+        return d
+    arrays = tuple(jnp.asarray(a) for a in aux if _is_array(a))
+    static = tuple(_ARRAY if _is_array(a) else a for a in aux)
+    return _Lifted(type(d), data, arrays, static)
+
+
+def _instance(x: Any) -> Any:
+    """The NumPyro instance `x` stands for (`x` itself unless it is `_Lifted`)."""
+    return x.instance() if isinstance(x, _Lifted) else x
+
+
 def _unwrapped(d: Any, wrappers: frozenset) -> Any:
     """`d` with the wrapper classes in `wrappers` taken off (their `base_dist`)."""
     while type(d) in wrappers:
@@ -78,7 +141,7 @@ def _twin(treedef: Any, count: int) -> tuple[Any, tuple[int, ...]] | None:
     """(genvi distribution, the operand index of each of its parameters) where the
     instance is one of `_TWINS`, expanded or made independent at
     most."""
-    probe = jax.tree_util.tree_unflatten(treedef, list(range(count)))  # leaf i -> i
+    probe = _instance(jax.tree_util.tree_unflatten(treedef, list(range(count))))  # leaf i -> i
     probe = _unwrapped(probe, _SAME_LAW)
     twin = _TWINS.get(type(probe))
     if twin is None:
@@ -149,7 +212,7 @@ def _over_lanes(lanes: tuple, fn: Any, *xs: Any) -> Any:
     return jnp.reshape(out, lanes + jnp.shape(out)[1:])
 
 
-class _NumPyroBijector:
+class NumPyroBijector:
     """A NumPyro transform onto a support, read as genvi's automatic guides read a TFP
     bijector (`forward`, `inverse`, `forward_log_det_jacobian`,
     `forward_min_event_ndims`)."""
@@ -216,7 +279,7 @@ class NumPyroDistribution(Distribution):
 
     def instance(self, *params: Any) -> Any:
         """The NumPyro instance at these operands (without lane axes)."""
-        return jax.tree_util.tree_unflatten(self.treedef, params[1:])
+        return _instance(jax.tree_util.tree_unflatten(self.treedef, params[1:]))
 
     def _per_lane(self, method: Any, params: tuple, *per_lane: Any) -> Any:
         """`method(instance, *per_lane)` mapped over the lane axes in front of every
@@ -265,7 +328,7 @@ class NumPyroDistribution(Distribution):
         given `own_support_params`."""
         support = (self._fixed_support if self._fixed_support is not None
                    else self.instance(*params).support)
-        return _NumPyroBijector(nd.transforms.biject_to(support))
+        return NumPyroBijector(nd.transforms.biject_to(support))
 
     def check_value(self, value, *params):
         ok = self._per_lane(lambda d, v: d.support(v), params, jnp.asarray(value))
@@ -351,7 +414,7 @@ def wrap(d: Any) -> tuple[NumPyroDistribution, tuple]:
         ('numpyro.CategoricalLogits', [0, 1, 2])
     """
     leaves: list | tuple
-    leaves, treedef = jax.tree_util.tree_flatten(d)
+    leaves, treedef = jax.tree_util.tree_flatten(_lifted(d))
     leaves = tuple(jnp.asarray(x) for x in leaves)
     base = _unwrapped(d, _THROUGH)
     domain = _constraint_domain(d.support)

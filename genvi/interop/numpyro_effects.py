@@ -188,7 +188,8 @@ class GenviEffects(Messenger):
         dist, params = wrap(fn)
         strategy = self._strategy(msg["name"], infer)
         call = DistCall(dist, params, strategy)
-        return sample_site(call, leaf, batch_axes=_leading_plate_axes(msg, fn))
+        return sample_site(call, leaf, batch_axes=_leading_plate_axes(msg, fn),
+                           auxiliary=bool(infer.get("is_auxiliary")))
 
     def _strategy(self, name: str, infer: dict) -> Any:
         """The program's `strategies=` entry for `name`, else the site's

@@ -5,7 +5,7 @@ The program runs the function unchanged under `GenviEffects`
 diagnostic and `gv.fit` applies to it. Like every genvi program it takes the parameters
 first, `(params, *args)`: `params` holds the values `numpyro.param` reads (`{}` for a
 model without any), and `program.init(key, *args)` returns the function's own initial
-values, each with its NumPyro constraint as a genvi constrained parameter.
+values, each stored unconstrained as NumPyro stores it (`NumPyroParam`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,12 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 from numpyro import handlers as nh
+from numpyro.infer.autoguide import AutoGuide
+import numpyro.distributions as nd
 from numpyro.distributions import constraints as nc
 
 from genvi.core.strategy import Strategy
-from genvi.interop.numpyro_distributions import base_constraint
+from genvi.interop.numpyro_distributions import NumPyroBijector, base_constraint
 from genvi.gen.language import GenFn
 from genvi.guides import params as gp
 from genvi.interop.numpyro_effects import GenviEffects, NumPyroError
@@ -32,44 +34,76 @@ def _name_of(fn: Any) -> str:
     return getattr(fn, "__name__", type(fn).__name__)
 
 
+@jax.tree_util.register_pytree_node_class
+class NumPyroParam(gp.Constrained):
+    """A `numpyro.param` stored as NumPyro stores it: unconstrained through NumPyro's
+    own `biject_to(constraint)` (a `softplus_positive` scale stays softplus), so that
+    the same optimizer follows the same trajectory in both libraries. Read it as any
+    genvi constrained parameter (`.value`, `gv.constrain`).
+
+    Example:
+        >>> from numpyro.distributions import constraints
+        >>> p = NumPyroParam.of(2.0, constraints.softplus_positive)
+        >>> round(float(p.raw), 4), round(float(p.value), 4)   # softplus⁻¹(2), 2
+        (1.8546, 2.0)
+    """
+
+    __slots__ = ("constraint",)
+
+    def __init__(self, raw: Any, constraint: Any):
+        super().__init__(raw, "numpyro")
+        self.constraint = constraint
+
+    @staticmethod
+    def of(value: Any, constraint: Any) -> "NumPyroParam":
+        """The parameter whose constrained value is `value`."""
+        transform = nd.transforms.biject_to(constraint)
+        return NumPyroParam(jax.tree_util.tree_map(
+            lambda v: transform.inv(jnp.asarray(v)), value), constraint)
+
+    @property
+    def bijector(self) -> Any:
+        return NumPyroBijector(nd.transforms.biject_to(self.constraint))
+
+    def tree_flatten(self):
+        return (self.raw,), (self.constraint,)
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(children[0], *aux)
+
+    def __repr__(self) -> str:
+        return f"NumPyroParam({self.constraint}, raw={self.raw!r})"
+
+
 def to_genvi_param(name: str, value: Any, constraint: Any) -> Any:
     """A `numpyro.param`'s initial value as a genvi parameter: a plain array on the
-    real line, a genvi constrained parameter for NumPyro's positive, unit-interval,
-    interval, simplex and lower-Cholesky constraints (stored unconstrained, as NumPyro
-    stores them).
+    real line, else a `NumPyroParam`, stored unconstrained as NumPyro stores it
+    (`biject_to(constraint)`), for every constraint NumPyro can biject onto. A value
+    outside its constraint is refused, naming the parameter.
 
     Example:
         >>> from numpyro.distributions import constraints
         >>> p = to_genvi_param("s", 2.0, constraints.positive)
         >>> type(p).__name__, round(float(p.value), 4)
-        ('Constrained', 2.0)
+        ('NumPyroParam', 2.0)
     """
     base = None if constraint is None else base_constraint(constraint)
     if base is None or base is nc.real:
         return jax.tree_util.tree_map(jnp.asarray, value)
-    if base in (nc.positive, nc.softplus_positive):
-        return gp.positive(value)
-    if base is nc.unit_interval:
-        return gp.unit_interval(value)
-    if base is nc.simplex:
-        return gp.simplex(value)
-    if base is nc.lower_cholesky:
-        return gp.lower_cholesky(value)
-    if isinstance(base, nc.interval):
-        low: float | None
-        high: float | None
-        try:
-            low, high = float(base.lower_bound), float(base.upper_bound)
-        except TypeError:
-            low = high = None
-        if low is not None:
-            assert high is not None  # both bounds are floats, or both None
-            return gp.interval(value, low, high)
-    raise NumPyroError(
-        f"numpyro.param({name!r}, ..., constraint={constraint}): genvi stores constrained "
-        "parameters for the positive, unit_interval, interval (with fixed bounds), simplex "
-        "and lower_cholesky constraints; reparameterize this one onto one of those (e.g. "
-        "greater_than(a) as a + a positive parameter)")
+    try:
+        nd.transforms.biject_to(constraint)
+    except NotImplementedError:
+        raise NumPyroError(
+            f"numpyro.param({name!r}, ..., constraint={constraint}): NumPyro has no "
+            "transform onto this constraint (biject_to), so neither library can store "
+            "it unconstrained; reparameterize it onto one NumPyro can") from None
+    inside = constraint(jnp.asarray(value))
+    if not isinstance(inside, jax.core.Tracer) and not bool(jnp.all(inside)):
+        raise NumPyroError(
+            f"numpyro.param({name!r}, ...): the initial value is outside its constraint "
+            f"{constraint}; give an initial value inside it (init_value=...)")
+    return NumPyroParam.of(value, constraint)
 
 
 class NumPyroProgram(GenFn):
@@ -87,6 +121,12 @@ class NumPyroProgram(GenFn):
                 f"{self.name} (gv.from_numpyro) takes the parameters first, as every genvi "
                 f"program: program.simulate(key, params, *args), with params = {{}} where "
                 f"{self.name} has no numpyro.param (got {got})")
+        if isinstance(self.fn, AutoGuide) and self.fn.prototype_trace is None:
+            raise NumPyroError(
+                f"{self.name} (gv.from_numpyro) is run before it knows the model's sites: "
+                f"an autoguide learns them from one run of the model, which "
+                "program.init(key, *args) makes (as NumPyro's SVI.init does). Start from "
+                "params = program.init(key, *args), then run it.")
         effects = GenviEffects(args[0], self.strategies, self.name)
         with effects:
             out = self.fn(*args[1:])

@@ -131,9 +131,11 @@ def fit(objective: Expectation, params: Any, *data: Any,
       replicated. Under `jax.distributed` (several processes) every process calls
       `gv.fit` alike with its own rows of each data argument, and `batch_size` is the
       global batch (see `genvi/training/distributed.py` and docs/distributed.md).
-    * Compiled steps are kept in a persistent XLA cache (`~/.cache/genvi/xla`, or
-      `$GENVI_CACHE`; `GENVI_CACHE=off` turns it off), so a second run of a script
-      loads them instead of compiling again.
+    * With `GENVI_CACHE=FOLDER` in the environment, compiled steps are kept in a
+      persistent XLA cache there, so a second run of a script loads them instead of
+      compiling again. Without it `gv.fit` leaves JAX's process-wide configuration
+      alone (the cache would change every compile of the process, NumPyro's too);
+      `genvi run` turns the cache on by default.
     * The flat keywords of earlier releases (`eval_objective`, `eval_data`, `eval_every`,
       `eval_estimates`, `checkpoint_dir`, `checkpoint_every`, `resume`,
       `skip_warn_fraction`, `retune_every`, `tune_in_background`) still work, with a
