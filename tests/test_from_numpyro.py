@@ -377,9 +377,6 @@ def test_an_automatic_guide_fits_an_adapted_model():
 
 # ---- refusals in NumPyro's terms -------------------------------------------------------
 def test_what_cannot_run_is_refused_naming_the_site():
-    def raw_key():
-        numpyro.prng_key()
-
     def sequential():
         numpyro.sample("z", nd.Bernoulli(0.5), infer={"enumerate": "sequential"})
 
@@ -395,8 +392,6 @@ def test_what_cannot_run_is_refused_naming_the_site():
             random_walk(ys)
 
     key = jax.random.key(0)
-    with pytest.raises(NumPyroError, match="prng_key"):
-        gv.from_numpyro(raw_key).simulate(key, {})
     with pytest.raises(NumPyroError, match="'z'.*sequential"):
         gv.from_numpyro(sequential).simulate(key, {})
     with pytest.raises(NumPyroError, match="'z'.*scale"):
@@ -578,3 +573,46 @@ def test_an_autoguide_run_before_init_says_to_init_it():
     q = gv.from_numpyro(autoguide.AutoNormal(regression), strategies=gv.REPARAM)
     with pytest.raises(NumPyroError, match=r"before it knows the model's sites.*program.init"):
         q.simulate(jax.random.key(0), {}, REG_X, REG_Y)
+
+
+# -- numpyro.prng_key(): randomness without a density (dropout) ---------------------------
+
+def dropout_model(x, y):
+    w = numpyro.param("w", jnp.array([1.0, -0.5, 0.3]))
+    keep = jax.random.bernoulli(numpyro.prng_key(), 0.5, (3,))   # dropout on w * x
+    h = jnp.sum(jnp.where(keep, w * x, 0.0)) / 0.5
+    z = numpyro.sample("z", nd.Normal(0.0, 1.0))
+    numpyro.sample("y", nd.Normal(z + h, 1.0), obs=y)
+
+
+def shifted_guide(x, y):
+    m = numpyro.param("m", 0.2)
+    s = jnp.where(jax.random.bernoulli(numpyro.prng_key(), 0.5), 0.1, -0.1)
+    numpyro.sample("z", nd.Normal(m + s, 1.0))
+
+
+def test_prng_key_draws_randomness_the_objective_averages_over():
+    """Dropout in the model and a random shift in the guide, both from
+    numpyro.prng_key(): genvi's ELBO and its gradient are unbiased for the ELBO
+    averaged over that randomness (exact: 8 masks × 2 shifts, Gaussian z)."""
+    import itertools
+
+    x, y = jnp.array([0.5, 1.0, -1.5]), 0.7
+    masks = jnp.array(list(itertools.product([0.0, 1.0], repeat=3)))
+
+    def exact(params):
+        h = jnp.sum(masks * params["w"] * x, axis=1) / 0.5                 # [8]
+        def at(s):
+            mean = params["m"] + s
+            return jnp.mean(-0.5 * ((y - mean - h) ** 2 + 1.0)
+                            - 0.5 * (mean ** 2 + 1.0) + 0.5 - 0.5 * math.log(2 * math.pi))
+        return 0.5 * (at(0.1) + at(-0.1))
+
+    model = gv.from_numpyro(dropout_model)
+    guide = gv.from_numpyro(shifted_guide, strategies=gv.REPARAM)
+    params = {**model.init(jax.random.key(0), x, y), **guide.init(jax.random.key(0), x, y)}
+    assert biased_parts(gv.elbo(model, guide), exact, params, x, y) == []
+    trace = guide.simulate(jax.random.key(1), params, x, y)
+    assert sorted(trace.choices.flat()) == [("z",)]   # the key is not a choice
+    with pytest.raises(ValueError, match="numpyro.prng_key.*inside an objective"):
+        model.log_density(gv.choices({"z": 0.0}), params, x, y)

@@ -55,6 +55,7 @@ FLAG_READS = {
     ("gen/language.py", "_note_scored"): 1,       # a program scored inside an objective
     ("gen/language.py", "sim"): 1,                # g.sim outside an objective
     ("gen/handlers.py", "_objective_sample"): 1,  # a site without a strategy, values only
+    ("gen/handlers.py", "_randomness"): 1,        # a key drawn where a density is scored
     ("inference/importance.py", "_require_objective"): 1,
     ("core/primitives.py", "_own_batching"): 2,   # JAX's cond rule asks (docs/architecture.md)
 }

@@ -49,7 +49,7 @@ from genvi.core.mistakes import addr_name, is_shape_error, site_shape_error
 from genvi.core.primitives import Masked, SiteEqn, bind_site, sample_p, site_parts
 from genvi.core.scopes import assume_continuous, density_scope
 from genvi.core.strategy import missing_strategy_error
-from genvi.core.tracing import PLAIN
+from genvi.core.tracing import IN_OBJECTIVE, PLAIN
 from genvi.gen.branch_records import rejoined
 
 __all__ = ["Assess", "Dream", "Generate", "Handler", "MissingChoice", "Sim", "Simulate",
@@ -377,13 +377,27 @@ class Dream(Sim):
 
 class Assess(Handler):
     """Read every site's value from `state.reads` and score it; with `score_only`,
-    only those addresses (and observations) are scored."""
+    only those addresses (and observations) are scored. A draw of randomness without
+    density (`draws_randomness`: `numpyro.prng_key()`, for dropout) is drawn inside an
+    objective, which averages over it; outside one there is no key to draw it with."""
 
     def __init__(self, score_only: set | None = None):
         self.score_only = score_only
 
+    def _randomness(self, site: Site, state: State) -> tuple[Any, State]:
+        if not IN_OBJECTIVE:
+            raise ValueError(
+                f"log_density: the program draws {site.dist.label} at "
+                f"{addr_name(site.addr)!r} ({site.location}), randomness without a "
+                "density (dropout, say), so its log density at given choices is random: "
+                "score it inside an objective (gv.elbo, gv.iwelbo), which averages over "
+                "that randomness, or turn the randomness off (deterministic=True)")
+        return _objective_sample(site, site.strategy), state
+
     def site(self, site, state):
         addr, dist = site.addr, site.dist
+        if getattr(dist, "draws_randomness", False) and addr not in state.reads:
+            return self._randomness(site, state)
         if site.auxiliary and addr not in state.reads:
             raise ValueError(
                 f"log_density: {addr_name(addr)!r} ({dist.label}) is an auxiliary site "

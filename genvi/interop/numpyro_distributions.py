@@ -392,6 +392,42 @@ class Subsample(Distribution):
         return hash(("subsample", self.size, self.count))
 
 
+class KeyDraw(Distribution):
+    """`numpyro.prng_key()`'s draw of a random key (its raw data, `uint32[2]`), as a
+    site: randomness with no density (its log density is 0) and no parameters but the
+    lanes' placeholder, so every strategy's gradient term at it is zero (dropout's
+    mask does not depend on the parameters). Each lane draws its own key.
+
+    Example:
+        >>> KeyDraw().sample(jax.random.key(0), jnp.zeros((2,), jnp.int8)).shape
+        (2, 2)
+    """
+
+    value_event_ndim = 1
+    param_event_ndims = (0,)
+    name = "prng_key"
+    #: no density: a program scoring its choices draws it where it is estimated
+    draws_randomness = True
+
+    @property
+    def label(self) -> str:
+        return "numpyro.prng_key()"
+
+    def sample(self, key, lanes):
+        shape = jnp.shape(lanes)
+        return _over_lanes(shape, lambda k: jax.random.key_data(jax.random.split(k)[0]),
+                           _lane_keys(key, shape))
+
+    def lane_log_prob(self, value, lanes):
+        return jnp.zeros(jnp.shape(value)[:-1], jnp.result_type(float))
+
+    def __eq__(self, other):
+        return isinstance(other, KeyDraw)
+
+    def __hash__(self):
+        return hash(KeyDraw)
+
+
 def _same_support(a: np.ndarray | None, b: np.ndarray | None) -> bool:
     return (a is None and b is None) or (a is not None and b is not None
                                          and np.array_equal(a, b))

@@ -40,7 +40,7 @@ from genvi.core.address import Address
 from genvi.core.addressing import current_prefix, nested, prefixed, sample_site
 from genvi.core.primitives import scaled_by
 from genvi.distributions.base import DistCall
-from genvi.interop.numpyro_distributions import Subsample, wrap
+from genvi.interop.numpyro_distributions import KeyDraw, Subsample, wrap
 from genvi.interop.numpyro_internals import (answer_scan, handlers_above, is_scan,
                                              plate_sizes, read_scan, sample_shape)
 from genvi.gen.observations import deterministic, factor, observe
@@ -123,6 +123,7 @@ class GenviEffects(Messenger):
         super().__init__()
         self.params, self.strategies, self.program = params, strategies, program
         self.named: set = set()   # the NumPyro names `strategies` was asked about
+        self.keys = 0   # numpyro.prng_key() calls so far: each is a site of its own
 
     def process_message(self, msg: dict) -> None:
         kind = msg["type"]
@@ -138,11 +139,7 @@ class GenviEffects(Messenger):
         elif kind == "control_flow":
             self._scan(msg)
         elif kind == "prng_key":
-            raise NumPyroError(
-                f"{self.program}: numpyro.prng_key() asks for a raw random key, which genvi "
-                "programs do not hand out: their randomness is at sampling sites, each with "
-                "its gradient strategy. Draw it with numpyro.sample instead, or pass a key "
-                "as an argument.")
+            msg["value"] = self._key()
         elif kind == "mutable":
             raise NumPyroError(
                 f"{self.program}: numpyro.mutable({msg['name']!r}) keeps state across calls, "
@@ -213,6 +210,15 @@ class GenviEffects(Messenger):
                 "does and reads every numpyro.param's initial value and constraint.")
         value = self.params[name]
         msg["value"] = value.value if isinstance(value, Constrained) else value
+
+    def _key(self) -> Any:
+        """A key for `numpyro.prng_key()` (dropout, a network's own randomness): drawn
+        at an auxiliary site of its own (`_prng_key_0`, ...: not a choice), with no
+        density and no gradient term, so it is randomness the objective averages over."""
+        leaf = f"_prng_key_{self.keys}"
+        self.keys += 1
+        call = DistCall(KeyDraw(), (jnp.zeros((), jnp.int8),), REINFORCE)
+        return jax.random.wrap_key_data(sample_site(call, leaf, auxiliary=True))
 
     def _plate(self, msg: dict) -> None:
         if msg["value"] is not None:   # the whole plate, or a subsample given by substitute
