@@ -616,3 +616,22 @@ def test_prng_key_draws_randomness_the_objective_averages_over():
     assert sorted(trace.choices.flat()) == [("z",)]   # the key is not a choice
     with pytest.raises(ValueError, match="numpyro.prng_key.*inside an objective"):
         model.log_density(gv.choices({"z": 0.0}), params, x, y)
+
+
+def test_predictive_at_new_inputs_draws_the_observation_given_none():
+    """NumPyro's Predictive(model, guide=..., params=...)(key, X_new, None): the site
+    observed in training is drawn from the model given the guide's latents."""
+    from numpyro.infer import Predictive, autoguide
+    from numpyro.infer.initialization import init_to_mean
+
+    guide = autoguide.AutoNormal(regression, init_loc_fn=init_to_mean)
+    model, q = gv.from_numpyro(regression), gv.from_numpyro(guide, strategies=gv.REPARAM)
+    params = q.init(jax.random.key(0), REG_X, REG_Y)
+    new_x = REG_X[:4] + 1.0
+    ours = gv.predictive(model, q, params, 4000)(jax.random.key(1), new_x, None)
+    theirs = Predictive(regression, guide=guide, params=gv.constrain(params),
+                        num_samples=4000)(jax.random.key(2), new_x, None)
+    assert ours["Y"].shape == theirs["Y"].shape == (4000, 4)
+    se = np.sqrt(ours["Y"].var(0) / 4000 + theirs["Y"].var(0) / 4000)
+    assert np.all(np.abs(ours["Y"].mean(0) - theirs["Y"].mean(0)) <= 5 * se), (
+        ours["Y"].mean(0), theirs["Y"].mean(0), se)

@@ -52,8 +52,9 @@ def _draw_like(dist: Any, key: jax.Array, params: tuple, value: Any) -> jax.Arra
 
 
 class Predict(Handler):
-    """Latent sites read from `state.reads` (or, with `prior`, sampled); named
-    observations sampled and recorded at their addresses; unnamed ones skipped."""
+    """Latent sites read from `state.reads` (with `prior`, or where it has no value,
+    sampled from the model); named observations sampled and recorded at their
+    addresses; unnamed ones skipped."""
 
     reads_observed_values = False
 
@@ -62,17 +63,14 @@ class Predict(Handler):
 
     def site(self, site, state):
         dist, addr = site.dist, site.addr
-        if self.prior:
+        if self.prior or addr not in state.reads:
+            # a site the guide does not propose (a NumPyro observation given None at
+            # new inputs) is drawn from the model given the guide's latents, as
+            # NumPyro's Predictive(model, guide=...) draws it
             key, sub = jax.random.split(state.key)
             value = dist.sample(sub, *site.params)
             return value, replace(self.record(state, addr, value, 0.0, dist), key=key)
         name = str(Address(addr))
-        if addr not in state.reads:
-            raise MissingChoice(
-                f"gv.predictive: the guide proposes no value at address {name!r} "
-                f"({dist.label}), which the model samples. The guide must propose every "
-                "latent site of the model, as for gv.elbo; for draws from the prior pass "
-                "guide=None.", addr)
         value = state.reads[addr]
         if jnp.shape(value) != site.shape:
             raise ValueError(
@@ -116,7 +114,8 @@ def _predict_one(model: GenFn, key: jax.Array, latents: ChoiceMap | None, args: 
         unvisited = set(latents.flat()) - out.visited
         if unvisited:
             names = sorted(str(Address(a)) for a in unvisited)
-            hint = "".join(did_you_mean(a, out.visited) for a in sorted(unvisited, key=str))
+            sampled = [a for a in out.choices.flat() if a not in latents.flat()]
+            hint = "".join(did_you_mean(a, sampled) for a in sorted(unvisited, key=str))
             raise MissingChoice(
                 f"gv.predictive: the guide proposes addresses the model never samples: "
                 f"{names}.{hint} Guide and model must have the same latent addresses (check "
@@ -164,7 +163,10 @@ def predictive(model: GenFn, guide: GenFn | None, params: Any, num_samples: int,
     values passed for named observations are not used (only their shape, where the
     distribution's parameters broadcast against it), so new inputs come with None
     for them (`gv.observe(dist, None, name="y")` is allowed). `guide=None` draws the
-    latents from the model's prior (the prior predictive). Unnamed observations are not
+    latents from the model's prior (the prior predictive); a latent site the guide does
+    not propose is drawn from the model given the guide's latents (a NumPyro model's
+    `obs=Y` with `Y=None` at new inputs, as NumPyro's `Predictive(model, guide=...)`
+    draws it), and one the model never samples is an error. Unnamed observations are not
     returned; `sites` (addresses or address prefixes such as `"y"`, `"data/y"` or
     `("data", "y")`) keeps only those, and an address the draws lack is an error
     that lists the unnamed observations. Under `gv.vmap` / `gv.plate` / `gv.scan` the
