@@ -27,6 +27,7 @@ from genvi.adev import dual as d
 from genvi.adev.dual import Dual
 from genvi.adev.explain import explain
 from genvi.core.draws import bind_draw
+from genvi.core.keywords import takes_keywords
 from genvi.core.mistakes import check_key
 from genvi.core.tracing import IN_OBJECTIVE, merge_args, split_args
 from genvi.core.validation import entry_point
@@ -104,6 +105,7 @@ class Expectation:
         return out.primal, t
 
     @entry_point
+    @takes_keywords
     def estimate(self, key: jax.Array, *args: Any) -> jax.Array:
         """An unbiased estimate of the expected value.
 
@@ -115,6 +117,7 @@ class Expectation:
         return self._compiled("estimate", None)(key, *args)
 
     @entry_point
+    @takes_keywords
     def grad_estimate(self, key: jax.Array, *args: Any, argnums: int | Sequence[int] = 0) -> Any:
         """An unbiased estimate of the gradient with respect to `args[argnums]`
         (a pytree like that argument; a tuple of them when `argnums` is a tuple).
@@ -126,6 +129,7 @@ class Expectation:
         return self._value_and_grad("poisoned grad", key, args, argnums)[1]
 
     @entry_point
+    @takes_keywords
     def value_and_grad_estimate(self, key: jax.Array, *args: Any,
                                 argnums: int | Sequence[int] = 0) -> tuple:
         """`(estimate, gradient estimate)` from one run of the estimator."""
@@ -282,6 +286,7 @@ class Expectation:
 
         return jax.value_and_grad(f)(diff)
 
+    @takes_keywords
     def explain(self, *args: Any, key: jax.Array | None = None,
                 argnums: int | Sequence[int] = 0) -> Any:
         """What the gradient estimator does at each site and what it costs: address,

@@ -27,6 +27,7 @@ from genvi.adev import placeholders, smoothness, variance_training
 from genvi.adev.expectation import Expectation
 from genvi.adev.interpreter import estimate_jvp
 from genvi.core.context import RunContext, RunObserver, current
+from genvi.core.keywords import call_with_keywords
 from genvi.core.mistakes import arg_names
 from genvi.core.tracing import IN_OBJECTIVE, split_args, trace_cached
 
@@ -35,9 +36,12 @@ class ProgramExpectation(Expectation):
     """An expectation defined by a Python function (see `gv.expectation`)."""
 
     def __init__(self, fn: Callable, name: str | None = None,
-                 requires: Callable[..., None] | None = None):
+                 requires: Callable[..., None] | None = None, keywords: bool = False):
         super().__init__()
         self.fn = fn
+        # the user's own function takes keyword arguments as keywords (a library
+        # objective passes them on to its programs as its last argument)
+        self._traced_fn = (lambda *args: call_with_keywords(fn, args)) if keywords else fn
         # `requires(*args)` raises when the strategies it is given make the objective's
         # gradient estimator biased (checked when differentiating, like smoothness)
         self.requires = requires
@@ -51,7 +55,7 @@ class ProgramExpectation(Expectation):
 
     def trace(self, *args: Any):
         """The traced objective: `(closed jaxpr, dynamic argument leaves)`."""
-        traced, dyn = trace_cached(self._traces, self.fn, args, IN_OBJECTIVE.set,
+        traced, dyn = trace_cached(self._traces, self._traced_fn, args, IN_OBJECTIVE.set,
                                    name=("objective", self.name, self.fn))
         out = traced.closed.jaxpr.outvars
         if len(out) != 1 or out[0].aval.shape != () or not jnp.issubdtype(out[0].aval.dtype, jnp.floating):
@@ -94,6 +98,9 @@ class ProgramExpectation(Expectation):
             tdyn = [None] * len(dyn)
         else:
             _, _, treedef, mask = split_args(args)
+            # an argument given no tangent as a whole (None) has none at any leaf
+            targs = tuple(jax.tree_util.tree_map(lambda _: None, a) if t is None else t
+                          for a, t in zip(args, targs))
             tleaves = treedef.flatten_up_to(targs)
             tdyn = [t for t, m in zip(tleaves, mask) if m]
             tdyn = [None if (t is None or not jnp.issubdtype(jnp.result_type(p), jnp.inexact)) else t
@@ -187,4 +194,4 @@ def expectation(fn: Callable) -> ProgramExpectation:
         ...     return x * x
         >>> g = e.grad_estimate(jax.random.key(1), 0.5)   # unbiased for 2 * mu
     """
-    return ProgramExpectation(fn)
+    return ProgramExpectation(fn, keywords=True)

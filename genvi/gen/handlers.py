@@ -388,10 +388,9 @@ class Assess(Handler):
         if not IN_OBJECTIVE:
             raise ValueError(
                 f"log_density: the program draws {site.dist.label} at "
-                f"{addr_name(site.addr)!r} ({site.location}), randomness without a "
-                "density (dropout, say), so its log density at given choices is random: "
-                "score it inside an objective (gv.elbo, gv.iwelbo), which averages over "
-                "that randomness, or turn the randomness off (deterministic=True)")
+                f"{addr_name(site.addr)!r} ({site.location}): randomness without a density "
+                "(dropout, say) makes its log density at given choices random; score it "
+                "inside an objective (gv.elbo, gv.iwelbo), which averages over it")
         return _objective_sample(site, site.strategy), state
 
     def site(self, site, state):

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from genvi.core.addressing import check_address, current_prefix, prefixed
 from genvi.core.choices import ChoiceMap, choices as to_choices
 from genvi.core.address import Address
+from genvi.core.keywords import call_with_keywords, split_keywords, takes_keywords
 from genvi.core.mistakes import check_key, did_you_mean, not_a_value
 from genvi.core.tracing import IN_OBJECTIVE, PLAIN, note_sampled, note_scored, trace_cached
 from genvi.core.validation import entry_point
@@ -202,6 +203,7 @@ class GenFn:
         return self._trace(args)[0].closed
 
     @entry_point
+    @takes_keywords
     def simulate(self, key: jax.Array, *args: Any) -> Trace:
         """Sample all choices; returns a `Trace` (plain JAX, jit/vmap-able).
 
@@ -220,6 +222,7 @@ class GenFn:
                      jax.tree_util.tree_unflatten(traced.out_tree, outs))
 
     @entry_point
+    @takes_keywords
     def log_density(self, choices: Any, *args: Any) -> jax.Array:
         """The log density of `choices` under this program (observations included).
 
@@ -234,6 +237,7 @@ class GenFn:
         return self.assess(choices, *args)[0]
 
     @entry_point
+    @takes_keywords
     def assess(self, choices: Any, *args: Any) -> tuple[jax.Array, Any]:
         """`(log density of choices, return value)`: `log_density` that also returns
         what the program computes from those choices.
@@ -259,6 +263,7 @@ class GenFn:
                            f"visits: {names}.{hint} Remove them (or check the address spelling).")
         return state.log_density, jax.tree_util.tree_unflatten(traced.out_tree, outs)
 
+    @takes_keywords
     def sim(self, *args: Any) -> tuple[ChoiceMap, jax.Array]:
         """Inside an objective: `(choices, log density)` sampled with each site's
         gradient strategy.
@@ -282,6 +287,7 @@ class GenFn:
         note_sampled(self, sites.site_strategies(traced.closed))
         return self._user(traced, state.choices), state.log_density
 
+    @takes_keywords
     def dream(self, *args: Any) -> tuple[ChoiceMap, list, jax.Array]:
         """Inside an objective: sample latents *and observations* from the program
         (observed values passed in are ignored). Returns `(latent choices, sampled
@@ -326,6 +332,7 @@ class GenFn:
         if eqn is not None:
             raise h.unnormalized_error(repr(self.name), eqn, role)
 
+    @takes_keywords
     def generate(self, constraints: Any, *args: Any) -> tuple[ChoiceMap, jax.Array]:
         """Inside an objective: run with `constraints` fixed, sampling the other sites
         with their strategies; returns `(choices, log weight)` where the weight is
@@ -335,6 +342,7 @@ class GenFn:
         note_sampled(self, sites.site_strategies(traced.closed))
         return self._user(traced, state.choices), state.log_density
 
+    @takes_keywords
     def partial_log_density(self, choices: Any, scored: Any, *args: Any) -> jax.Array:
         """Log density of the sites at addresses in `scored` plus the observations,
         with every site's value read from `choices`."""
@@ -360,7 +368,7 @@ class Gen(GenFn):
             self._signature = None
 
     def body(self, *args):
-        return self.fn(*self.arguments(args))
+        return call_with_keywords(self.fn, self.arguments(args))
 
     def arguments(self, args: tuple) -> tuple:
         """`args`, less the first when the function takes exactly one argument fewer:
@@ -375,14 +383,15 @@ class Gen(GenFn):
             >>> model.arguments(({}, 1.0)), model.arguments((1.0,))
             ((1.0,), (1.0,))
         """
-        if self._signature is None or not args or _binds(self._signature, args):
+        positional, keywords = split_keywords(args)
+        if not positional or self._signature is None or _binds(self._signature, positional, keywords):
             return args
-        return args[1:] if _binds(self._signature, args[1:]) else args
+        return args[1:] if _binds(self._signature, positional[1:], keywords) else args
 
 
-def _binds(signature: inspect.Signature, args: tuple) -> bool:
+def _binds(signature: inspect.Signature, args: tuple, keywords: dict) -> bool:
     try:
-        signature.bind(*args)
+        signature.bind(*args, **keywords)
     except TypeError:
         return False
     return True

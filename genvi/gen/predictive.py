@@ -28,6 +28,7 @@ import jax.numpy as jnp
 
 from genvi.core import jaxpr as jx
 from genvi.core.choices import ChoiceMap
+from genvi.core.keywords import takes_keywords
 from genvi.core.mistakes import check_key, did_you_mean, is_count
 from genvi.core.program_mistakes import require_program
 from genvi.core.primitives import SiteEqn, observe_p
@@ -216,6 +217,7 @@ def predictive(model: GenFn, guide: GenFn | None, params: Any, num_samples: int,
     k = None if batch_size is None else _positive_int(batch_size, "batch_size")
     wanted = None if sites is None else [_path(s) for s in sites]
 
+    @takes_keywords
     def draw(key: jax.Array, *args: Any) -> ChoiceMap:
         check_key(key, "the function gv.predictive returns")
         full = (params,) + args

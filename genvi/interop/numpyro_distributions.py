@@ -195,14 +195,14 @@ def _static_support(d: Any) -> np.ndarray | None:
         return None
 
 
-def _lane_keys(key: jax.Array, lanes: tuple) -> jax.Array:
+def lane_keys(key: jax.Array, lanes: tuple) -> jax.Array:
     """One key per lane (`key` itself where there are no lanes)."""
     if not lanes:
         return key
     return jnp.reshape(jax.random.split(key, math.prod(lanes)), lanes)
 
 
-def _over_lanes(lanes: tuple, fn: Any, *xs: Any) -> Any:
+def over_lanes(lanes: tuple, fn: Any, *xs: Any) -> Any:
     """`fn(*xs)` mapped over the lane axes `lanes` in front of every `xs` (called once
     where there are none): each lane's draw and density from that lane's operands."""
     if not lanes:
@@ -285,12 +285,12 @@ class NumPyroDistribution(Distribution):
         """`method(instance, *per_lane)` mapped over the lane axes in front of every
         operand (`params[0]`'s shape), with `per_lane` sliced the same way."""
         k = len(params)
-        return _over_lanes(jnp.shape(params[0]),
+        return over_lanes(jnp.shape(params[0]),
                            lambda *xs: method(self.instance(*xs[:k]), *xs[k:]),
                            *params, *per_lane)
 
     def sample(self, key, *params):
-        keys = _lane_keys(key, jnp.shape(params[0]))
+        keys = lane_keys(key, jnp.shape(params[0]))
         return self._per_lane(lambda d, k: d.sample(k), params, keys)
 
     def lane_log_prob(self, value, *params):
@@ -349,83 +349,6 @@ class NumPyroDistribution(Distribution):
 
     def __repr__(self) -> str:
         return self.name
-
-
-class Subsample(Distribution):
-    """`numpyro.plate(name, size, subsample_size=B)`'s draw of B of the `size` indices,
-    uniformly without replacement, as a site: its log density is 0 (NumPyro scores no
-    density for it) and it has no parameters but the lanes' placeholder, so every
-    strategy's gradient term at it is zero; the plate scales the densities inside it
-    by size / B.
-
-    Example:
-        >>> law = Subsample(10, 3)
-        >>> law.sample(jax.random.key(0), jnp.zeros((), jnp.int8)).shape
-        (3,)
-    """
-
-    value_event_ndim = 1
-    param_event_ndims = (0,)
-
-    def __init__(self, size: int, count: int):
-        self.size, self.count = int(size), int(count)
-        self.name = f"subsample({self.size}, {self.count})"
-
-    @property
-    def label(self) -> str:
-        return f"numpyro.plate's subsample of {self.count} of {self.size}"
-
-    def sample(self, key, lanes):
-        def one(k):
-            return jax.random.permutation(k, self.size)[: self.count].astype(jnp.int32)
-        shape = jnp.shape(lanes)
-        return _over_lanes(shape, one, _lane_keys(key, shape))
-
-    def lane_log_prob(self, value, lanes):
-        return jnp.zeros(jnp.shape(value)[:-1], jnp.result_type(float))
-
-    def __eq__(self, other):
-        return isinstance(other, Subsample) and (other.size, other.count) == (self.size,
-                                                                              self.count)
-
-    def __hash__(self):
-        return hash(("subsample", self.size, self.count))
-
-
-class KeyDraw(Distribution):
-    """`numpyro.prng_key()`'s draw of a random key (its raw data, `uint32[2]`), as a
-    site: randomness with no density (its log density is 0) and no parameters but the
-    lanes' placeholder, so every strategy's gradient term at it is zero (dropout's
-    mask does not depend on the parameters). Each lane draws its own key.
-
-    Example:
-        >>> KeyDraw().sample(jax.random.key(0), jnp.zeros((2,), jnp.int8)).shape
-        (2, 2)
-    """
-
-    value_event_ndim = 1
-    param_event_ndims = (0,)
-    name = "prng_key"
-    #: no density: a program scoring its choices draws it where it is estimated
-    draws_randomness = True
-
-    @property
-    def label(self) -> str:
-        return "numpyro.prng_key()"
-
-    def sample(self, key, lanes):
-        shape = jnp.shape(lanes)
-        return _over_lanes(shape, lambda k: jax.random.key_data(jax.random.split(k)[0]),
-                           _lane_keys(key, shape))
-
-    def lane_log_prob(self, value, lanes):
-        return jnp.zeros(jnp.shape(value)[:-1], jnp.result_type(float))
-
-    def __eq__(self, other):
-        return isinstance(other, KeyDraw)
-
-    def __hash__(self):
-        return hash(KeyDraw)
 
 
 def _same_support(a: np.ndarray | None, b: np.ndarray | None) -> bool:

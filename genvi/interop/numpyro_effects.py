@@ -40,7 +40,8 @@ from genvi.core.address import Address
 from genvi.core.addressing import current_prefix, nested, prefixed, sample_site
 from genvi.core.primitives import scaled_by
 from genvi.distributions.base import DistCall
-from genvi.interop.numpyro_distributions import KeyDraw, Subsample, wrap
+from genvi.interop.numpyro_distributions import wrap
+from genvi.interop.numpyro_sites import KeyDraw, Subsample
 from genvi.interop.numpyro_internals import (answer_scan, handlers_above, is_scan,
                                              plate_sizes, read_scan, sample_shape)
 from genvi.gen.observations import deterministic, factor, observe

@@ -20,6 +20,7 @@ from numpyro.infer.autoguide import AutoGuide
 import numpyro.distributions as nd
 from numpyro.distributions import constraints as nc
 
+from genvi.core.keywords import call_with_keywords
 from genvi.core.strategy import Strategy
 from genvi.interop.numpyro_distributions import NumPyroBijector, base_constraint
 from genvi.gen.language import GenFn
@@ -129,18 +130,19 @@ class NumPyroProgram(GenFn):
                 "params = program.init(key, *args), then run it.")
         effects = GenviEffects(args[0], self.strategies, self.name)
         with effects:
-            out = self.fn(*args[1:])
+            out = call_with_keywords(self.fn, args[1:])
         effects.check_strategies()
         return out
 
-    def init(self, key: jax.Array, *args: Any) -> dict:
+    def init(self, key: jax.Array, *args: Any, **kwargs: Any) -> dict:
         """The function's own initial parameters: it runs once as NumPyro runs it (under
         `seed` and `trace`) and every `numpyro.param`'s initial value becomes a genvi
         parameter with its constraint (`to_genvi_param`).
 
         Args:
             key: a key for the run (random initial values, `numpyro.module`'s networks).
-            *args: the function's arguments (data), without the parameters.
+            *args: the function's arguments (data), without the parameters; keyword
+                arguments as the function takes them (`X=X, Y=Y`).
 
         Returns:
             a dict from `numpyro.param` name to its genvi parameter.
@@ -155,7 +157,7 @@ class NumPyroProgram(GenFn):
             >>> round(float(gv.constrain(params)["s"]), 4)
             0.5
         """
-        trace = nh.trace(nh.seed(self.fn, key)).get_trace(*args)
+        trace = nh.trace(nh.seed(self.fn, key)).get_trace(*args, **kwargs)
         return {name: to_genvi_param(name, site["value"], site["kwargs"].get("constraint"))
                 for name, site in trace.items() if site["type"] == "param"}
 

@@ -29,9 +29,10 @@ import optax
 
 from genvi.adev.expectation import Expectation
 from genvi.core.compile_cache import use_compilation_cache
+from genvi.core.keywords import pack_keywords
 from genvi.core.validation import entry_point
 from genvi.training.fit_options import Checkpoints, Evaluation, SkipNonfinite
-from genvi.training.fit_run import run_fit
+from genvi.training.fit_run import FLAT_KEYWORDS, run_fit
 from genvi.training.fit_state import FitResult
 from genvi.training.signals import StopRequests
 
@@ -161,7 +162,8 @@ def fit(objective: Expectation, params: Any, *data: Any,
         chunk_size: steps per compiled call.
         shard: split each batch over all devices.
         progress: show a progress bar.
-        **deprecated: the flat keywords of earlier releases.
+        **deprecated: the flat keywords of earlier releases; any other keyword is a
+            data argument by name, as NumPyro's `svi.run(key, n, X=X, Y=Y)` takes it.
 
     Returns:
         a `FitResult` (`params`, `state`, `history`, `steps`, `stopped`, `key`,
@@ -182,6 +184,9 @@ def fit(objective: Expectation, params: Any, *data: Any,
         >>> round(float(result.params["m"]), 1)   # posterior mean y / 2
         0.5
     """
+    # keywords that are no option of gv.fit's, of old or new, are the data's
+    flat = {k: deprecated.pop(k) for k in list(deprecated) if k in FLAT_KEYWORDS}
+    data = pack_keywords(data, deprecated)
     with StopRequests() as requests:   # signals are requests from here on
         use_compilation_cache()
         return run_fit(objective, params, data, requests, optimizer=optimizer, steps=steps,
@@ -189,4 +194,4 @@ def fit(objective: Expectation, params: Any, *data: Any,
                        evaluate=evaluate, checkpoints=checkpoints,
                        skip_nonfinite=skip_nonfinite, callbacks=callbacks,
                        chunk_size=chunk_size, shard=shard, progress=progress,
-                       deprecated=deprecated)
+                       deprecated=flat)

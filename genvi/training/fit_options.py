@@ -120,6 +120,8 @@ _FLAT = {"eval_objective": ("evaluate", "objective"), "eval_data": ("evaluate", 
          "checkpoint_dir": ("checkpoints", "directory"),
          "checkpoint_every": ("checkpoints", "every"), "resume": ("checkpoints", "resume"),
          "skip_warn_fraction": ("skip_nonfinite", "warn_fraction")}
+#: the names of those keywords
+FLAT_NAMES = frozenset(_FLAT)
 
 
 def from_flat_keywords(flat: dict[str, Any], evaluate: Evaluation | None,

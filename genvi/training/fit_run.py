@@ -42,7 +42,7 @@ from genvi.training.fit_checks import (as_arrays, check_float_params, check_obje
                                        nonfinite_error, warn_if_skipped)
 from genvi.training.fit_loop import (Chunk, Setup, batch_at, check_order, chunk_boundaries,
                                      compiled_chunk, dataset_size, shuffle_once)
-from genvi.training.fit_options import (Checkpoints, Evaluation, SkipNonfinite,
+from genvi.training.fit_options import (FLAT_NAMES, Checkpoints, Evaluation, SkipNonfinite,
                                         from_flat_keywords, held_out_estimator)
 from genvi.training.fit_state import FitResult
 from genvi.training.pacing import Pacer
@@ -132,6 +132,8 @@ class Run:
 
 
 _AUTO_FLAT = ("retune_every", "tune_in_background")   # gv.AutoTuning's, of old
+#: gv.fit's flat keywords of earlier releases (every other keyword is data)
+FLAT_KEYWORDS = FLAT_NAMES | frozenset(_AUTO_FLAT)
 
 
 def set_up(objective: Expectation, params: Any, data: tuple, *,
