@@ -84,3 +84,47 @@ def test_gen_programs_and_objectives_take_keywords_too():
     assert float(elbo.grad_estimate(key, 0.5, y=1.0)) == float(elbo.grad_estimate(key, 0.5, 1.0))
     assert float(shifted.grad_estimate(key, 0.5, shift=1.0)) == float(
         shifted.grad_estimate(key, 0.5, 1.0))
+
+
+def bnn(X, Y=None, D_H=4):
+    """NumPyro's bnn.py in small: the hidden width D_H, a Python int, sets shapes."""
+    w1 = numpyro.sample("w1", nd.Normal(jnp.zeros((X.shape[1], D_H)), 1.0).to_event(2))
+    w2 = numpyro.sample("w2", nd.Normal(jnp.zeros(D_H), 1.0).to_event(1))
+    with numpyro.plate("n", X.shape[0]):
+        numpyro.sample("Y", nd.Normal(jnp.tanh(X @ w1) @ w2, 0.5), obs=Y)
+
+
+def test_a_python_int_argument_is_a_constant_a_program_may_use_as_a_shape():
+    """As NumPyro's svi.run makes it: a width passed as data sets shapes, by position or
+    by keyword, in init, estimates, gv.fit and gv.predictive; a new value traces anew."""
+    from numpyro.infer import autoguide
+
+    model = gv.from_numpyro(bnn)
+    guide = gv.from_numpyro(autoguide.AutoNormal(bnn), strategies=gv.REPARAM)
+    params = guide.init(jax.random.key(0), X, Y, 5)
+    assert params["w1_auto_loc"].shape == (3, 5)
+    elbo = gv.elbo(model, guide)
+    assert np.isfinite(float(elbo.estimate(jax.random.key(1), params, X, Y, 5)))
+    assert float(elbo.estimate(jax.random.key(1), params, X, Y, D_H=5)) == float(
+        elbo.estimate(jax.random.key(1), params, X, Y, 5))
+    fit = gv.fit(elbo, params, X, Y, D_H=5, optimizer=optax.adam(0.01), steps=30,
+                 key=jax.random.key(2), progress=False)
+    assert np.all(np.isfinite(fit.history["objective"]))
+    draws = gv.predictive(model, guide, fit.params, 3)(jax.random.key(3), X[:2], None, 5)
+    assert draws["w1"].shape == (3, 3, 5) and draws["Y"].shape == (3, 2)
+
+    @gv.gen
+    def sized(params, n):
+        return gv.normal(jnp.zeros(n), 1.0) @ "z"
+
+    assert sized.simulate(jax.random.key(0), None, 2).choices["z"].shape == (2,)
+    assert sized.simulate(jax.random.key(0), None, 3).choices["z"].shape == (3,)
+
+
+def test_a_python_int_to_differentiate_is_still_refused_by_name():
+    @gv.expectation
+    def e(m):
+        return gv.sample(gv.normal(m, 1.0, grad=gv.REPARAM))
+
+    with pytest.raises(TypeError, match=r"args\[0\].*0\.0 instead of 0"):
+        e.grad_estimate(jax.random.key(0), 0)

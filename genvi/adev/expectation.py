@@ -29,7 +29,7 @@ from genvi.adev.explain import explain
 from genvi.core.draws import bind_draw
 from genvi.core.keywords import takes_keywords
 from genvi.core.mistakes import check_key
-from genvi.core.tracing import IN_OBJECTIVE, merge_args, split_args
+from genvi.core.tracing import IN_OBJECTIVE, as_constants, merge_args, split_args
 from genvi.core.validation import entry_point
 
 
@@ -114,7 +114,7 @@ class Expectation:
         equals `obj.grad_estimate(key, p)`; prefer the latter, which also returns
         gradients for every pytree argument you name in `argnums`."""
         check_key(key, f"{self._label}.estimate")
-        return self._compiled("estimate", None)(key, *args)
+        return self._compiled("estimate", None)(key, *as_constants(args))
 
     @entry_point
     @takes_keywords
@@ -139,7 +139,9 @@ class Expectation:
     def _value_and_grad(self, what: str, key: Any, args: tuple, argnums: Any) -> tuple:
         nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
         try:
-            value, grads = self._compiled(what, nums)(key, *args)
+            # Python ints outside argnums are constants; inside, JAX refuses them below
+            fixed = tuple(a if i in nums else as_constants(a) for i, a in enumerate(args))
+            value, grads = self._compiled(what, nums)(key, *fixed)
         except TypeError:
             # JAX's dtype error names no leaf; look only once it failed (no cost otherwise)
             bad = [(f"args[{i}]{path}", dt) for i in nums for path, dt in non_float_leaves(args[i])]

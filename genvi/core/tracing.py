@@ -1,8 +1,8 @@
 """Tracing user functions with pytree arguments into cached closed jaxprs.
 
-Array-like leaves of the arguments are traced; any other leaf (a string, a flax
-module, a Python function) is static: it is baked into the trace and part of the
-cache key, so it must be hashable.
+Array-like leaves of the arguments (arrays, Python floats) are traced; any other leaf
+(a Python int or bool, a string, a flax module, a Python function) is static: it is
+baked into the trace and part of the cache key, so it must be hashable.
 
 While a program or objective is traced, `TraceNotes` collect what its Python code
 did that the jaxpr cannot show: distribution calls made and never used (a forgotten
@@ -34,11 +34,47 @@ from genvi.core import mistakes, program_mistakes
 from genvi.core.context import current, using
 from genvi.core.validation import enabled as validating
 
-_ARRAY_TYPES = (jax.Array, np.ndarray, np.generic, float, int, bool, complex)
+_ARRAY_TYPES = (jax.Array, np.ndarray, np.generic, float, complex)
 
 
 def is_dynamic(leaf: Any) -> bool:
+    """Whether an argument's leaf is traced: arrays and floats are; a Python int or
+    bool is a constant, as NumPyro's `svi.run` makes it (a width, a count, a
+    `subsample_size`: a program may use it as a shape), and a new value traces anew."""
     return isinstance(leaf, _ARRAY_TYPES) or hasattr(leaf, "aval")
+
+
+@jax.tree_util.register_pytree_node_class
+class Constant:
+    """A Python int or bool argument carried through a `jax.jit` as part of the
+    arguments' structure (no leaf), so that the program it reaches sees the number
+    itself (`as_constants` wraps, `trace_cached` unwraps).
+
+    Example:
+        >>> jax.tree_util.tree_leaves(as_constants((1.0, 5)))
+        [1.0]
+    """
+
+    def __init__(self, value: Any):
+        self.value = value
+
+    def tree_flatten(self) -> tuple[tuple, Any]:
+        return (), self.value
+
+    @classmethod
+    def tree_unflatten(cls, value: Any, children: tuple) -> "Constant":
+        return cls(value)
+
+
+def as_constants(tree: Any) -> Any:
+    """`tree` with its Python int and bool leaves as `Constant`s (before a `jax.jit`)."""
+    return jax.tree_util.tree_map(
+        lambda x: Constant(x) if isinstance(x, (int, bool)) and not is_dynamic(x) else x, tree)
+
+
+def _unwrapped(tree: Any) -> Any:
+    return jax.tree_util.tree_map(lambda x: x.value if isinstance(x, Constant) else x, tree,
+                                  is_leaf=lambda x: isinstance(x, Constant))
 
 
 def split_args(args: tuple) -> tuple[list, list, Any, tuple]:
@@ -111,7 +147,7 @@ def trace_cached(cache: dict, fn: Callable, args: tuple,
         out_tree_box = []
 
         def flat_fn(*flat):
-            out = fn(*merge_args(list(flat), static, treedef, mask))
+            out = fn(*_unwrapped(merge_args(list(flat), static, treedef, mask)))
             leaves, tree = jax.tree_util.tree_flatten(out)
             out_tree_box.append(tree)
             if name is not None:

@@ -30,6 +30,7 @@ import optax
 from genvi.adev.expectation import Expectation
 from genvi.core.compile_cache import use_compilation_cache
 from genvi.core.keywords import pack_keywords
+from genvi.core.tracing import as_constants
 from genvi.core.validation import entry_point
 from genvi.training.fit_options import Checkpoints, Evaluation, SkipNonfinite
 from genvi.training.fit_run import FLAT_KEYWORDS, run_fit
@@ -186,7 +187,7 @@ def fit(objective: Expectation, params: Any, *data: Any,
     """
     # keywords that are no option of gv.fit's, of old or new, are the data's
     flat = {k: deprecated.pop(k) for k in list(deprecated) if k in FLAT_KEYWORDS}
-    data = pack_keywords(data, deprecated)
+    data = as_constants(pack_keywords(data, deprecated))   # ints and bools: constants
     with StopRequests() as requests:   # signals are requests from here on
         use_compilation_cache()
         return run_fit(objective, params, data, requests, optimizer=optimizer, steps=steps,
