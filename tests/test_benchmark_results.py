@@ -37,14 +37,16 @@ def test_recording_writes_the_file_and_rewrites_its_block(tmp_path):
 
 def test_against_finds_a_benchmark_by_its_family_name_or_its_flat_name(tmp_path):
     """Every benchmark module of a family has its flat name from before the families
-    (`against.FLAT_NAMES`), so `against` runs it at a base commit from then."""
+    (`against.FLAT_NAMES`), so `against` runs it at a base commit from then, or is
+    named as written since (`against.SINCE_FAMILIES`)."""
     import pathlib
 
     from genvi_experiments.bench import against
     bench = pathlib.Path(against.__file__).parent
     modules = {".".join(p.relative_to(bench).with_suffix("").parts)
                for p in bench.glob("*/*.py") if p.name != "__init__.py"}
-    assert modules == set(against.FLAT_NAMES)
+    assert modules == set(against.FLAT_NAMES) | against.SINCE_FAMILIES
+    assert not set(against.FLAT_NAMES) & against.SINCE_FAMILIES
     old = tmp_path / "experiments" / "genvi_experiments" / "bench"
     old.mkdir(parents=True)
     (old / "enumeration_peers.py").write_text("")

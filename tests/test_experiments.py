@@ -422,3 +422,11 @@ def test_from_numpyro_bench_tiny():
                              "--seeds", "1", "--rounds", "1", "--draws", "10"])
     assert set(out) == {"eight_schools", "mixture"}
     assert all(np.isfinite(v).all() for r in out.values() for v in r["elbo"].values())
+
+
+def test_autoguides_bench_tiny():
+    from genvi_experiments.bench.peers import autoguides
+    out = autoguides.main(["--examples", "eight_schools", "--guides", "AutoDiagonalNormal",
+                           "--steps", "20", "--seeds", "1", "--rounds", "1", "--draws", "10"])
+    assert set(out) == {("eight_schools", "AutoDiagonalNormal")}
+    assert all(np.isfinite(v).all() for r in out.values() for v in r["elbo"].values())

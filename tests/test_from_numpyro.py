@@ -635,3 +635,35 @@ def test_predictive_at_new_inputs_draws_the_observation_given_none():
     se = np.sqrt(ours["Y"].var(0) / 4000 + theirs["Y"].var(0) / 4000)
     assert np.all(np.abs(ours["Y"].mean(0) - theirs["Y"].mean(0)) <= 5 * se), (
         ours["Y"].mean(0), theirs["Y"].mean(0), se)
+
+
+def padded_hmm(ys, valid, whole_step):
+    """`hmm` with padded steps: `handlers.mask` around the whole step (state included),
+    or around the observation only."""
+    import contextlib
+
+    scale = numpyro.sample("scale", nd.HalfNormal(1.0))
+
+    def step(z, inputs):
+        y, ok = inputs
+        with nh.mask(mask=ok) if whole_step else contextlib.nullcontext():
+            z = numpyro.sample("z", nd.Categorical(probs=jnp.asarray(TRANSITION)[z]),
+                               infer={"enumerate": "parallel"})
+            with nh.mask(mask=ok):
+                numpyro.sample("y", nd.Normal(jnp.asarray(MEANS)[z], scale), obs=y)
+        return z, None
+    scan(step, 0, (ys, valid))
+
+
+@pytest.mark.parametrize("whole_step", [True, False])
+def test_a_padded_step_adds_log_h_only_where_the_mask_covers_its_state(whole_step):
+    ys = np.array([-1.0, -0.5, 0.3, 2.1, 0.0, 0.0])
+    valid = np.array([True, True, True, True, False, False])
+    program = gv.from_numpyro(lambda ys, valid: padded_hmm(ys, valid, whole_step))
+    marginal = gv.marginal(program, keep=["scale"], algorithm=gv.enumeration())
+    got = float(marginal.log_density(gv.choices({"scale": 0.7}), {}, jnp.asarray(ys),
+                                     jnp.asarray(valid)))
+    prior = math.log(2.0) - 0.5 * 0.7**2 - 0.5 * math.log(2 * math.pi)
+    exact = forward_algorithm(ys[:4], 0.7) + prior
+    padded = 2 * math.log(len(MEANS)) if whole_step else 0.0
+    assert np.isclose(got, exact + padded, atol=1e-4), (got, exact, padded)

@@ -10,6 +10,7 @@ import optax
 import pytest
 
 import genvi as gv
+from genvi.core.program_mistakes import StaticUseError
 
 numpyro = pytest.importorskip("numpyro")
 nd = pytest.importorskip("numpyro.distributions")
@@ -128,3 +129,23 @@ def test_a_python_int_to_differentiate_is_still_refused_by_name():
 
     with pytest.raises(TypeError, match=r"args\[0\].*0\.0 instead of 0"):
         e.grad_estimate(jax.random.key(0), 0)
+
+
+def test_an_array_argument_used_as_a_python_value_is_named_with_the_fix():
+    """annotation.py's `int(np.max(positions))`, and a width passed as an array: the
+    message names the argument and says to pass the number as a Python int."""
+    def annotation(positions, annotations):
+        num_annotators = int(np.max(positions)) + 1
+        beta = numpyro.sample("beta", nd.Beta(jnp.ones(num_annotators), 1.0).to_event(1))
+        numpyro.sample("y", nd.Bernoulli(beta[positions]), obs=annotations)
+
+    positions, annotations = np.array([0, 1, 2, 1]), np.array([1, 0, 1, 1])
+    with pytest.raises(StaticUseError, match=r"argument 'positions'.*int\(np\.max"):
+        gv.from_numpyro(annotation).simulate(jax.random.key(0), {}, positions, annotations)
+
+    @gv.gen
+    def sized(params, n):
+        return gv.normal(jnp.zeros(n), 1.0) @ "z"
+
+    with pytest.raises(StaticUseError, match=r"argument 'n'.*Python int"):
+        sized.simulate(jax.random.key(0), None, jnp.array(3))

@@ -177,6 +177,18 @@ def _tested_sites(code: str, frame: Any, site_values: dict) -> list[str]:
     return found
 
 
+def _traced_arguments(err: BaseException) -> list[str]:
+    """The parameters of the user's function that the line raising `err` names and
+    that hold traced values (an argument used where JAX needs a Python value)."""
+    frame, line = _innermost_user_frame(err)
+    code = _code(frame.f_code.co_filename, line) if frame is not None else ""
+    if not code:
+        return []
+    params = frame.f_code.co_varnames[:frame.f_code.co_argcount + frame.f_code.co_kwonlyargcount]
+    return [ident for ident in dict.fromkeys(re.findall(r"[A-Za-z_]\w*", code))
+            if ident in params and isinstance(frame.f_locals.get(ident), jax.core.Tracer)]
+
+
 def _where_and_latents(err: BaseException, site_values: dict, otherwise: str
                        ) -> tuple[str, str]:
     """(" at file:line (`code`)", "the latent 'x'") for the user's line that raised `err`,
@@ -245,6 +257,16 @@ def static_use_error(err: BaseException, kind: str, name: str,
     if used == "a traced value":
         where, used = _where_and_latents(err, site_values, used)
     first = (str(err).strip().splitlines() or [type(err).__name__])[0].split(". ")[0]
+    arguments = _traced_arguments(err) if used == "a traced value" else []
+    if arguments:
+        named = " and ".join(repr(a) for a in arguments)
+        return StaticUseError(
+            f"the {kind} {name!r} uses its argument {named} as a Python value{where} "
+            f"({type(err).__name__}: {first}). genvi traces a {kind}'s array and float "
+            "arguments, as jax.jit does (Python ints and bools stay constants), so its "
+            "Python code cannot read their values: compute what needs the value before "
+            f"the call (e.g. n = int(np.max({arguments[0]}))) and pass that as a Python "
+            "int argument, or keep the shape fixed and use the value as an array.")
     return StaticUseError(
         f"the {kind} {name!r} uses {used} as a Python value: it sets a shape, bounds a "
         f"slice or counts a loop{where} ({type(err).__name__}: {first}). genvi {kind}s are "
@@ -258,7 +280,11 @@ def static_use_error(err: BaseException, kind: str, name: str,
 def is_static_use(err: BaseException) -> bool:
     """Whether `err` is JAX refusing a traced value where it needs a Python one."""
     if isinstance(err, (jax.errors.ConcretizationTypeError,
-                        jax.errors.TracerIntegerConversionError)):
+                        jax.errors.TracerIntegerConversionError,
+                        jax.errors.TracerArrayConversionError)):
+        return True
+    # JAX's own words for a traced value in a shape (genvi's errors say "concrete" too)
+    if isinstance(err, TypeError) and "Shapes must be 1D sequences of concrete" in str(err):
         return True
     return isinstance(err, IndexError) and "Tracer" in str(err)
 

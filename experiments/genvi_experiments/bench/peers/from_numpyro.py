@@ -212,33 +212,48 @@ def step_functions(ex: Example) -> dict[str, Callable[[], Any]]:
     return {"genvi": lambda: genvi_loop(state), "NumPyro": lambda: numpyro_loop(svi_state)}
 
 
+def measured(fits: dict[str, Callable[[int], float]], steps: Callable[[], dict],
+             seeds: int, rounds: int) -> dict:
+    """Each library's ELBO over seeds (`fits[library](seed)`) and the warm time of its
+    step (`steps()`: `step_functions`' closures), interleaved: `elbo`, `ms` per step,
+    the paired `ratio` genvi ÷ NumPyro, and the table's `cells` (ELBOs, µs, ratio)."""
+    elbos = {name: [fit(seed) for seed in range(seeds)] for name, fit in fits.items()}
+    samples = interleaved_samples(steps(), rounds=rounds, reps=2)
+    ms = {k: 1e3 * median(v) / LOOP for k, v in samples.items()}
+    ratio = paired_ratio(samples, "genvi", "NumPyro")
+    shown = {k: " / ".join(f"{v:,.1f}" for v in vals) for k, vals in elbos.items()}
+    cells = [shown["genvi"], shown["NumPyro"], f"{1e3 * ms['genvi']:.1f}",
+             f"{1e3 * ms['NumPyro']:.1f}", f"{ratio:.2f}"]
+    return {"elbo": elbos, "ms": ms, "ratio": ratio, "cells": cells}
+
+
+def fit_arguments(p: argparse.ArgumentParser, steps: int, seeds: int, rounds: int,
+                  draws: int) -> None:
+    """The options these comparisons share, with their defaults."""
+    p.add_argument("--steps", type=int, default=steps)
+    p.add_argument("--seeds", type=int, default=seeds)
+    p.add_argument("--rounds", type=int, default=rounds)
+    p.add_argument("--draws", type=int, default=draws)
+    p.add_argument("--record", action="store_true",
+                   help="write the table to docs/benchmarks/peers.md")
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--examples", nargs="*", default=list(examples()))
-    p.add_argument("--steps", type=int, default=3000)
-    p.add_argument("--seeds", type=int, default=3)
-    p.add_argument("--rounds", type=int, default=20)
-    p.add_argument("--draws", type=int, default=2000)
-    p.add_argument("--record", action="store_true",
-                   help="write the table to docs/benchmarks/peers.md")
+    fit_arguments(p, steps=3000, seeds=3, rounds=20, draws=2000)
     a = p.parse_args(argv)
     print(describe_machine())
     table = examples()
     out, rows = {}, []
     for name in a.examples:
         ex = table[name]
-        elbos = {"genvi": [genvi_fit(ex, a.steps, s, a.draws) for s in range(a.seeds)],
-                 "NumPyro": [numpyro_fit(ex, a.steps, s, a.draws) for s in range(a.seeds)]}
-        samples = interleaved_samples(step_functions(ex), rounds=a.rounds, reps=2)
-        ms = {k: 1e3 * median(v) / LOOP for k, v in samples.items()}
-        ratio = paired_ratio(samples, "genvi", "NumPyro")
-        out[name] = {"elbo": elbos, "ms": ms, "ratio": ratio}
-        shown = {k: " / ".join(f"{v:,.1f}" for v in vals) for k, vals in elbos.items()}
-        print(f"{name}: ELBO genvi {shown['genvi']}  NumPyro {shown['NumPyro']};  step "
-              f"genvi {1e3 * ms['genvi']:.1f} µs, NumPyro {1e3 * ms['NumPyro']:.1f} µs, ratio "
-              f"{ratio:.2f}")
-        rows.append([name, shown["genvi"], shown["NumPyro"], f"{1e3 * ms['genvi']:.1f}",
-                     f"{1e3 * ms['NumPyro']:.1f}", f"{ratio:.2f}"])
+        out[name] = result = measured(
+            {"genvi": lambda seed: genvi_fit(ex, a.steps, seed, a.draws),
+             "NumPyro": lambda seed: numpyro_fit(ex, a.steps, seed, a.draws)},
+            lambda: step_functions(ex), a.seeds, a.rounds)
+        print(f"{name}: " + " | ".join(result["cells"]))
+        rows.append([name] + result["cells"])
     if a.record:
         record("from_numpyro", command("peers.from_numpyro", argv),
                ["example", "ELBO, genvi (seeds)", "ELBO, NumPyro SVI (seeds)",
