@@ -119,11 +119,8 @@ class ProgramExpectation(Expectation):
         choices; the cache keeps the rewritten jaxprs, whose ids key the checks)."""
         if not choices:
             return closed
-        hit = self._resolutions.get((id(closed), choices))
-        if hit is None or hit[0] is not closed:
-            hit = (closed, placeholders.resolved(closed, choices))
-            self._resolutions[(id(closed), choices)] = hit
-        return hit[1]
+        return _per_trace(self._resolutions, (id(closed), choices), closed,
+                          lambda: placeholders.resolved(closed, choices))
 
     def _input_names(self, args: tuple, mask: tuple) -> list[str]:
         """The dynamic inputs' names (`mask`: which leaves of `args` are dynamic), for
@@ -138,11 +135,8 @@ class ProgramExpectation(Expectation):
         return names
 
     def _placeholder_sites(self, closed: Any) -> list:
-        hit = self._placeholders.get(id(closed))
-        if hit is None or hit[0] is not closed:
-            hit = (closed, placeholders.placeholder_sites(closed))
-            self._placeholders[id(closed)] = hit
-        return hit[1]
+        return _per_trace(self._placeholders, id(closed), closed,
+                          lambda: placeholders.placeholder_sites(closed))
 
     def _defaults(self, run: RunContext, closed: Any, sites: list, key: Any, args: tuple,
                   targs: Any) -> tuple:
@@ -169,6 +163,15 @@ class ProgramExpectation(Expectation):
 
     def __repr__(self) -> str:
         return f"<gv.expectation {self.name}>"
+
+
+def _per_trace(cache: dict, key: Any, closed: Any, compute: Callable[[], Any]) -> Any:
+    """`compute()` cached under `key` (which holds `id(closed)`), kept with `closed` so
+    that an id reused by a later trace is not mistaken for it."""
+    hit = cache.get(key)
+    if hit is None or hit[0] is not closed:
+        hit = cache[key] = (closed, compute())
+    return hit[1]
 
 
 def _dual_pair(out: Any) -> tuple:

@@ -169,7 +169,7 @@ def _innermost_user_frame(err: BaseException) -> tuple[Any, int]:
 def _tested_sites(code: str, frame: Any, site_values: dict) -> list[str]:
     """Addresses of the site values that the source line `code` names (by variable)."""
     found = []
-    for ident in dict.fromkeys(re.findall(r"[A-Za-z_]\w*", code)):
+    for ident in _names_on(code):
         value = frame.f_locals.get(ident)
         entry = site_values.get(id(value))
         if entry is not None and entry[0] is value:
@@ -185,8 +185,13 @@ def _traced_arguments(err: BaseException) -> list[str]:
     if not code:
         return []
     params = frame.f_code.co_varnames[:frame.f_code.co_argcount + frame.f_code.co_kwonlyargcount]
-    return [ident for ident in dict.fromkeys(re.findall(r"[A-Za-z_]\w*", code))
+    return [ident for ident in _names_on(code)
             if ident in params and isinstance(frame.f_locals.get(ident), jax.core.Tracer)]
+
+
+def _names_on(code: str) -> list[str]:
+    """The names a source line mentions, each once, in order."""
+    return list(dict.fromkeys(re.findall(r"[A-Za-z_]\w*", code)))
 
 
 def _where_and_latents(err: BaseException, site_values: dict, otherwise: str

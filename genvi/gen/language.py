@@ -133,7 +133,7 @@ class GenFn:
 
     @staticmethod
     def _layouts(traced: Any) -> dict:
-        if not hasattr(traced, "layouts"):
+        if not hasattr(traced, "layouts"):  # with the addresses `_user` leaves out
             traced.layouts = sites.site_layouts(traced.closed)
             traced.auxiliary = sites.auxiliary_addresses(traced.closed)
         return traced.layouts

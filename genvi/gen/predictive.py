@@ -112,10 +112,11 @@ def _path(site: Any) -> tuple:
 def _predict_one(model: GenFn, key: jax.Array, latents: ChoiceMap | None, args: tuple) -> ChoiceMap:
     out = model.interpret(Predict(prior=latents is None), *args, key=key, choices=latents)
     if latents is not None:
-        unvisited = set(latents.flat()) - out.visited
+        given = latents.flat()
+        unvisited = set(given) - out.visited
         if unvisited:
             names = sorted(str(Address(a)) for a in unvisited)
-            sampled = [a for a in out.choices.flat() if a not in latents.flat()]
+            sampled = [a for a in out.choices.flat() if a not in given]
             hint = "".join(did_you_mean(a, sampled) for a in sorted(unvisited, key=str))
             raise MissingChoice(
                 f"gv.predictive: the guide proposes addresses the model never samples: "
